@@ -1,0 +1,27 @@
+//! TensorWasm core: the traits every driver implements, and the policy that
+//! sits above them. `no_std` + `alloc`, so a custom host (or a microcontroller
+//! build) can link it without wasmtime and without a driver.
+//!
+//! - [`driver`]: [`GpuDriver`], what a device offers.
+//! - [`managed`]: [`ManagedAllocator`], the backing of guest linear memory.
+//! - [`error`]: the driver-independent [`ErrorKind`] every driver error maps to.
+//! - [`device`], [`memory`], [`launch`]: the plain types those traits speak in.
+
+#![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+extern crate alloc;
+
+pub mod device;
+pub mod driver;
+pub mod error;
+pub mod launch;
+pub mod managed;
+pub mod memory;
+
+pub use device::{DeviceInfo, DriverKind, MemInfo, MemoryKind, PointerInfo};
+pub use driver::{DeviceMemory, GpuDriver, VirtualMemory};
+pub use error::{DriverError, ErrorKind};
+pub use launch::{Dim3, KernelParam, LaunchConfig, LaunchConfigError, MAX_KERNEL_PARAMS};
+pub use managed::{ManagedAllocator, ManagedRegion, MemorySnapshot, RegionError};
+pub use memory::{Advice, DevicePtr, DeviceRange, PrefetchOutcome, PrefetchTarget};
