@@ -6,6 +6,7 @@
 //! - [`managed`]: [`ManagedAllocator`], the backing of guest linear memory.
 //! - [`error`]: the driver-independent [`ErrorKind`] every driver error maps to.
 //! - [`device`], [`memory`], [`launch`]: the plain types those traits speak in.
+//! - [`image`]: checks on untrusted cubin/fatbin images before a driver reads them.
 
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -15,6 +16,7 @@ extern crate alloc;
 pub mod device;
 pub mod driver;
 pub mod error;
+pub mod image;
 pub mod launch;
 pub mod managed;
 pub mod memory;

@@ -952,8 +952,6 @@ pub struct CudaLib {
         ) -> CUresult,
         ::libloading::Error,
     >,
-    pub cuStreamQuery:
-        Result<unsafe extern "C" fn(hStream: CUstream) -> CUresult, ::libloading::Error>,
     pub cuStreamSynchronize:
         Result<unsafe extern "C" fn(hStream: CUstream) -> CUresult, ::libloading::Error>,
     pub cuStreamDestroy_v2:
@@ -974,6 +972,15 @@ pub struct CudaLib {
         Result<unsafe extern "C" fn(hEvent: CUevent) -> CUresult, ::libloading::Error>,
     pub cuEventElapsedTime: Result<
         unsafe extern "C" fn(pMilliseconds: *mut f32, hStart: CUevent, hEnd: CUevent) -> CUresult,
+        ::libloading::Error,
+    >,
+    pub cuFuncGetParamInfo: Result<
+        unsafe extern "C" fn(
+            func: CUfunction,
+            paramIndex: usize,
+            paramOffset: *mut usize,
+            paramSize: *mut usize,
+        ) -> CUresult,
         ::libloading::Error,
     >,
     pub cuLaunchKernel: Result<
@@ -1065,7 +1072,6 @@ impl CudaLib {
         let cuMemAdvise_v2 = unsafe { __library.get(b"cuMemAdvise_v2\0") }.map(|sym| *sym);
         let cuStreamCreate = unsafe { __library.get(b"cuStreamCreate\0") }.map(|sym| *sym);
         let cuStreamWaitEvent = unsafe { __library.get(b"cuStreamWaitEvent\0") }.map(|sym| *sym);
-        let cuStreamQuery = unsafe { __library.get(b"cuStreamQuery\0") }.map(|sym| *sym);
         let cuStreamSynchronize =
             unsafe { __library.get(b"cuStreamSynchronize\0") }.map(|sym| *sym);
         let cuStreamDestroy_v2 = unsafe { __library.get(b"cuStreamDestroy_v2\0") }.map(|sym| *sym);
@@ -1075,6 +1081,7 @@ impl CudaLib {
         let cuEventSynchronize = unsafe { __library.get(b"cuEventSynchronize\0") }.map(|sym| *sym);
         let cuEventDestroy_v2 = unsafe { __library.get(b"cuEventDestroy_v2\0") }.map(|sym| *sym);
         let cuEventElapsedTime = unsafe { __library.get(b"cuEventElapsedTime\0") }.map(|sym| *sym);
+        let cuFuncGetParamInfo = unsafe { __library.get(b"cuFuncGetParamInfo\0") }.map(|sym| *sym);
         let cuLaunchKernel = unsafe { __library.get(b"cuLaunchKernel\0") }.map(|sym| *sym);
         let cuLaunchHostFunc = unsafe { __library.get(b"cuLaunchHostFunc\0") }.map(|sym| *sym);
         Ok(CudaLib {
@@ -1120,7 +1127,6 @@ impl CudaLib {
             cuMemAdvise_v2,
             cuStreamCreate,
             cuStreamWaitEvent,
-            cuStreamQuery,
             cuStreamSynchronize,
             cuStreamDestroy_v2,
             cuEventCreate,
@@ -1129,6 +1135,7 @@ impl CudaLib {
             cuEventSynchronize,
             cuEventDestroy_v2,
             cuEventElapsedTime,
+            cuFuncGetParamInfo,
             cuLaunchKernel,
             cuLaunchHostFunc,
         })
@@ -1606,14 +1613,6 @@ impl CudaLib {
                 .expect("Expected function, got error."))(hStream, hEvent, Flags)
         }
     }
-    pub unsafe fn cuStreamQuery(&self, hStream: CUstream) -> CUresult {
-        unsafe {
-            (self
-                .cuStreamQuery
-                .as_ref()
-                .expect("Expected function, got error."))(hStream)
-        }
-    }
     pub unsafe fn cuStreamSynchronize(&self, hStream: CUstream) -> CUresult {
         unsafe {
             (self
@@ -1685,6 +1684,22 @@ impl CudaLib {
                 .cuEventElapsedTime
                 .as_ref()
                 .expect("Expected function, got error."))(pMilliseconds, hStart, hEnd)
+        }
+    }
+    pub unsafe fn cuFuncGetParamInfo(
+        &self,
+        func: CUfunction,
+        paramIndex: usize,
+        paramOffset: *mut usize,
+        paramSize: *mut usize,
+    ) -> CUresult {
+        unsafe {
+            (self
+                .cuFuncGetParamInfo
+                .as_ref()
+                .expect("Expected function, got error."))(
+                func, paramIndex, paramOffset, paramSize
+            )
         }
     }
     pub unsafe fn cuLaunchKernel(

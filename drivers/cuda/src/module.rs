@@ -1,0 +1,152 @@
+//! Modules (`cuModuleLoadDataEx`, from PTX or cubin) and their kernel
+//! functions, with each kernel's parameter layout read from the driver so a
+//! launch with the wrong parameters is refused instead of run.
+
+use std::{
+    ffi::{CString, c_void},
+    sync::Arc,
+};
+
+use tensorwasm_core::image::check_module_image;
+
+use crate::{context::Context, error::CudaError, result, sys};
+
+struct ModuleHandle {
+    ctx: Arc<Context>,
+    module: sys::CUmodule,
+}
+
+// SAFETY: a CUmodule may be used from any thread with its context current
+// (the driver API is thread-safe); the handle itself is immutable.
+unsafe impl Send for ModuleHandle {}
+// SAFETY: as for Send.
+unsafe impl Sync for ModuleHandle {}
+
+impl Drop for ModuleHandle {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: loaded once in this context, unloaded once, here; every
+            // function of it holds this handle, so none outlives it.
+            let _ = unsafe { result::cuModuleUnload(&self.ctx.lib, self.module) };
+        }
+    }
+}
+
+/// A loaded module; unloaded when it and all its functions are dropped.
+#[derive(Clone)]
+pub struct CudaModule(Arc<ModuleHandle>);
+
+impl CudaModule {
+    /// Loads PTX text; the error of a rejected image carries the JIT log.
+    pub(crate) fn from_ptx(ctx: &Arc<Context>, ptx: &str) -> Result<Self, CudaError> {
+        let text = CString::new(ptx)
+            .map_err(|_| CudaError::invalid("load_ptx", "PTX text contains a NUL byte"))?;
+        // SAFETY: `text` is NUL-terminated and lives across the call.
+        unsafe { Self::load(ctx, text.as_ptr().cast()) }
+    }
+
+    /// Loads a cubin or fatbin image after checking that every table it
+    /// declares lies inside `image` (the driver trusts those sizes).
+    pub(crate) fn from_cubin(ctx: &Arc<Context>, image: &[u8]) -> Result<Self, CudaError> {
+        check_module_image(image).map_err(|e| CudaError::invalid("load_cubin", e.to_string()))?;
+        // An 8-byte aligned copy: the driver reads ELF headers in place.
+        let mut aligned = vec![0u64; image.len().div_ceil(8)];
+        // SAFETY: `aligned` holds at least image.len() bytes; they do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast(), image.len())
+        };
+        // SAFETY: the image's declared extents were checked to lie inside it.
+        unsafe { Self::load(ctx, aligned.as_ptr().cast()) }
+    }
+
+    /// # Safety
+    /// `image` must point to a NUL-terminated PTX text or a self-consistent
+    /// cubin/fatbin that stays valid for the call.
+    unsafe fn load(ctx: &Arc<Context>, image: *const c_void) -> Result<Self, CudaError> {
+        ctx.bind()?;
+        // SAFETY: forwarded from this function's contract.
+        let module = unsafe { result::cuModuleLoadDataEx(&ctx.lib, image) }?;
+        Ok(CudaModule(Arc::new(ModuleHandle {
+            ctx: Arc::clone(ctx),
+            module,
+        })))
+    }
+
+    /// Looks up a kernel and reads its parameter sizes.
+    pub(crate) fn function(&self, name: &str) -> Result<CudaFunction, CudaError> {
+        let m = &self.0;
+        let cname = CString::new(name)
+            .map_err(|_| CudaError::invalid("function", "kernel name contains a NUL byte"))?;
+        m.ctx.bind()?;
+        // SAFETY: the module is loaded (held by `self`); `cname` is a C string.
+        let func = unsafe { result::cuModuleGetFunction(&m.ctx.lib, m.module, &cname) }?;
+        let param_sizes = param_sizes(&m.ctx, func)?;
+        Ok(CudaFunction(Arc::new(FunctionInner {
+            module: Arc::clone(&self.0),
+            func,
+            name: name.to_string(),
+            param_sizes,
+        })))
+    }
+}
+
+/// Sizes of a kernel's parameters, or `None` where the driver cannot say
+/// (`cuFuncGetParamInfo` needs driver 12.4).
+fn param_sizes(ctx: &Context, func: sys::CUfunction) -> Result<Option<Vec<usize>>, CudaError> {
+    let mut sizes = Vec::new();
+    loop {
+        // SAFETY: `func` belongs to a loaded module of this context.
+        match unsafe { result::cuFuncGetParamInfo(&ctx.lib, func, sizes.len()) } {
+            Ok((_, size)) => sizes.push(size),
+            Err(CudaError::MissingSymbol { .. }) => return Ok(None),
+            Err(e) if e.code() == Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE.0) => {
+                return Ok(Some(sizes));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+struct FunctionInner {
+    module: Arc<ModuleHandle>,
+    func: sys::CUfunction,
+    name: String,
+    param_sizes: Option<Vec<usize>>,
+}
+
+// SAFETY: a CUfunction may be launched from any thread with its context
+// current; the handle and the rest of the struct are immutable.
+unsafe impl Send for FunctionInner {}
+// SAFETY: as for Send.
+unsafe impl Sync for FunctionInner {}
+
+/// A kernel of a loaded module; keeps the module loaded.
+#[derive(Clone)]
+pub struct CudaFunction(Arc<FunctionInner>);
+
+impl CudaFunction {
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The size in bytes of each parameter, if the driver reports them.
+    pub fn param_sizes(&self) -> Option<&[usize]> {
+        self.0.param_sizes.as_deref()
+    }
+
+    pub(crate) fn raw(&self) -> sys::CUfunction {
+        self.0.func
+    }
+
+    pub(crate) fn ctx(&self) -> &Arc<Context> {
+        &self.0.module.ctx
+    }
+}
+
+impl std::fmt::Debug for CudaFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaFunction({}, params {:?})", self.0.name, self.0.param_sizes)
+    }
+}
+
