@@ -159,8 +159,11 @@ pub trait GpuDriver: Send + Sync {
     fn stream_synchronize(&self, stream: &Self::Stream) -> Result<(), Self::Error>;
 
     /// Makes later work on `stream` wait for `event`'s latest record.
-    fn stream_wait_event(&self, stream: &Self::Stream, event: &Self::Event)
-    -> Result<(), Self::Error>;
+    fn stream_wait_event(
+        &self,
+        stream: &Self::Stream,
+        event: &Self::Event,
+    ) -> Result<(), Self::Error>;
 
     /// Creates an event (with timing).
     fn create_event(&self) -> Result<Self::Event, Self::Error>;

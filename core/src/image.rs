@@ -33,7 +33,9 @@ impl fmt::Display for ImageError {
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?)))
+    Some(u64::from(u16::from_le_bytes(
+        b.get(at..at + 2)?.try_into().ok()?,
+    )))
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -150,7 +152,10 @@ mod tests {
         let mut elf32 = e;
         elf32[4] = 1;
         assert_eq!(check_module_image(&elf32), Err(ImageError::UnsupportedElf));
-        assert_eq!(check_module_image(b"// PTX text"), Err(ImageError::UnknownFormat));
+        assert_eq!(
+            check_module_image(b"// PTX text"),
+            Err(ImageError::UnknownFormat)
+        );
         assert_eq!(check_module_image(&[]), Err(ImageError::UnknownFormat));
         let mut fat = vec![0u8; 32];
         fat[..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());

@@ -82,7 +82,10 @@ impl LaunchConfig {
         if self.block.x > bx || self.block.y > by || self.block.z > bz {
             return Err(LaunchConfigError::BlockTooLarge);
         }
-        let threads = self.block.volume().ok_or(LaunchConfigError::BlockTooLarge)?;
+        let threads = self
+            .block
+            .volume()
+            .ok_or(LaunchConfigError::BlockTooLarge)?;
         if threads > u64::from(device.max_threads_per_block) {
             return Err(LaunchConfigError::BlockTooLarge);
         }
@@ -154,27 +157,47 @@ impl KernelParam {
 
     /// Reads an `i32` parameter, or `None` for another type.
     pub fn as_i32(self) -> Option<i32> {
-        if let KernelParam::I32(v) = self { Some(v) } else { None }
+        if let KernelParam::I32(v) = self {
+            Some(v)
+        } else {
+            None
+        }
     }
 
     /// Reads an `i64` parameter, or `None` for another type.
     pub fn as_i64(self) -> Option<i64> {
-        if let KernelParam::I64(v) = self { Some(v) } else { None }
+        if let KernelParam::I64(v) = self {
+            Some(v)
+        } else {
+            None
+        }
     }
 
     /// Reads an `f32` parameter, or `None` for another type.
     pub fn as_f32(self) -> Option<f32> {
-        if let KernelParam::F32(v) = self { Some(v) } else { None }
+        if let KernelParam::F32(v) = self {
+            Some(v)
+        } else {
+            None
+        }
     }
 
     /// Reads an `f64` parameter, or `None` for another type.
     pub fn as_f64(self) -> Option<f64> {
-        if let KernelParam::F64(v) = self { Some(v) } else { None }
+        if let KernelParam::F64(v) = self {
+            Some(v)
+        } else {
+            None
+        }
     }
 
     /// Reads a pointer parameter, or `None` for another type.
     pub fn as_ptr(self) -> Option<DevicePtr> {
-        if let KernelParam::Ptr(v) = self { Some(v) } else { None }
+        if let KernelParam::Ptr(v) = self {
+            Some(v)
+        } else {
+            None
+        }
     }
 }
 
@@ -208,7 +231,11 @@ mod tests {
         assert_eq!(ok.grid.x, 1 << 16);
         assert_eq!(ok.validate(&d), Ok(()));
         let mut c = ok;
-        c.block = Dim3 { x: 1024, y: 2, z: 1 };
+        c.block = Dim3 {
+            x: 1024,
+            y: 2,
+            z: 1,
+        };
         assert_eq!(c.validate(&d), Err(LaunchConfigError::BlockTooLarge));
         c.block = Dim3 { x: 1, y: 1, z: 65 };
         assert_eq!(c.validate(&d), Err(LaunchConfigError::BlockTooLarge));
@@ -221,7 +248,11 @@ mod tests {
         c = ok;
         c.shared_mem_bytes = 48 * 1024 + 1;
         assert_eq!(c.validate(&d), Err(LaunchConfigError::SharedMemoryTooLarge));
-        c.block = Dim3 { x: u32::MAX, y: u32::MAX, z: u32::MAX };
+        c.block = Dim3 {
+            x: u32::MAX,
+            y: u32::MAX,
+            z: u32::MAX,
+        };
         assert!(c.validate(&d).is_err());
     }
 

@@ -149,6 +149,9 @@ pub trait ManagedAllocator: Send + Sync {
     /// Puts a snapshot's bytes and size back (after queued work has
     /// finished); bytes past the snapshot's size read as zero when exposed
     /// again.
-    fn restore(&self, region: &mut Self::Region, snapshot: &MemorySnapshot)
-    -> Result<(), Self::Error>;
+    fn restore(
+        &self,
+        region: &mut Self::Region,
+        snapshot: &MemorySnapshot,
+    ) -> Result<(), Self::Error>;
 }

@@ -15,7 +15,9 @@ impl DevicePtr {
 
     /// The address `bytes` further on, or `None` on overflow.
     pub fn checked_add(self, bytes: usize) -> Option<DevicePtr> {
-        self.0.checked_add(u64::try_from(bytes).ok()?).map(DevicePtr)
+        self.0
+            .checked_add(u64::try_from(bytes).ok()?)
+            .map(DevicePtr)
     }
 }
 
@@ -95,7 +97,12 @@ impl fmt::Debug for DeviceRange<'_> {
 #[cfg(feature = "defmt")]
 impl defmt::Format for DeviceRange<'_> {
     fn format(&self, f: defmt::Formatter<'_>) {
-        defmt::write!(f, "DeviceRange({=u64:#x}, {=usize} bytes)", self.ptr.0, self.len)
+        defmt::write!(
+            f,
+            "DeviceRange({=u64:#x}, {=usize} bytes)",
+            self.ptr.0,
+            self.len
+        )
     }
 }
 

@@ -33,7 +33,9 @@ pub struct CudaDriver {
 
 impl std::fmt::Debug for CudaDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaDriver").field("device", &self.ctx.info).finish()
+        f.debug_struct("CudaDriver")
+            .field("device", &self.ctx.info)
+            .finish()
     }
 }
 
@@ -50,18 +52,27 @@ impl CudaDriver {
     pub fn probe() -> Result<Vec<DeviceInfo>, CudaError> {
         let (lib, version) = context::load()?;
         let count = result::cuDeviceGetCount(&lib)?.max(0) as u32;
-        (0..count).map(|i| context::query_device(&lib, i, version)).collect()
+        (0..count)
+            .map(|i| context::query_device(&lib, i, version))
+            .collect()
     }
 
     fn same_len(op: &'static str, dst: usize, src: usize) -> Result<(), CudaError> {
         if dst == src {
             Ok(())
         } else {
-            Err(CudaError::invalid(op, format!("destination is {dst} bytes, source {src}")))
+            Err(CudaError::invalid(
+                op,
+                format!("destination is {dst} bytes, source {src}"),
+            ))
         }
     }
 
-    pub(crate) fn advise_range(&self, range: DeviceRange<'_>, advice: Advice) -> Result<(), CudaError> {
+    pub(crate) fn advise_range(
+        &self,
+        range: DeviceRange<'_>,
+        advice: Advice,
+    ) -> Result<(), CudaError> {
         use sys::CUmem_advise as A;
         let device = vm::device_location(&self.ctx);
         let host = sys::CUmemLocation {
@@ -82,7 +93,9 @@ impl CudaDriver {
         }
         self.ctx.bind()?;
         // SAFETY: the range is a checked span of a live allocation.
-        unsafe { result::cuMemAdvise_v2(&self.ctx.lib, range.ptr().0, range.len(), advice, location) }
+        unsafe {
+            result::cuMemAdvise_v2(&self.ctx.lib, range.ptr().0, range.len(), advice, location)
+        }
     }
 
     pub(crate) fn prefetch_range(
@@ -108,7 +121,13 @@ impl CudaDriver {
         // SAFETY: the range is a checked span of a live allocation; `stream`
         // is a live stream of this context or the legacy default (null).
         unsafe {
-            result::cuMemPrefetchAsync_v2(&self.ctx.lib, range.ptr().0, range.len(), location, stream)
+            result::cuMemPrefetchAsync_v2(
+                &self.ctx.lib,
+                range.ptr().0,
+                range.len(),
+                location,
+                stream,
+            )
         }?;
         Ok(PrefetchOutcome::Issued)
     }
@@ -214,7 +233,9 @@ impl GpuDriver for CudaDriver {
         self.ctx.bind()?;
         // SAFETY: `dst` is a checked span of a live allocation of the same
         // length as `src`, which is valid for reads.
-        unsafe { result::cuMemcpyHtoD_v2(&self.ctx.lib, dst.ptr().0, src.as_ptr().cast(), src.len()) }
+        unsafe {
+            result::cuMemcpyHtoD_v2(&self.ctx.lib, dst.ptr().0, src.as_ptr().cast(), src.len())
+        }
     }
 
     fn copy_from_device(&self, dst: &mut [u8], src: DeviceRange<'_>) -> Result<(), CudaError> {
@@ -226,7 +247,12 @@ impl GpuDriver for CudaDriver {
         // SAFETY: `src` is a checked span of a live allocation of the same
         // length as `dst`, which is valid for writes.
         unsafe {
-            result::cuMemcpyDtoH_v2(&self.ctx.lib, dst.as_mut_ptr().cast(), src.ptr().0, dst.len())
+            result::cuMemcpyDtoH_v2(
+                &self.ctx.lib,
+                dst.as_mut_ptr().cast(),
+                src.ptr().0,
+                dst.len(),
+            )
         }
     }
 
@@ -262,10 +288,23 @@ impl GpuDriver for CudaDriver {
         self.ctx.bind()?;
         // SAFETY: checked spans of live allocations (freeing one waits for
         // the copy); `stream` is live.
-        unsafe { result::cuMemcpyAsync(&self.ctx.lib, dst.ptr().0, src.ptr().0, dst.len(), stream.raw) }
+        unsafe {
+            result::cuMemcpyAsync(
+                &self.ctx.lib,
+                dst.ptr().0,
+                src.ptr().0,
+                dst.len(),
+                stream.raw,
+            )
+        }
     }
 
-    fn memset_async(&self, stream: &CudaStream, dst: DeviceRange<'_>, value: u8) -> Result<(), CudaError> {
+    fn memset_async(
+        &self,
+        stream: &CudaStream,
+        dst: DeviceRange<'_>,
+        value: u8,
+    ) -> Result<(), CudaError> {
         if dst.is_empty() {
             return Ok(());
         }
@@ -294,7 +333,10 @@ impl GpuDriver for CudaDriver {
         params: &[KernelParam],
     ) -> Result<(), CudaError> {
         if !Arc::ptr_eq(function.ctx(), &self.ctx) || !Arc::ptr_eq(&stream.ctx, &self.ctx) {
-            return Err(CudaError::invalid("launch", "function or stream of another driver"));
+            return Err(CudaError::invalid(
+                "launch",
+                "function or stream of another driver",
+            ));
         }
         let mut slots = check_launch(&self.ctx.info, function, config, params)?;
         let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX_KERNEL_PARAMS];
@@ -393,11 +435,21 @@ impl GpuDriver for CudaDriver {
         CudaVirtualRange::reserve(&self.ctx, bytes)
     }
 
-    fn vm_map(&self, range: &mut CudaVirtualRange, offset: usize, bytes: usize) -> Result<(), CudaError> {
+    fn vm_map(
+        &self,
+        range: &mut CudaVirtualRange,
+        offset: usize,
+        bytes: usize,
+    ) -> Result<(), CudaError> {
         range.map(offset, bytes)
     }
 
-    fn vm_unmap(&self, range: &mut CudaVirtualRange, offset: usize, bytes: usize) -> Result<(), CudaError> {
+    fn vm_unmap(
+        &self,
+        range: &mut CudaVirtualRange,
+        offset: usize,
+        bytes: usize,
+    ) -> Result<(), CudaError> {
         range.unmap(offset, bytes)
     }
 }

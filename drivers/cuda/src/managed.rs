@@ -43,7 +43,12 @@ fn region_error(op: &'static str, e: RegionError) -> CudaError {
 
 impl CudaRegion {
     /// `offset .. offset + len` of the exposed bytes.
-    fn exposed(&self, op: &'static str, offset: usize, len: usize) -> Result<DeviceRange<'_>, CudaError> {
+    fn exposed(
+        &self,
+        op: &'static str,
+        offset: usize,
+        len: usize,
+    ) -> Result<DeviceRange<'_>, CudaError> {
         RegionError::check_range(self.len, offset, len).map_err(|e| region_error(op, e))?;
         tensorwasm_core::DeviceMemory::range(&self.buffer, offset, len)
             .ok_or_else(|| region_error(op, RegionError::OutOfBounds))
@@ -72,7 +77,10 @@ impl tensorwasm_core::ManagedAllocator for CudaDriver {
         }
         // `CudaBuffer::alloc` refuses a maximum above the free memory.
         let buffer = CudaBuffer::alloc(&self.ctx, maximum, MemoryKind::Managed)?;
-        let region = CudaRegion { buffer, len: initial };
+        let region = CudaRegion {
+            buffer,
+            len: initial,
+        };
         zero(&self.ctx, &region, 0, initial)?;
         Ok(region)
     }
@@ -85,7 +93,13 @@ impl tensorwasm_core::ManagedAllocator for CudaDriver {
         Ok(())
     }
 
-    fn advise(&self, region: &CudaRegion, offset: usize, len: usize, advice: Advice) -> Result<(), CudaError> {
+    fn advise(
+        &self,
+        region: &CudaRegion,
+        offset: usize,
+        len: usize,
+        advice: Advice,
+    ) -> Result<(), CudaError> {
         let range = region.exposed("advise", offset, len)?;
         self.advise_range(range, advice)
     }
@@ -110,7 +124,12 @@ impl tensorwasm_core::ManagedAllocator for CudaDriver {
             // SAFETY: `bytes` holds len bytes; the region exposes len bytes.
             // With unified addressing cuMemcpy takes host pointers as-is.
             unsafe {
-                result::cuMemcpy(&self.ctx.lib, bytes.as_mut_ptr() as u64, region.base().0, region.len)
+                result::cuMemcpy(
+                    &self.ctx.lib,
+                    bytes.as_mut_ptr() as u64,
+                    region.base().0,
+                    region.len,
+                )
             }?;
         }
         Ok(MemorySnapshot { bytes })
@@ -141,7 +160,12 @@ impl tensorwasm_core::ManagedAllocator for CudaDriver {
 
 impl std::fmt::Debug for CudaRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaRegion({}, {} of {} bytes)", self.base(), self.len, self.capacity())
+        write!(
+            f,
+            "CudaRegion({}, {} of {} bytes)",
+            self.base(),
+            self.len,
+            self.capacity()
+        )
     }
 }
-

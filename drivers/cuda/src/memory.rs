@@ -19,7 +19,11 @@ pub struct CudaBuffer {
 }
 
 impl CudaBuffer {
-    pub(crate) fn alloc(ctx: &Arc<Context>, bytes: usize, kind: MemoryKind) -> Result<Self, CudaError> {
+    pub(crate) fn alloc(
+        ctx: &Arc<Context>,
+        bytes: usize,
+        kind: MemoryKind,
+    ) -> Result<Self, CudaError> {
         ctx.bind()?;
         let ptr = match (bytes, kind) {
             // The driver refuses zero-byte allocations; an empty buffer needs none.
@@ -80,7 +84,11 @@ impl Drop for CudaBuffer {
 
 impl std::fmt::Debug for CudaBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaBuffer({:?}, {:#x}, {} bytes)", self.kind, self.ptr, self.len)
+        write!(
+            f,
+            "CudaBuffer({:?}, {:#x}, {} bytes)",
+            self.kind, self.ptr, self.len
+        )
     }
 }
 
@@ -108,7 +116,9 @@ pub(crate) fn pointer_info(ctx: &Context, address: DevicePtr) -> Result<PointerI
                 kind: MemoryKind::Managed,
             });
         }
-        Err(e) if e.code() == Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE.0) => return Ok(unknown),
+        Err(e) if e.code() == Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE.0) => {
+            return Ok(unknown);
+        }
         Err(e) => return Err(e),
     }
     // SAFETY: MEMORY_TYPE writes a CUmemorytype (an unsigned int).
@@ -124,7 +134,9 @@ pub(crate) fn pointer_info(ctx: &Context, address: DevicePtr) -> Result<PointerI
         Ok(t) if t == sys::CUmemorytype_enum::CU_MEMORYTYPE_HOST.0 => MemoryKind::PinnedHost,
         Ok(t) if t == sys::CUmemorytype_enum::CU_MEMORYTYPE_UNIFIED.0 => MemoryKind::Managed,
         Ok(_) => MemoryKind::Unknown,
-        Err(e) if e.code() == Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE.0) => MemoryKind::Unknown,
+        Err(e) if e.code() == Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE.0) => {
+            MemoryKind::Unknown
+        }
         Err(e) => return Err(e),
     };
     Ok(PointerInfo { address, kind })

@@ -146,7 +146,10 @@ impl CudaFunction {
 
 impl std::fmt::Debug for CudaFunction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaFunction({}, params {:?})", self.0.name, self.0.param_sizes)
+        write!(
+            f,
+            "CudaFunction({}, params {:?})",
+            self.0.name, self.0.param_sizes
+        )
     }
 }
-

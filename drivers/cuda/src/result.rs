@@ -92,10 +92,15 @@ pub(crate) fn cuDeviceGet(lib: &sys::CudaLib, ordinal: c_int) -> Result<sys::CUd
 
 pub(crate) fn cuDeviceGetName(lib: &sys::CudaLib, dev: sys::CUdevice) -> Result<String, CudaError> {
     let mut buf = [0 as c_char; 256];
-    call!(lib, cuDeviceGetName(buf.as_mut_ptr(), buf.len() as c_int, dev))?;
+    call!(
+        lib,
+        cuDeviceGetName(buf.as_mut_ptr(), buf.len() as c_int, dev)
+    )?;
     // SAFETY: the driver wrote a NUL-terminated name into `buf` (which we
     // zeroed, so a NUL exists within it even if the name was cut off).
-    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
 }
 
 pub(crate) fn cuDeviceGetAttribute(
@@ -108,7 +113,10 @@ pub(crate) fn cuDeviceGetAttribute(
     Ok(v)
 }
 
-pub(crate) fn cuDeviceTotalMem_v2(lib: &sys::CudaLib, dev: sys::CUdevice) -> Result<usize, CudaError> {
+pub(crate) fn cuDeviceTotalMem_v2(
+    lib: &sys::CudaLib,
+    dev: sys::CUdevice,
+) -> Result<usize, CudaError> {
     let mut v = 0;
     call!(lib, cuDeviceTotalMem_v2(&mut v, dev))?;
     Ok(v)
@@ -123,7 +131,10 @@ pub(crate) fn cuDevicePrimaryCtxRetain(
     Ok(ctx)
 }
 
-pub(crate) fn cuDevicePrimaryCtxRelease_v2(lib: &sys::CudaLib, dev: sys::CUdevice) -> Result<(), CudaError> {
+pub(crate) fn cuDevicePrimaryCtxRelease_v2(
+    lib: &sys::CudaLib,
+    dev: sys::CUdevice,
+) -> Result<(), CudaError> {
     call!(lib, cuDevicePrimaryCtxRelease_v2(dev))
 }
 
@@ -133,7 +144,10 @@ pub(crate) fn cuCtxGetCurrent(lib: &sys::CudaLib) -> Result<sys::CUcontext, Cuda
     Ok(ctx)
 }
 
-pub(crate) unsafe fn cuCtxSetCurrent(lib: &sys::CudaLib, ctx: sys::CUcontext) -> Result<(), CudaError> {
+pub(crate) unsafe fn cuCtxSetCurrent(
+    lib: &sys::CudaLib,
+    ctx: sys::CUcontext,
+) -> Result<(), CudaError> {
     call!(lib, cuCtxSetCurrent(ctx))
 }
 
@@ -147,7 +161,10 @@ pub(crate) fn cuMemGetInfo_v2(lib: &sys::CudaLib) -> Result<(usize, usize), Cuda
     Ok((free, total))
 }
 
-pub(crate) fn cuMemAlloc_v2(lib: &sys::CudaLib, bytes: usize) -> Result<sys::CUdeviceptr, CudaError> {
+pub(crate) fn cuMemAlloc_v2(
+    lib: &sys::CudaLib,
+    bytes: usize,
+) -> Result<sys::CUdeviceptr, CudaError> {
     let mut p = 0;
     call!(lib, cuMemAlloc_v2(&mut p, bytes))?;
     Ok(p)
@@ -163,7 +180,10 @@ pub(crate) fn cuMemAllocManaged(
     Ok(p)
 }
 
-pub(crate) unsafe fn cuMemFree_v2(lib: &sys::CudaLib, p: sys::CUdeviceptr) -> Result<(), CudaError> {
+pub(crate) unsafe fn cuMemFree_v2(
+    lib: &sys::CudaLib,
+    p: sys::CUdeviceptr,
+) -> Result<(), CudaError> {
     call!(lib, cuMemFree_v2(p))
 }
 
@@ -259,7 +279,10 @@ pub(crate) unsafe fn cuPointerGetAttribute<T: Default>(
     p: sys::CUdeviceptr,
 ) -> Result<T, CudaError> {
     let mut v = T::default();
-    call!(lib, cuPointerGetAttribute((&mut v as *mut T).cast(), attribute, p))?;
+    call!(
+        lib,
+        cuPointerGetAttribute((&mut v as *mut T).cast(), attribute, p)
+    )?;
     Ok(v)
 }
 
@@ -288,12 +311,20 @@ pub(crate) unsafe fn cuModuleLoadDataEx(
     let f = *lib
         .cuModuleLoadDataEx
         .as_ref()
-        .map_err(|_| CudaError::MissingSymbol { symbol: "cuModuleLoadDataEx" })?;
+        .map_err(|_| CudaError::MissingSymbol {
+            symbol: "cuModuleLoadDataEx",
+        })?;
     let mut module = ptr::null_mut();
     // SAFETY: options/values hold 4 entries each; the log buffers are LOG
     // bytes and outlive the call; `image` is valid per the module contract.
     let status = unsafe {
-        f(&mut module, image, options.len() as c_uint, options.as_mut_ptr(), values.as_mut_ptr())
+        f(
+            &mut module,
+            image,
+            options.len() as c_uint,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
     };
     if status == sys::CUresult::CUDA_SUCCESS {
         return Ok(module);
@@ -309,7 +340,10 @@ pub(crate) unsafe fn cuModuleLoadDataEx(
     Err(driver_error(lib, "cuModuleLoadDataEx", status, Some(log)))
 }
 
-pub(crate) unsafe fn cuModuleUnload(lib: &sys::CudaLib, module: sys::CUmodule) -> Result<(), CudaError> {
+pub(crate) unsafe fn cuModuleUnload(
+    lib: &sys::CudaLib,
+    module: sys::CUmodule,
+) -> Result<(), CudaError> {
     call!(lib, cuModuleUnload(module))
 }
 
@@ -362,17 +396,26 @@ pub(crate) unsafe fn cuLaunchKernel(
     )
 }
 
-pub(crate) fn cuStreamCreate(lib: &sys::CudaLib, flags: c_uint) -> Result<sys::CUstream, CudaError> {
+pub(crate) fn cuStreamCreate(
+    lib: &sys::CudaLib,
+    flags: c_uint,
+) -> Result<sys::CUstream, CudaError> {
     let mut s = ptr::null_mut();
     call!(lib, cuStreamCreate(&mut s, flags))?;
     Ok(s)
 }
 
-pub(crate) unsafe fn cuStreamDestroy_v2(lib: &sys::CudaLib, s: sys::CUstream) -> Result<(), CudaError> {
+pub(crate) unsafe fn cuStreamDestroy_v2(
+    lib: &sys::CudaLib,
+    s: sys::CUstream,
+) -> Result<(), CudaError> {
     call!(lib, cuStreamDestroy_v2(s))
 }
 
-pub(crate) unsafe fn cuStreamSynchronize(lib: &sys::CudaLib, s: sys::CUstream) -> Result<(), CudaError> {
+pub(crate) unsafe fn cuStreamSynchronize(
+    lib: &sys::CudaLib,
+    s: sys::CUstream,
+) -> Result<(), CudaError> {
     call!(lib, cuStreamSynchronize(s))
 }
 
@@ -390,7 +433,10 @@ pub(crate) fn cuEventCreate(lib: &sys::CudaLib, flags: c_uint) -> Result<sys::CU
     Ok(e)
 }
 
-pub(crate) unsafe fn cuEventDestroy_v2(lib: &sys::CudaLib, e: sys::CUevent) -> Result<(), CudaError> {
+pub(crate) unsafe fn cuEventDestroy_v2(
+    lib: &sys::CudaLib,
+    e: sys::CUevent,
+) -> Result<(), CudaError> {
     call!(lib, cuEventDestroy_v2(e))
 }
 
@@ -411,7 +457,10 @@ pub(crate) unsafe fn cuEventQuery(lib: &sys::CudaLib, e: sys::CUevent) -> Result
     }
 }
 
-pub(crate) unsafe fn cuEventSynchronize(lib: &sys::CudaLib, e: sys::CUevent) -> Result<(), CudaError> {
+pub(crate) unsafe fn cuEventSynchronize(
+    lib: &sys::CudaLib,
+    e: sys::CUevent,
+) -> Result<(), CudaError> {
     call!(lib, cuEventSynchronize(e))
 }
 
@@ -450,7 +499,10 @@ pub(crate) fn cuMemGetAllocationGranularity(
     Ok(g)
 }
 
-pub(crate) fn cuMemAddressReserve(lib: &sys::CudaLib, bytes: usize) -> Result<sys::CUdeviceptr, CudaError> {
+pub(crate) fn cuMemAddressReserve(
+    lib: &sys::CudaLib,
+    bytes: usize,
+) -> Result<sys::CUdeviceptr, CudaError> {
     let mut p = 0;
     call!(lib, cuMemAddressReserve(&mut p, bytes, 0, 0, 0))?;
     Ok(p)
@@ -490,7 +542,11 @@ pub(crate) unsafe fn cuMemMap(
     call!(lib, cuMemMap(p, bytes, 0, h, 0))
 }
 
-pub(crate) unsafe fn cuMemUnmap(lib: &sys::CudaLib, p: sys::CUdeviceptr, bytes: usize) -> Result<(), CudaError> {
+pub(crate) unsafe fn cuMemUnmap(
+    lib: &sys::CudaLib,
+    p: sys::CUdeviceptr,
+    bytes: usize,
+) -> Result<(), CudaError> {
     call!(lib, cuMemUnmap(p, bytes))
 }
 

@@ -61,7 +61,11 @@ impl CudaVirtualRange {
     pub(crate) fn map(&mut self, offset: usize, bytes: usize) -> Result<(), CudaError> {
         let g = granularity(&self.ctx)?;
         let end = offset.checked_add(bytes);
-        if bytes == 0 || !offset.is_multiple_of(g) || !bytes.is_multiple_of(g) || end.is_none_or(|e| e > self.reserved) {
+        if bytes == 0
+            || !offset.is_multiple_of(g)
+            || !bytes.is_multiple_of(g)
+            || end.is_none_or(|e| e > self.reserved)
+        {
             return Err(CudaError::invalid(
                 "vm_map",
                 format!(
@@ -75,7 +79,10 @@ impl CudaVirtualRange {
             .iter()
             .any(|m| offset < m.offset + m.bytes && m.offset < offset + bytes)
         {
-            return Err(CudaError::invalid("vm_map", "span overlaps an existing mapping"));
+            return Err(CudaError::invalid(
+                "vm_map",
+                "span overlaps an existing mapping",
+            ));
         }
         let ctx = &self.ctx;
         ctx.bind()?;
@@ -100,7 +107,11 @@ impl CudaVirtualRange {
             let _ = unsafe { result::cuMemRelease(&ctx.lib, handle) };
             return Err(e);
         }
-        self.mappings.push(Mapping { offset, bytes, handle });
+        self.mappings.push(Mapping {
+            offset,
+            bytes,
+            handle,
+        });
         Ok(())
     }
 
@@ -110,7 +121,10 @@ impl CudaVirtualRange {
             .iter()
             .position(|m| m.offset == offset && m.bytes == bytes)
             .ok_or_else(|| {
-                CudaError::invalid("vm_unmap", format!("no mapping is exactly {offset}+{bytes}"))
+                CudaError::invalid(
+                    "vm_unmap",
+                    format!("no mapping is exactly {offset}+{bytes}"),
+                )
             })?;
         self.ctx.bind()?;
         // Work still using the span must finish before it disappears.
@@ -149,7 +163,10 @@ impl VirtualMemory for CudaVirtualRange {
         // Mappings are disjoint: walk contiguous ones from `offset`.
         let mut at = offset;
         while at < end {
-            let m = self.mappings.iter().find(|m| m.offset <= at && at < m.offset + m.bytes)?;
+            let m = self
+                .mappings
+                .iter()
+                .find(|m| m.offset <= at && at < m.offset + m.bytes)?;
             at = m.offset + m.bytes;
         }
         if len == 0 && end > self.reserved {

@@ -2,9 +2,7 @@
 
 mod common;
 
-use tensorwasm_core::{
-    DeviceMemory, DriverError, ErrorKind, GpuDriver, KernelParam, LaunchConfig,
-};
+use tensorwasm_core::{DeviceMemory, DriverError, ErrorKind, GpuDriver, KernelParam, LaunchConfig};
 use tensorwasm_cuda::CudaDriver;
 
 #[test]
@@ -47,7 +45,9 @@ fn cubin_loads_and_runs_and_truncated_cubin_is_refused() {
     let n = 1000usize;
     let a = d.alloc_managed(n * 4).unwrap();
     let c = d.alloc_managed(n * 4).unwrap();
-    let data: Vec<u8> = (0..n).flat_map(|i| (i as f32 + 0.25).to_le_bytes()).collect();
+    let data: Vec<u8> = (0..n)
+        .flat_map(|i| (i as f32 + 0.25).to_le_bytes())
+        .collect();
     d.copy_to_device(a.full(), &data).unwrap();
     let s = d.create_stream().unwrap();
     let params = [

@@ -22,7 +22,11 @@ fn missing_library_and_missing_symbol_are_typed_errors() {
     assert!(e.to_string().contains("/nonexistent/libcuda.so.1"), "{e}");
 
     // A real library that is not libcuda: loads, but has no cuInit.
-    let libc = if cfg!(target_os = "linux") { "libc.so.6" } else { return };
+    let libc = if cfg!(target_os = "linux") {
+        "libc.so.6"
+    } else {
+        return;
+    };
     // SAFETY: as above.
     unsafe { std::env::set_var(LIBCUDA_ENV, libc) };
     match CudaDriver::new(0) {
