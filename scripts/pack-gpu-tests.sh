@@ -31,7 +31,7 @@ for line in sys.stdin:
     if not m["profile"]["test"]:
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
-    name = f"{crate}--{m[\"target\"][\"name\"]}"
+    name = crate + "--" + m["target"]["name"]
     shutil.copy(m["executable"], f"'"$pack"'/bin/{name}")
     print("packed", name)
 '

@@ -12,6 +12,7 @@ use std::{
         atomic::{AtomicU32, Ordering},
     },
     thread,
+    time::Duration,
 };
 
 use tensorwasm_core::{
@@ -622,31 +623,26 @@ pub fn threads_launch_at_once<D: GpuDriver>(d: &D, f: &D::Function, threads: usi
     });
 }
 
-/// Allocations, modules, streams, events and regions all give their memory
-/// back: free memory returns to its starting value once they are dropped.
+/// Device memory, modules, functions, launches, streams, events, callbacks
+/// and virtual memory all give their memory back: after each cycle of making
+/// and dropping them, free memory equals its starting value exactly.
 ///
-/// The starting value is taken after one warm-up cycle: a driver may set up
-/// per-context resources on first use (CUDA reserves some device memory the
-/// first time a context loads a module or launches) and keep them for the
-/// context's life; those are not leaks. Later cycles must give back
-/// everything. Run it alone in its process (other tests allocate concurrently).
-pub fn free_memory_returns<D: GpuDriver + ManagedAllocator>(
-    d: &D,
-    load: impl Fn(&D) -> D::Function,
-) {
+/// The starting value is taken after one warm-up cycle, for per-context
+/// resources a driver may set up on first use. Managed memory is checked by
+/// [`managed_memory_does_not_drift`] instead. Run it alone in its process
+/// (other tests allocate concurrently).
+pub fn free_memory_returns<D: GpuDriver>(d: &D, load: impl Fn(&D) -> D::Function) {
     let cycle = || {
         let f = load(d);
         let s = ok("create_stream", d.create_stream());
         let e = ok("create_event", d.create_event());
         let dev = ok("alloc_device", d.alloc_device(64 << 20));
-        let man = ok("alloc_managed", d.alloc_managed(32 << 20));
+        let out = ok("alloc_device", d.alloc_device(4 << 20));
         ok("memset", d.memset(dev.full(), 1));
-        ok("memset", d.memset(man.full(), 2));
-        let region = ok("reserve", ManagedAllocator::reserve(d, 16 << 20, 1 << 20));
         let params = [
             KernelParam::Ptr(dev.device_ptr()),
             KernelParam::Ptr(dev.device_ptr()),
-            KernelParam::Ptr(man.device_ptr()),
+            KernelParam::Ptr(out.device_ptr()),
             KernelParam::I32(1 << 20),
         ];
         // SAFETY: 1M floats fit both buffers; they outlive the sync.
@@ -658,22 +654,85 @@ pub fn free_memory_returns<D: GpuDriver + ManagedAllocator>(
         ok("event_synchronize", d.event_synchronize(&e));
         if d.device().vmm_supported {
             let g = ok("vm_granularity", d.vm_granularity());
-            let mut vr = ok("vm_reserve", d.vm_reserve(2 * g));
-            ok("vm_map", d.vm_map(&mut vr, 0, g));
+            let mut vr = ok("vm_reserve", d.vm_reserve(4 * g));
+            ok("vm_map", d.vm_map(&mut vr, 0, 2 * g));
+            ok("vm_map", d.vm_map(&mut vr, 3 * g, g));
+            ok("memset", d.memset(vr.mapped(0, 2 * g).unwrap(), 3));
         }
-        drop((region, man, dev, e, s, f));
-        ok("synchronize", d.synchronize());
+        drop((out, dev, e, s, f));
     };
+    let mut readings = vec![settled_free(d)];
     cycle();
-    let before = ok("mem_info", d.mem_info()).free;
+    readings.push(settled_free(d));
+    let before = readings[1];
     for _ in 0..5 {
         cycle();
+        readings.push(settled_free(d));
     }
-    let after = ok("mem_info", d.mem_info()).free;
-    assert_eq!(
-        after, before,
-        "free memory {before} -> {after} after dropping everything"
+    println!("free memory: fresh, then after each cycle: {readings:?}");
+    assert!(
+        readings[2..].iter().all(|&r| r == before),
+        "free memory does not return to {before} bytes after each cycle: {readings:?}"
     );
+}
+
+/// Managed memory (plain allocations and guest-memory regions) does not
+/// leak: across 16 cycles of allocating, touching and dropping 48 MiB, free
+/// memory stays within a 160 MiB window (a leak of either kind would drift
+/// by 256 MiB or more).
+///
+/// Why a window and not exact equality: on CUDA the UVM kernel driver keeps
+/// the physical pages of freed managed memory in a per-process pool and
+/// counts them as used (measured on an H100, driver 580: a sawtooth of
+/// 32 MiB steps within 128 MiB, not returned even when the context is
+/// released). The CPU driver's accounting is exact, so its window is zero.
+/// Run it alone in its process.
+pub fn managed_memory_does_not_drift<D: GpuDriver + ManagedAllocator>(d: &D) {
+    const MIB: usize = 1 << 20;
+    let mut readings = vec![settled_free(d)];
+    for _ in 0..16 {
+        let man = ok("alloc_managed", d.alloc_managed(32 * MIB));
+        ok("memset", d.memset(man.full(), 2));
+        let mut region = ok("reserve", ManagedAllocator::reserve(d, 64 * MIB, MIB));
+        ok("grow", d.grow(&mut region, 16 * MIB));
+        drop((region, man));
+        readings.push(settled_free(d));
+    }
+    let (lo, hi) = (
+        readings.iter().min().unwrap(),
+        readings.iter().max().unwrap(),
+    );
+    println!(
+        "free memory over 16 managed cycles: {readings:?} (spread {} MiB)",
+        (hi - lo) >> 20
+    );
+    assert!(
+        hi - lo <= 160 * MIB as u64,
+        "free memory drifts by {} MiB over 16 managed cycles: {readings:?}",
+        (hi - lo) >> 20
+    );
+    if d.kind() == tensorwasm_core::DriverKind::Cpu {
+        assert_eq!(
+            hi, lo,
+            "the CPU driver's accounting must be exact: {readings:?}"
+        );
+    }
+}
+
+/// Free memory once it stops changing: a driver may release freed memory
+/// (CUDA's managed pages, say) shortly after the free call returns.
+fn settled_free<D: GpuDriver>(d: &D) -> u64 {
+    ok("synchronize", d.synchronize());
+    let mut last = ok("mem_info", d.mem_info()).free;
+    for _ in 0..20 {
+        thread::sleep(Duration::from_millis(20));
+        let now = ok("mem_info", d.mem_info()).free;
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
 }
 
 /// Turns the suite into `#[test]` functions for one driver.

@@ -32,7 +32,14 @@ fn vadd(d: &CpuDriver) -> CpuFunction {
 
 tensorwasm_conformance::conformance_tests!(make: driver(), vadd: vadd, elements: 1_000_003);
 
+// Each check makes its own driver, whose accounting is its own, so these
+// run alongside the others.
 #[test]
 fn free_memory_returns_after_drop() {
     tensorwasm_conformance::free_memory_returns(&driver(), vadd);
+}
+
+#[test]
+fn managed_memory_does_not_drift() {
+    tensorwasm_conformance::managed_memory_does_not_drift(&driver());
 }
