@@ -47,16 +47,15 @@ impl Rng {
         (self.next_u64() % 255) as u8 + 1
     }
 
-    /// `len` random bytes, never all zero (for len > 0).
+    /// `len` random bytes, none of them zero (so a zeroed or untouched
+    /// buffer can never pass for the data).
     pub fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let mut v: Vec<u8> = (0..len.div_ceil(8))
-            .flat_map(|_| self.next_u64().to_le_bytes())
-            .take(len)
-            .collect();
-        if let Some(first) = v.first_mut() {
-            *first |= 1;
-        }
-        v
+        (0..len)
+            .map(|_| match (self.next_u64() >> 56) as u8 {
+                0 => 0xa5,
+                byte => byte,
+            })
+            .collect()
     }
 
     /// A float in [-1000, 1000), never exactly zero.

@@ -445,7 +445,7 @@ mod tests {
 
     #[test]
     fn copies_round_trip_random_bytes() {
-        let mut rng = Rng::seeded("copies_round_trip_random_bytes");
+        let mut rng = Rng::from_env("copies_round_trip_random_bytes");
         let d = driver(1 << 20);
         let data = rng.bytes(4099);
         let device = d.alloc_device(data.len()).unwrap();

@@ -320,7 +320,7 @@ mod tests {
 
     #[test]
     fn growth_keeps_the_base_and_exposes_zeros() {
-        let mut rng = Rng::seeded("growth_keeps_the_base_and_exposes_zeros");
+        let mut rng = Rng::from_env("growth_keeps_the_base_and_exposes_zeros");
         let d = driver(4 << 20);
         let mut region = d.reserve(1 << 20, 10_000).unwrap();
         assert_eq!((region.len(), region.capacity()), (10_000, 1 << 20));
@@ -366,7 +366,7 @@ mod tests {
 
     #[test]
     fn snapshots_restore_random_bytes() {
-        let mut rng = Rng::seeded("snapshots_restore_random_bytes");
+        let mut rng = Rng::from_env("snapshots_restore_random_bytes");
         let d = driver(4 << 20);
         let mut region = d.reserve(1 << 20, 70_000).unwrap();
         let data = rng.bytes(70_000);
@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn restoring_smaller_then_growing_reads_zeros() {
-        let mut rng = Rng::seeded("restoring_smaller_then_growing_reads_zeros");
+        let mut rng = Rng::from_env("restoring_smaller_then_growing_reads_zeros");
         let d = driver(4 << 20);
         let mut region = d.reserve(1 << 20, 5_000).unwrap();
         let small = rng.bytes(5_000);
@@ -455,7 +455,7 @@ mod tests {
 
     #[test]
     fn regions_are_managed_memory_to_the_driver() {
-        let mut rng = Rng::seeded("regions_are_managed_memory_to_the_driver");
+        let mut rng = Rng::from_env("regions_are_managed_memory_to_the_driver");
         let d = driver(1 << 20);
         let region = d.reserve(256 << 10, 8192).unwrap();
         let base = region.base();

@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn mapped_spans_are_charged_registered_and_zeroed() {
-        let mut rng = Rng::seeded("mapped_spans_are_charged_registered_and_zeroed");
+        let mut rng = Rng::from_env("mapped_spans_are_charged_registered_and_zeroed");
         let d = driver(16 << 20);
         let g = d.vm_granularity().unwrap();
         let capacity = 16u64 << 20;
