@@ -51,7 +51,9 @@ pub trait VirtualMemory: Send + Sync {
 }
 
 /// A completion callback: runs once, on a driver thread, after all earlier
-/// work on its stream. It must not call back into the driver.
+/// work on its stream. It must not call back into the driver, and so must
+/// not hold the last reference to a driver resource (dropping one calls the
+/// driver); completing a future and waking its waker is what it is for.
 pub type HostCallback = Box<dyn FnOnce() + Send + 'static>;
 
 /// What a device offers: memory, copies, modules, launches, streams, events,

@@ -75,17 +75,10 @@ pub fn format_reports(reports: &[DriverReport]) -> String {
                     if let Some((major, minor)) = d.compute_capability {
                         let _ = write!(out, ", sm_{major}{minor}");
                     }
-                    let _ = write!(
-                        out,
-                        ", {} {}, {:.1} GiB",
-                        d.multiprocessor_count,
-                        if r.kind == DriverKind::Cuda {
-                            "SMs"
-                        } else {
-                            "threads"
-                        },
-                        gib(d.total_memory)
-                    );
+                    if r.kind == DriverKind::Cuda {
+                        let _ = write!(out, ", {} SMs", d.multiprocessor_count);
+                    }
+                    let _ = write!(out, ", {:.1} GiB", gib(d.total_memory));
                     if let Some((major, minor)) = d.driver_version {
                         let _ = write!(out, ", driver {major}.{minor}");
                     }
