@@ -106,3 +106,18 @@ fn probe_lists_the_device() {
     assert!(info.compute_capability.is_some());
     assert!(info.driver_version >= Some(tensorwasm_cuda::MIN_DRIVER_VERSION));
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_missing_device_ordinal_is_a_typed_error() {
+    let count = CudaDriver::probe().expect("probe").len() as u32;
+    match CudaDriver::new(count) {
+        Err(tensorwasm_cuda::CudaError::NoDevice { ordinal, count: c }) => {
+            assert_eq!((ordinal, c), (count, count));
+        }
+        other => panic!("expected NoDevice, got {other:?}"),
+    }
+    let e = CudaDriver::new(count + 7).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert!(e.to_string().contains("device(s) present"), "{e}");
+}
