@@ -64,6 +64,20 @@ impl LaunchConfig {
         }
     }
 
+    /// Checks a whole launch, geometry and parameter count, before any
+    /// driver call: what both drivers run first in `GpuDriver::launch`.
+    pub fn validate_launch(
+        &self,
+        device: &DeviceInfo,
+        params: &[KernelParam],
+    ) -> Result<(), LaunchConfigError> {
+        self.validate(device)?;
+        if params.len() > MAX_KERNEL_PARAMS {
+            return Err(LaunchConfigError::TooManyParams);
+        }
+        Ok(())
+    }
+
     /// Checks the configuration against a device's limits, so that a bad
     /// (possibly guest-supplied) geometry is refused before any driver call.
     pub fn validate(&self, device: &DeviceInfo) -> Result<(), LaunchConfigError> {

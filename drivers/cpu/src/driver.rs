@@ -7,8 +7,7 @@ use std::{fmt, ptr};
 
 use tensorwasm_core::{
     Advice, DeviceInfo, DevicePtr, DeviceRange, DriverKind, ErrorKind, GpuDriver, KernelParam,
-    LaunchConfig, LaunchConfigError, MAX_KERNEL_PARAMS, MemInfo, PointerInfo, PrefetchOutcome,
-    PrefetchTarget, driver::HostCallback,
+    LaunchConfig, MemInfo, PointerInfo, PrefetchOutcome, PrefetchTarget, driver::HostCallback,
 };
 
 use crate::{
@@ -318,18 +317,13 @@ impl GpuDriver for CpuDriver {
         const OP: &str = "launch";
         self.own_stream(OP, stream)?;
         config
-            .validate(&self.device.info)
-            .map_err(|why| CpuError::invalid(OP, format!("{why}: {config:?}")))?;
-        if params.len() > MAX_KERNEL_PARAMS {
-            return Err(CpuError::invalid(
-                OP,
-                format!(
-                    "{} ({} given)",
-                    LaunchConfigError::TooManyParams,
-                    params.len()
-                ),
-            ));
-        }
+            .validate_launch(&self.device.info, params)
+            .map_err(|why| {
+                CpuError::invalid(
+                    OP,
+                    format!("{why}: {config:?}, {} parameters", params.len()),
+                )
+            })?;
         let grid = GridLaunch::new(function, config, params);
         let workers = self.device.workers;
         self.enqueue(OP, stream, Box::new(move || grid.run(workers)))

@@ -141,15 +141,16 @@ fn check_launch(
     config: &LaunchConfig,
     params: &[KernelParam],
 ) -> Result<[u64; MAX_KERNEL_PARAMS], CudaError> {
-    config
-        .validate(info)
-        .map_err(|e| CudaError::invalid("launch", format!("kernel `{}`: {e}", function.name())))?;
-    if params.len() > MAX_KERNEL_PARAMS {
-        return Err(CudaError::invalid(
+    config.validate_launch(info, params).map_err(|e| {
+        CudaError::invalid(
             "launch",
-            format!("{} parameters, at most {MAX_KERNEL_PARAMS}", params.len()),
-        ));
-    }
+            format!(
+                "kernel `{}`: {e} ({} parameters)",
+                function.name(),
+                params.len()
+            ),
+        )
+    })?;
     if let Some(sizes) = function.param_sizes() {
         if sizes.len() != params.len() {
             return Err(CudaError::invalid(
