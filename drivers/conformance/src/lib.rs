@@ -40,6 +40,21 @@ fn expect_kind<T, E: DriverError>(what: &str, r: Result<T, E>, kind: ErrorKind) 
     }
 }
 
+/// The parameters of `vadd(a, b, c, n)`.
+fn vadd_params(
+    a: &impl DeviceMemory,
+    b: &impl DeviceMemory,
+    c: &impl DeviceMemory,
+    n: i32,
+) -> [KernelParam; 4] {
+    [
+        KernelParam::Ptr(a.device_ptr()),
+        KernelParam::Ptr(b.device_ptr()),
+        KernelParam::Ptr(c.device_ptr()),
+        KernelParam::I32(n),
+    ]
+}
+
 fn f32s_to_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -197,12 +212,7 @@ pub fn vector_add_managed<D: GpuDriver>(d: &D, f: &D::Function, n: usize) {
                 | PrefetchOutcome::SkippedHostMemory
         ));
     }
-    let params = [
-        KernelParam::Ptr(ma.device_ptr()),
-        KernelParam::Ptr(mb.device_ptr()),
-        KernelParam::Ptr(mc.device_ptr()),
-        KernelParam::I32(i32::try_from(n).expect("n fits i32")),
-    ];
+    let params = vadd_params(&ma, &mb, &mc, i32::try_from(n).expect("n fits i32"));
     let config = LaunchConfig::for_elements(u32::try_from(n).unwrap(), 256);
     // SAFETY: the kernel writes c[0..n] and reads a/b[0..n]; all three
     // buffers hold n floats and outlive the synchronize below.
@@ -230,12 +240,7 @@ pub fn bad_launch_is_refused<D: GpuDriver>(d: &D, f: &D::Function) {
     let mut config = LaunchConfig::for_elements(1024, 256);
     config.block.x = d.device().max_threads_per_block + 1;
     let buf = ok("alloc_device", d.alloc_device(4));
-    let params = [
-        KernelParam::Ptr(buf.device_ptr()),
-        KernelParam::Ptr(buf.device_ptr()),
-        KernelParam::Ptr(buf.device_ptr()),
-        KernelParam::I32(1),
-    ];
+    let params = vadd_params(&buf, &buf, &buf, 1);
     // SAFETY: refused before launch; were it launched, n = 1 stays inside buf.
     let r = unsafe { d.launch(&stream, f, &config, &params) };
     expect_kind("oversized block", r, ErrorKind::InvalidArgument);
@@ -272,12 +277,7 @@ pub fn streams_and_events<D: GpuDriver>(d: &D, f: &D::Function) {
         d.copy_to_device(buf.full(), &f32s_to_bytes(&ones)),
     );
     ok("record_event", d.record_event(&start, &s1));
-    let params = [
-        KernelParam::Ptr(buf.device_ptr()),
-        KernelParam::Ptr(buf.device_ptr()),
-        KernelParam::Ptr(out.device_ptr()),
-        KernelParam::I32(n as i32),
-    ];
+    let params = vadd_params(&buf, &buf, &out, n as i32);
     // SAFETY: reads buf[0..n], writes out[0..n]; both outlive the syncs below.
     ok("launch", unsafe {
         d.launch(&s1, f, &LaunchConfig::for_elements(n as u32, 256), &params)
@@ -313,12 +313,7 @@ pub fn callbacks_fire_once_per_launch<D: GpuDriver>(d: &D, f: &D::Function) {
     let fired: Arc<Vec<AtomicU32>> = Arc::new((0..LAUNCHES).map(|_| AtomicU32::new(0)).collect());
     let order = Arc::new(AtomicU32::new(0));
     for i in 0..LAUNCHES {
-        let params = [
-            KernelParam::Ptr(a.device_ptr()),
-            KernelParam::Ptr(a.device_ptr()),
-            KernelParam::Ptr(c.device_ptr()),
-            KernelParam::I32(n as i32),
-        ];
+        let params = vadd_params(&a, &a, &c, n as i32);
         // SAFETY: reads a[0..n], writes c[0..n]; both outlive the sync below.
         ok("launch", unsafe {
             d.launch(
@@ -591,12 +586,7 @@ pub fn threads_launch_at_once<D: GpuDriver>(d: &D, f: &D::Function, threads: usi
                     d.copy_to_device(db.full(), &f32s_to_bytes(&b)),
                 );
                 for _ in 0..20 {
-                    let params = [
-                        KernelParam::Ptr(da.device_ptr()),
-                        KernelParam::Ptr(db.device_ptr()),
-                        KernelParam::Ptr(dc.device_ptr()),
-                        KernelParam::I32(n as i32),
-                    ];
+                    let params = vadd_params(&da, &db, &dc, n as i32);
                     // SAFETY: n floats in each buffer; they outlive the sync.
                     ok("launch", unsafe {
                         d.launch(
@@ -639,12 +629,7 @@ pub fn free_memory_returns<D: GpuDriver>(d: &D, load: impl Fn(&D) -> D::Function
         let dev = ok("alloc_device", d.alloc_device(64 << 20));
         let out = ok("alloc_device", d.alloc_device(4 << 20));
         ok("memset", d.memset(dev.full(), 1));
-        let params = [
-            KernelParam::Ptr(dev.device_ptr()),
-            KernelParam::Ptr(dev.device_ptr()),
-            KernelParam::Ptr(out.device_ptr()),
-            KernelParam::I32(1 << 20),
-        ];
+        let params = vadd_params(&dev, &dev, &out, 1 << 20);
         // SAFETY: 1M floats fit both buffers; they outlive the sync.
         ok("launch", unsafe {
             d.launch(&s, &f, &LaunchConfig::for_elements(1 << 20, 256), &params)

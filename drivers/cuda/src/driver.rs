@@ -75,10 +75,7 @@ impl CudaDriver {
     ) -> Result<(), CudaError> {
         use sys::CUmem_advise as A;
         let device = vm::device_location(&self.ctx);
-        let host = sys::CUmemLocation {
-            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
-            id: 0,
-        };
+        let host = vm::host_location();
         let (advice, location) = match advice {
             Advice::SetReadMostly => (A::CU_MEM_ADVISE_SET_READ_MOSTLY, device),
             Advice::UnsetReadMostly => (A::CU_MEM_ADVISE_UNSET_READ_MOSTLY, device),
@@ -112,10 +109,7 @@ impl CudaDriver {
         }
         let location = match target {
             PrefetchTarget::Device => vm::device_location(&self.ctx),
-            PrefetchTarget::Host => sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
-                id: 0,
-            },
+            PrefetchTarget::Host => vm::host_location(),
         };
         self.ctx.bind()?;
         // SAFETY: the range is a checked span of a live allocation; `stream`

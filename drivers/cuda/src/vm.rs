@@ -25,6 +25,14 @@ pub(crate) fn device_location(ctx: &Context) -> sys::CUmemLocation {
     }
 }
 
+/// Host memory as a `CUmemLocation`.
+pub(crate) fn host_location() -> sys::CUmemLocation {
+    sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
+        id: 0,
+    }
+}
+
 struct Mapping {
     offset: usize,
     bytes: usize,
