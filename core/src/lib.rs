@@ -7,21 +7,30 @@
 //! - [`error`]: the driver-independent [`ErrorKind`] every driver error maps to.
 //! - [`device`], [`memory`], [`launch`]: the plain types those traits speak in.
 //! - [`image`]: checks on untrusted cubin/fatbin images before a driver reads them.
+//! - [`dispatch`](mod@dispatch): [`Completer`] and [`DispatchFuture`], the
+//!   completion state machine behind launch waits.
+//! - [`sync`]: where atomics and locks come from (loom's under `cfg(loom)`).
 
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 extern crate alloc;
+// Only the loom models (`--cfg loom`) link std: loom's types need it.
+#[cfg(loom)]
+extern crate std;
 
 pub mod device;
+pub mod dispatch;
 pub mod driver;
 pub mod error;
 pub mod image;
 pub mod launch;
 pub mod managed;
 pub mod memory;
+pub mod sync;
 
 pub use device::{DeviceInfo, DriverKind, MemInfo, MemoryKind, PointerInfo};
+pub use dispatch::{AlreadyCompleted, Completer, DispatchFuture, dispatch};
 pub use driver::{DeviceMemory, GpuDriver, VirtualMemory};
 pub use error::{DriverError, ErrorKind};
 pub use launch::{Dim3, KernelParam, LaunchConfig, LaunchConfigError, MAX_KERNEL_PARAMS};
