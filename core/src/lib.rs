@@ -7,6 +7,8 @@
 //! - [`error`]: the driver-independent [`ErrorKind`] every driver error maps to.
 //! - [`device`], [`memory`], [`launch`]: the plain types those traits speak in.
 //! - [`image`]: checks on untrusted cubin/fatbin images before a driver reads them.
+//! - [`abi`]: the `wasi_cuda` guest ABI's checks: errnos, handle tables,
+//!   guest-memory access and the launch-argument decoder (`docs/ABI.md`).
 //! - [`dispatch`](mod@dispatch): [`Completer`] and [`DispatchFuture`], the
 //!   completion state machine behind launch waits.
 //! - [`sync`]: where atomics and locks come from (loom's under `cfg(loom)`).
@@ -19,6 +21,7 @@ extern crate alloc;
 #[cfg(loom)]
 extern crate std;
 
+pub mod abi;
 pub mod device;
 pub mod dispatch;
 pub mod driver;
