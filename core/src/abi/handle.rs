@@ -397,7 +397,7 @@ impl<T> HandleTable<T> {
         let (owner, kind) = (self.owner, self.kind);
         self.slots
             .iter()
-            .zip(0u16..)
+            .zip(0..=u16::MAX)
             .filter_map(move |(slot, index)| match &slot.entry {
                 Entry::Live(value) => {
                     Some((Handle::compose(owner, kind, slot.generation, index), value))
@@ -574,6 +574,8 @@ mod tests {
         }
         assert_eq!(last.slot(), u16::MAX);
         assert_eq!(t.get(last), Ok(&(MAX_TABLE_CAPACITY - 1)));
+        assert_eq!(t.iter().count(), MAX_TABLE_CAPACITY);
+        assert_eq!(t.iter().last(), Some((last, &(MAX_TABLE_CAPACITY - 1))));
         assert_eq!(t.insert(0).map_err(|e| e.errno), Err(Errno::ELIMIT));
     }
 
