@@ -54,6 +54,9 @@ pub trait VirtualMemory: Send + Sync {
 /// work on its stream. It must not call back into the driver, and so must
 /// not hold the last reference to a driver resource (dropping one calls the
 /// driver); completing a future and waking its waker is what it is for.
+/// Nor may it wait for another thread's driver call: while it runs, CUDA
+/// can hold such calls up (a launch made while a callback blocked was seen
+/// to hang), so the wait may never end.
 pub type HostCallback = Box<dyn FnOnce() + Send + 'static>;
 
 /// What a device offers: memory, copies, modules, launches, streams, events,
@@ -159,6 +162,20 @@ pub trait GpuDriver: Send + Sync {
 
     /// Waits for all work queued on `stream`.
     fn stream_synchronize(&self, stream: &Self::Stream) -> Result<(), Self::Error>;
+
+    /// Whether all work queued on `stream` so far has finished, without
+    /// blocking: `Ok(true)` when it has, `Ok(false)` while some is still
+    /// queued or running, and `Err` (kind `LaunchFailed` for a failed
+    /// kernel) once work on the stream has failed.
+    ///
+    /// Never waits, so an async `wait` can call it from `poll` after its
+    /// completion callback fired, to learn whether the work failed. The
+    /// callback itself counts as work on the stream until it returns, so a
+    /// query made right after it fired may still see `Ok(false)`; that
+    /// means no failure has been reported so far. Failures are sticky, as
+    /// for `stream_synchronize` (on CUDA a kernel fault poisons the whole
+    /// context, so every stream reports it).
+    fn stream_query(&self, stream: &Self::Stream) -> Result<bool, Self::Error>;
 
     /// Makes later work on `stream` wait for `event`'s latest record.
     fn stream_wait_event(

@@ -10,6 +10,7 @@ use std::{
     sync::{
         Arc,
         atomic::{AtomicU32, Ordering},
+        mpsc,
     },
     thread,
     time::Duration,
@@ -348,6 +349,87 @@ pub fn callbacks_fire_once_per_launch<D: GpuDriver>(d: &D, f: &D::Function) {
         );
     }
     assert_eq!(order.load(Ordering::SeqCst) as usize, LAUNCHES);
+}
+
+/// `stream_query` reports progress without waiting: `true` on a fresh
+/// stream, `false` while a launch and a callback that holds the stream up
+/// are queued, and `true` again once that work has run.
+///
+/// While the callback holds the stream, this thread makes no driver call
+/// but `stream_query`. Seen on an H100 (driver 580), with the suite's other
+/// tests running in parallel: a launch queued behind a blocked callback hung
+/// in 4 of 12 runs (never when run alone), presumably behind another
+/// thread's synchronizing call that waited for the held stream;
+/// `cuStreamQuery` at the same point returned at once.
+pub fn stream_query_reports_progress<D: GpuDriver>(d: &D, f: &D::Function) {
+    let mut rng = Rng::from_env("stream_query_reports_progress");
+    let n = 4096usize;
+    let a: Vec<f32> = (0..n).map(|_| rng.f32_signed()).collect();
+    let b: Vec<f32> = (0..n).map(|_| rng.f32_signed()).collect();
+    let stream = ok("create_stream", d.create_stream());
+    let (da, db, dc) = (
+        ok("alloc_device", d.alloc_device(n * 4)),
+        ok("alloc_device", d.alloc_device(n * 4)),
+        ok("alloc_device", d.alloc_device(n * 4)),
+    );
+    ok(
+        "copy_to_device",
+        d.copy_to_device(da.full(), &f32s_to_bytes(&a)),
+    );
+    ok(
+        "copy_to_device",
+        d.copy_to_device(db.full(), &f32s_to_bytes(&b)),
+    );
+    assert!(
+        ok("stream_query (fresh stream)", d.stream_query(&stream)),
+        "a fresh stream has no work, so it is complete"
+    );
+
+    // Declared after the buffers and the stream so that, should an
+    // assertion below fail, the gate opens (the sender drops) before the
+    // frees and the stream's drop wait for the stream.
+    let (release, gate) = mpsc::channel::<()>();
+    let params = vadd_params(&da, &db, &dc, n as i32);
+    // SAFETY: reads a/b[0..n], writes c[0..n]; all outlive the sync below.
+    ok("launch", unsafe {
+        d.launch(
+            &stream,
+            f,
+            &LaunchConfig::for_elements(n as u32, 256),
+            &params,
+        )
+    });
+    ok(
+        "on_complete",
+        d.on_complete(
+            &stream,
+            Box::new(move || {
+                // Blocks on the test thread alone; never calls the driver.
+                let _ = gate.recv();
+            }),
+        ),
+    );
+    assert!(
+        !ok("stream_query (held)", d.stream_query(&stream)),
+        "the stream reports complete while a callback holds it"
+    );
+    // A second query does not wait either, and agrees.
+    assert!(!ok("stream_query (held)", d.stream_query(&stream)));
+
+    release
+        .send(())
+        .expect("the callback was dropped without running");
+    ok("stream_synchronize", d.stream_synchronize(&stream));
+    assert!(
+        ok("stream_query (drained)", d.stream_query(&stream)),
+        "the stream still reports work after stream_synchronize"
+    );
+    let mut out = vec![0u8; n * 4];
+    ok("copy_from_device", d.copy_from_device(&mut out, dc.full()));
+    let c = bytes_to_f32s(&out);
+    for i in 0..n {
+        assert_eq!(c[i].to_bits(), (a[i] + b[i]).to_bits(), "element {i}");
+    }
 }
 
 /// Device, managed and host-heap addresses are told apart.
@@ -734,7 +816,8 @@ macro_rules! conformance_tests {
             copies_and_memsets, bad_copies_are_refused, pointer_queries,
             advise_and_prefetch, virtual_memory, managed_regions);
         $crate::conformance_tests!(@kernel $make, $vadd, [$(#[$attr])*],
-            bad_launch_is_refused, streams_and_events, callbacks_fire_once_per_launch);
+            bad_launch_is_refused, streams_and_events, callbacks_fire_once_per_launch,
+            stream_query_reports_progress);
         $(#[$attr])*
         #[test]
         fn vector_add_managed() {

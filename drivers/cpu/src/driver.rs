@@ -345,6 +345,18 @@ impl GpuDriver for CpuDriver {
         }
     }
 
+    /// Reads the stream's counters without waiting; fails with
+    /// `LaunchFailed`, every time, once a kernel or callback on it has
+    /// panicked (even while later work on it still runs).
+    fn stream_query(&self, stream: &CpuStream) -> Result<bool, CpuError> {
+        const OP: &str = "stream_query";
+        self.own_stream(OP, stream)?;
+        stream
+            .core()
+            .query()
+            .map_err(|failure| CpuError::new(OP, ErrorKind::LaunchFailed, failure))
+    }
+
     fn stream_wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<(), CpuError> {
         const OP: &str = "stream_wait_event";
         self.own_stream(OP, stream)?;

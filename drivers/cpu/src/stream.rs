@@ -4,9 +4,9 @@
 //! decided by the driver; this module only queues, runs and counts it.
 //!
 //! A failure (a kernel or callback that panicked) is sticky: every later
-//! `stream_synchronize` on the stream, and `synchronize` while the stream
-//! lives, reports it. Work queued after a failure still runs, so events
-//! complete and callbacks run exactly once.
+//! `stream_synchronize` or `stream_query` on the stream, and `synchronize`
+//! while the stream lives, reports it. Work queued after a failure still
+//! runs, so events complete and callbacks run exactly once.
 
 use std::{
     any::Any,
@@ -98,16 +98,33 @@ impl StreamCore {
         } else {
             wait_while(&self.advanced, progress, |p| p.done < target)
         };
-        let id = self.id;
         progress
             .failure
-            .as_ref()
-            .map(|failure| format!("stream {id}: {failure} (sticky: create a new stream)"))
+            .as_deref()
+            .map(|failure| self.sticky(failure))
     }
 
     /// Waits for all work queued so far; returns the stream's failure.
     pub(crate) fn wait_idle(&self) -> Option<String> {
         self.wait_for(self.queued())
+    }
+
+    /// Without waiting: whether all work queued so far has run (`Ok`), or
+    /// the stream's failure (`Err`), which wins even while work still runs.
+    pub(crate) fn query(&self) -> Result<bool, String> {
+        let progress = lock(&self.progress);
+        match progress.failure.as_deref() {
+            Some(failure) => Err(self.sticky(failure)),
+            None => Ok(progress.done == progress.queued),
+        }
+    }
+
+    /// A failure as every later wait and query reports it.
+    fn sticky(&self, failure: &str) -> String {
+        format!(
+            "stream {}: {failure} (sticky: create a new stream)",
+            self.id
+        )
     }
 }
 
@@ -115,10 +132,11 @@ impl StreamCore {
 /// for the queued work to finish, then stops the thread.
 ///
 /// A kernel or completion callback that panics fails the stream, stickily:
-/// every later `stream_synchronize` on it returns `ErrorKind::LaunchFailed`,
-/// and so does `synchronize` while the stream lives. Work queued after the
-/// failure still runs (events complete, callbacks run exactly once), and
-/// synchronous copies are unaffected; create a new stream to go on cleanly.
+/// every later `stream_synchronize` and `stream_query` on it returns
+/// `ErrorKind::LaunchFailed`, and so does `synchronize` while the stream
+/// lives. Work queued after the failure still runs (events complete,
+/// callbacks run exactly once), and synchronous copies are unaffected;
+/// create a new stream to go on cleanly.
 pub struct CpuStream {
     core: Arc<StreamCore>,
     // Dropped before joining the worker, which then drains and exits.
@@ -265,10 +283,10 @@ mod tests {
         time::{Duration, Instant},
     };
 
-    use tensorwasm_core::{DeviceMemory, DriverError, ErrorKind, GpuDriver};
+    use tensorwasm_core::{DeviceMemory, DriverError, ErrorKind, GpuDriver, LaunchConfig};
 
     use super::*;
-    use crate::testing::driver;
+    use crate::{kernel::HostKernelFn, testing::driver};
 
     #[test]
     fn work_runs_in_order_once_on_the_stream_thread() {
@@ -391,6 +409,48 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::LaunchFailed);
         assert!(err.message().contains("callback went wrong"), "{err}");
         assert_eq!(ran.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_panicking_kernel_makes_stream_query_fail_without_waiting() {
+        let d = driver(1 << 20);
+        let boom: Arc<HostKernelFn> = Arc::new(|_, _| panic!("kernel went wrong"));
+        let function = d
+            .function(&d.host_module([("boom", boom)]), "boom")
+            .unwrap();
+        let stream = d.create_stream().unwrap();
+        // SAFETY: the kernel touches no memory.
+        unsafe { d.launch(&stream, &function, &LaunchConfig::for_elements(4, 4), &[]) }.unwrap();
+        // A callback after the kernel says it has run, then holds the stream.
+        let (reached, kernel_done) = mpsc::channel();
+        let (release, gate) = mpsc::channel::<()>();
+        d.on_complete(
+            &stream,
+            Box::new(move || {
+                let _ = reached.send(());
+                let _ = gate.recv();
+            }),
+        )
+        .unwrap();
+        kernel_done.recv().unwrap();
+
+        // Work is still running, yet the failure is reported at once.
+        let err = d.stream_query(&stream).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::LaunchFailed);
+        assert_eq!(err.op(), "stream_query");
+        assert!(err.message().contains("kernel went wrong"), "{err}");
+        drop(release);
+        assert_eq!(
+            d.stream_synchronize(&stream).unwrap_err().kind(),
+            ErrorKind::LaunchFailed
+        );
+        // Sticky, once the stream is idle too.
+        assert_eq!(
+            d.stream_query(&stream).unwrap_err().kind(),
+            ErrorKind::LaunchFailed
+        );
+        let fresh = d.create_stream().unwrap();
+        assert!(d.stream_query(&fresh).unwrap());
     }
 
     #[test]

@@ -367,6 +367,19 @@ impl GpuDriver for CudaDriver {
         unsafe { result::cuStreamSynchronize(&self.ctx.lib, stream.raw) }
     }
 
+    /// `cuStreamQuery`: `CUDA_ERROR_NOT_READY` is `Ok(false)`; any other
+    /// failure, a sticky kernel fault included, is the error (kind
+    /// `LaunchFailed` for the launch and kernel failures).
+    fn stream_query(&self, stream: &CudaStream) -> Result<bool, CudaError> {
+        self.ctx.bind()?;
+        // SAFETY: the stream is live (borrowed).
+        match unsafe { result::cuStreamQuery(&self.ctx.lib, stream.raw) } {
+            Ok(()) => Ok(true),
+            Err(e) if e.code() == Some(sys::CUresult::CUDA_ERROR_NOT_READY.0) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     fn stream_wait_event(&self, stream: &CudaStream, event: &CudaEvent) -> Result<(), CudaError> {
         self.ctx.bind()?;
         // SAFETY: both are live (borrowed) and of this context.

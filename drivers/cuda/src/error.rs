@@ -117,7 +117,7 @@ fn kind_of_code(code: u32) -> ErrorKind {
         200 | 209 | 218 | 221..=224 | 300..=302 => ErrorKind::InvalidImage,
         500 => ErrorKind::NotFound,
         217 | 801 => ErrorKind::NotSupported,
-        700 | 702 | 714..=720 => ErrorKind::LaunchFailed,
+        700 | 702 | 710 | 714..=720 => ErrorKind::LaunchFailed,
         _ => ErrorKind::Other,
     }
 }
@@ -173,6 +173,8 @@ mod tests {
         assert_eq!(kind_of_code(218), ErrorKind::InvalidImage);
         assert_eq!(kind_of_code(100), ErrorKind::Unavailable);
         assert_eq!(kind_of_code(700), ErrorKind::LaunchFailed);
+        assert_eq!(kind_of_code(710), ErrorKind::LaunchFailed);
+        assert_eq!(kind_of_code(719), ErrorKind::LaunchFailed);
         assert_eq!(kind_of_code(500), ErrorKind::NotFound);
         assert_eq!(kind_of_code(999), ErrorKind::Other);
     }

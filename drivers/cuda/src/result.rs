@@ -419,6 +419,12 @@ pub(crate) unsafe fn cuStreamSynchronize(
     call!(lib, cuStreamSynchronize(s))
 }
 
+/// `CUDA_ERROR_NOT_READY` comes back as an error like any other code; the
+/// caller decides that it means "still running".
+pub(crate) unsafe fn cuStreamQuery(lib: &sys::CudaLib, s: sys::CUstream) -> Result<(), CudaError> {
+    call!(lib, cuStreamQuery(s))
+}
+
 pub(crate) unsafe fn cuStreamWaitEvent(
     lib: &sys::CudaLib,
     s: sys::CUstream,

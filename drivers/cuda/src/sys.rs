@@ -952,6 +952,8 @@ pub struct CudaLib {
         ) -> CUresult,
         ::libloading::Error,
     >,
+    pub cuStreamQuery:
+        Result<unsafe extern "C" fn(hStream: CUstream) -> CUresult, ::libloading::Error>,
     pub cuStreamSynchronize:
         Result<unsafe extern "C" fn(hStream: CUstream) -> CUresult, ::libloading::Error>,
     pub cuStreamDestroy_v2:
@@ -1072,6 +1074,7 @@ impl CudaLib {
         let cuMemAdvise_v2 = unsafe { __library.get(b"cuMemAdvise_v2\0") }.map(|sym| *sym);
         let cuStreamCreate = unsafe { __library.get(b"cuStreamCreate\0") }.map(|sym| *sym);
         let cuStreamWaitEvent = unsafe { __library.get(b"cuStreamWaitEvent\0") }.map(|sym| *sym);
+        let cuStreamQuery = unsafe { __library.get(b"cuStreamQuery\0") }.map(|sym| *sym);
         let cuStreamSynchronize =
             unsafe { __library.get(b"cuStreamSynchronize\0") }.map(|sym| *sym);
         let cuStreamDestroy_v2 = unsafe { __library.get(b"cuStreamDestroy_v2\0") }.map(|sym| *sym);
@@ -1127,6 +1130,7 @@ impl CudaLib {
             cuMemAdvise_v2,
             cuStreamCreate,
             cuStreamWaitEvent,
+            cuStreamQuery,
             cuStreamSynchronize,
             cuStreamDestroy_v2,
             cuEventCreate,
@@ -1611,6 +1615,14 @@ impl CudaLib {
                 .cuStreamWaitEvent
                 .as_ref()
                 .expect("Expected function, got error."))(hStream, hEvent, Flags)
+        }
+    }
+    pub unsafe fn cuStreamQuery(&self, hStream: CUstream) -> CUresult {
+        unsafe {
+            (self
+                .cuStreamQuery
+                .as_ref()
+                .expect("Expected function, got error."))(hStream)
         }
     }
     pub unsafe fn cuStreamSynchronize(&self, hStream: CUstream) -> CUresult {
