@@ -8,10 +8,16 @@
 #
 # The runner runs every packed test binary with --include-ignored, then
 # `tensorwasm devices`, and writes one log per binary plus summary.txt to $OUT.
-# GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed.
+# GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
+# of tensorwasm-embed only the `gpu` test target is packed (the others run in
+# CI and each carries a whole wasmtime). The example guests go along too
+# (examples/*.wat, and the Rust guest if guest/ has been built), and the
+# benchmark binary when PACK_BENCH=1; `.device-pack/run.sh` then runs
+# `tensorwasm run` on each example guest, and `.device-pack/bench.sh` the
+# benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=${GPU_TEST_PACKAGES:-"tensorwasm-cuda"}
+packages=${GPU_TEST_PACKAGES:-"tensorwasm-cuda tensorwasm-embed"}
 pack=.device-pack
 rm -rf "$pack"
 mkdir -p "$pack/bin"
@@ -30,14 +36,43 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] != "gpu":
+        continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]
     shutil.copy(m["executable"], f"'"$pack"'/bin/{name}")
     print("packed", name)
 '
 
+mkdir -p "$pack/examples"
+cp examples/*.wat "$pack/examples/"
+rust_guest=guest/target/wasm32-unknown-unknown/release/vector_add_guest.wasm
+if [ -f "$rust_guest" ]; then cp "$rust_guest" "$pack/examples/"; fi
+if [ "${PACK_BENCH:-0}" = 1 ]; then
+  mkdir -p "$pack/bench"
+  cargo bench -p tensorwasm-embed --bench guest_overhead --no-run --message-format=json \
+    | python3 -c '
+import json, shutil, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        shutil.copy(m["executable"], "'"$pack"'/bench/guest_overhead")
+        print("packed bench guest_overhead")
+'
+  cat > "$pack/bench.sh" <<'BENCH'
+#!/usr/bin/env bash
+# Runs the packed benchmark on the device machine; results go to $OUT.
+cd "$(dirname "$0")"
+export OUT=${OUT:-/tmp/tensorwasm-bench-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+bench/guest_overhead "$@" 2>&1 | tee "$OUT/guest_overhead.txt"
+BENCH
+  chmod +x "$pack/bench.sh"
+fi
+
 # Line tables are only for local backtraces; the pack must stay small.
-strip --strip-debug "$pack"/bin/*
+strip --strip-debug "$pack"/bin/* "$pack"/bench/* 2>/dev/null || strip --strip-debug "$pack"/bin/*
 
 cat > "$pack/run.sh" <<'RUN'
 #!/usr/bin/env bash
@@ -60,6 +95,15 @@ for t in bin/*--*; do
   line=$(grep -E '^test result:' "$out/$name.log" | tail -1)
   echo "$r $name (${secs}s): $line" | tee -a "$summary"
   if [ $r = FAIL ]; then grep -E 'panicked|FAILED|failed' "$out/$name.log" | head -20 | sed 's/^/    /' | tee -a "$summary"; fi
+done
+for g in examples/*.wat examples/*.wasm; do
+  [ -f "$g" ] || continue
+  case "$g" in
+    *device_buffers*) args="16777216 8" ;;
+    *) args="16777216" ;;
+  esac
+  if out_text=$(bin/tensorwasm run "$g" --driver cuda $args 2>&1) && [ "$(echo "$out_text" | tail -1)" = 0 ]; then r=PASS; else r=FAIL; status=1; fi
+  echo "$r tensorwasm run $g --driver cuda $args: $(echo "$out_text" | tr '\n' ' ')" | tee -a "$summary"
 done
 echo "--- tensorwasm devices" >> "$summary"
 bin/tensorwasm devices >> "$summary" 2>&1 || status=1

@@ -1,6 +1,18 @@
-//! TensorWasm's embedding crate: wires the drivers together for hosts and
-//! the `tensorwasm` command. For now it owns driver discovery (which drivers
-//! work here, and why not); the wasmtime glue arrives with the guest API.
+//! TensorWasm's embedding crate: wires the drivers into wasmtime for hosts,
+//! and the `tensorwasm` command.
+//!
+//! - [`memory`]: guest linear memory in the driver's managed memory.
+//! - [`wasi_cuda`]: the guest API (`docs/ABI.md`) and its per-guest context.
+//! - [`runtime`]: engine + linker + stores for one driver, ready to run guests.
+//! - [`run`]: the `tensorwasm run` command.
+//! - [`twins`]: host twins of the shipped PTX kernels, for the CPU driver.
+//! - this file: driver discovery (which drivers work here, and why not).
+
+pub mod memory;
+pub mod run;
+pub mod runtime;
+pub mod twins;
+pub mod wasi_cuda;
 
 use std::fmt::Write as _;
 

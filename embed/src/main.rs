@@ -1,11 +1,18 @@
 //! The `tensorwasm` command.
 
-use std::process::ExitCode;
+use std::{path::PathBuf, process::ExitCode};
+
+use tensorwasm_embed::run::{DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions};
 
 const USAGE: &str = "\
 usage: tensorwasm <command>
 
 commands:
+  run GUEST [--driver auto|cuda|cpu] [--invoke NAME] [--memory-limit BYTES] [ARGS...]
+             run GUEST (.wat or .wasm): call its export NAME (default `run`)
+             with ARGS parsed by the function's parameter types, print the
+             results. `auto` (the default) picks CUDA when a GPU is there,
+             else the CPU driver, and says which.
   devices    list what each driver (cuda, cpu) finds, and why a driver is unavailable
   help       print this text
 ";
@@ -13,6 +20,13 @@ commands:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
+        Some("run") => match parse_run(&args[1..]) {
+            Ok(options) => run(&options),
+            Err(e) => {
+                eprintln!("tensorwasm run: {e}\n\n{USAGE}");
+                ExitCode::from(2)
+            }
+        },
         Some("devices") => {
             print!(
                 "{}",
@@ -31,6 +45,76 @@ fn main() -> ExitCode {
         None => {
             eprint!("{USAGE}");
             ExitCode::from(2)
+        }
+    }
+}
+
+fn parse_run(args: &[String]) -> Result<RunOptions, String> {
+    let mut guest = None;
+    let mut driver = DriverChoice::Auto;
+    let mut invoke = "run".to_string();
+    let mut memory_limit = DEFAULT_MEMORY_LIMIT;
+    let mut rest = Vec::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |flag: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match arg.as_str() {
+            "--driver" => {
+                driver = match value("--driver")?.as_str() {
+                    "auto" => DriverChoice::Auto,
+                    "cuda" => DriverChoice::Cuda,
+                    "cpu" => DriverChoice::Cpu,
+                    other => return Err(format!("unknown driver `{other}` (auto, cuda, cpu)")),
+                }
+            }
+            "--invoke" => invoke = value("--invoke")?,
+            "--memory-limit" => {
+                let v = value("--memory-limit")?;
+                memory_limit = v
+                    .parse()
+                    .map_err(|_| format!("--memory-limit `{v}` is not a byte count"))?;
+            }
+            "--" => rest.extend(it.by_ref().cloned()),
+            _ if guest.is_none() => guest = Some(PathBuf::from(arg)),
+            _ => rest.push(arg.clone()),
+        }
+    }
+    Ok(RunOptions {
+        guest: guest.ok_or("no guest file given")?,
+        driver,
+        invoke,
+        args: rest,
+        memory_limit,
+    })
+}
+
+fn run(options: &RunOptions) -> ExitCode {
+    match tensorwasm_embed::run::run(options) {
+        Ok(report) => {
+            match &report.cuda_unavailable {
+                Some(why) => eprintln!(
+                    "tensorwasm: driver cpu ({}); CUDA unavailable: {why}",
+                    report.device
+                ),
+                None => eprintln!(
+                    "tensorwasm: driver {} ({})",
+                    report.driver.as_str(),
+                    report.device
+                ),
+            }
+            if let Some(last) = &report.last_error {
+                eprintln!("tensorwasm: last wasi_cuda error: {last}");
+            }
+            println!("{}", report.results.join(" "));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tensorwasm run: {e}");
+            ExitCode::FAILURE
         }
     }
 }

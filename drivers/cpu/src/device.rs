@@ -2,15 +2,17 @@
 //! what the device reports, the memory ledger, the allocation table and the
 //! set of live streams. It performs no copies or launches itself.
 
-use std::{fs, num::NonZeroUsize, thread};
+use std::{collections::HashMap, fs, num::NonZeroUsize, thread};
 
 use tensorwasm_core::{DeviceInfo, DeviceRange, ErrorKind};
 
 use crate::{
     error::CpuError,
+    kernel::CpuModule,
     memory::{AllocationTable, MemoryLedger},
     os,
     stream::StreamSet,
+    sync::Mutex,
 };
 
 /// Capacity when `/proc/meminfo` cannot be read.
@@ -29,6 +31,9 @@ pub(crate) struct CpuDevice {
     pub(crate) ledger: MemoryLedger,
     pub(crate) table: AllocationTable,
     pub(crate) streams: StreamSet,
+    /// Host twins of PTX texts, by exact text: see
+    /// [`CpuDriver::register_ptx_twin`](crate::CpuDriver::register_ptx_twin).
+    pub(crate) ptx_twins: Mutex<HashMap<String, CpuModule>>,
 }
 
 impl CpuDevice {
@@ -50,6 +55,7 @@ impl CpuDevice {
             ledger: MemoryLedger::new(capacity),
             table: AllocationTable::default(),
             streams: StreamSet::default(),
+            ptx_twins: Mutex::default(),
         })
     }
 

@@ -17,7 +17,7 @@ use crate::{
     kernel::{CpuFunction, CpuModule, GridLaunch, HostKernelFn},
     memory::{CpuDeviceBuffer, CpuManagedBuffer, host_ptr},
     stream::{CpuStream, StreamWork},
-    sync::Arc,
+    sync::{Arc, Weak, lock},
     vm::CpuVirtualRange,
 };
 
@@ -61,6 +61,35 @@ impl CpuDriver {
         CpuModule::new(kernels)
     }
 
+    /// Whether `address .. address + len` lies in live memory of this driver
+    /// that copies may touch: device and managed buffers, the exposed part
+    /// of managed regions, mapped virtual memory. Host kernels whose sizes
+    /// come from untrusted parameters check their ranges with it first.
+    pub fn covers(&self, address: DevicePtr, len: usize) -> bool {
+        self.device.table.covers(address.0, len)
+    }
+
+    /// A handle that does not keep the driver alive, for host kernels that
+    /// the driver itself holds (a strong clone there would never be freed).
+    pub fn downgrade(&self) -> WeakCpuDriver {
+        WeakCpuDriver(Arc::downgrade(&self.device))
+    }
+
+    /// Registers host kernels that stand in for one PTX text: a later
+    /// [`GpuDriver::load_ptx`] of exactly these bytes returns a module of
+    /// `kernels` (the CPU driver cannot run PTX itself). The match is on the
+    /// whole text, so a guest that ships other PTX still gets `NotSupported`;
+    /// the twin must compute what the PTX computes, which the embedder
+    /// vouches for (TensorWasm's tests compare the two on the GPU). A later
+    /// registration of the same text replaces an earlier one.
+    pub fn register_ptx_twin<'a>(
+        &self,
+        ptx: &str,
+        kernels: impl IntoIterator<Item = (&'a str, Arc<HostKernelFn>)>,
+    ) {
+        lock(&self.device.ptx_twins).insert(ptx.to_owned(), CpuModule::new(kernels));
+    }
+
     /// Streams of another driver are refused: this driver's frees and
     /// synchronous copies only wait for its own streams.
     fn own_stream(&self, op: &'static str, stream: &CpuStream) -> Result<(), CpuError> {
@@ -83,6 +112,17 @@ impl CpuDriver {
         stream
             .enqueue(work)
             .map_err(|message| CpuError::new(op, ErrorKind::Other, message))
+    }
+}
+
+/// A [`CpuDriver`] that does not keep it alive; see [`CpuDriver::downgrade`].
+#[derive(Clone)]
+pub struct WeakCpuDriver(Weak<CpuDevice>);
+
+impl WeakCpuDriver {
+    /// The driver, if it is still alive.
+    pub fn upgrade(&self) -> Option<CpuDriver> {
+        self.0.upgrade().map(|device| CpuDriver { device })
     }
 }
 
@@ -274,12 +314,18 @@ impl GpuDriver for CpuDriver {
         )
     }
 
-    fn load_ptx(&self, _ptx: &str) -> Result<CpuModule, CpuError> {
-        Err(CpuError::new(
-            "load_ptx",
-            ErrorKind::NotSupported,
-            "loading PTX needs the CUDA driver (this is the CPU driver)",
-        ))
+    fn load_ptx(&self, ptx: &str) -> Result<CpuModule, CpuError> {
+        lock(&self.device.ptx_twins)
+            .get(ptx)
+            .cloned()
+            .ok_or_else(|| {
+                CpuError::new(
+                    "load_ptx",
+                    ErrorKind::NotSupported,
+                    "running PTX needs the CUDA driver (this is the CPU driver, and no host \
+                     twin is registered for this PTX text)",
+                )
+            })
     }
 
     fn load_cubin(&self, _image: &[u8]) -> Result<CpuModule, CpuError> {

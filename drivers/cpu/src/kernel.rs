@@ -38,7 +38,9 @@ pub struct BlockContext {
 pub type HostKernelFn = dyn Fn(&BlockContext, &[KernelParam]) + Send + Sync;
 
 /// A set of named host kernels, made by
-/// [`CpuDriver::host_module`](crate::CpuDriver::host_module).
+/// [`CpuDriver::host_module`](crate::CpuDriver::host_module). Clones share
+/// the kernels.
+#[derive(Clone)]
 pub struct CpuModule {
     kernels: BTreeMap<String, Arc<HostKernelFn>>,
 }
@@ -208,7 +210,9 @@ impl GridLaunch {
 mod tests {
     use std::sync::atomic::AtomicUsize;
 
-    use tensorwasm_core::{DeviceMemory, DriverError, ErrorKind, GpuDriver, MAX_KERNEL_PARAMS};
+    use tensorwasm_core::{
+        DeviceMemory, DevicePtr, DriverError, ErrorKind, GpuDriver, MAX_KERNEL_PARAMS,
+    };
 
     use super::*;
     use crate::{
@@ -232,7 +236,10 @@ mod tests {
 
     fn run_affine(d: &CpuDriver, n: usize) -> Vec<u32> {
         let module = d.host_module([("affine", affine())]);
-        let function = d.function(&module, "affine").unwrap();
+        run_affine_with(d, &d.function(&module, "affine").unwrap(), n)
+    }
+
+    fn run_affine_with(d: &CpuDriver, function: &CpuFunction, n: usize) -> Vec<u32> {
         let out = d.alloc_device(n * 4).unwrap();
         let stream = d.create_stream().unwrap();
         let config = LaunchConfig::for_elements(n as u32, 128);
@@ -241,7 +248,7 @@ mod tests {
             KernelParam::I32(n as i32),
         ];
         // SAFETY: the kernel writes n u32s into `out`, which outlives the launch.
-        unsafe { d.launch(&stream, &function, &config, &params) }.unwrap();
+        unsafe { d.launch(&stream, function, &config, &params) }.unwrap();
         d.stream_synchronize(&stream).unwrap();
         let mut bytes = vec![0; n * 4];
         d.copy_from_device(&mut bytes, out.full()).unwrap();
@@ -349,12 +356,50 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::NotSupported);
         assert_eq!(
             err.to_string(),
-            "load_ptx: not supported: loading PTX needs the CUDA driver (this is the CPU driver)"
+            "load_ptx: not supported: running PTX needs the CUDA driver (this is the CPU \
+             driver, and no host twin is registered for this PTX text)"
         );
         let err = d.load_cubin(&[0x7f, b'E', b'L', b'F']).unwrap_err();
         assert_eq!(
             (err.kind(), err.op()),
             (ErrorKind::NotSupported, "load_cubin")
+        );
+    }
+
+    #[test]
+    fn a_registered_twin_stands_in_for_its_exact_ptx_text() {
+        let d = driver(1 << 20);
+        let ptx = ".version 8.0\n.target sm_90\n.visible .entry affine()\n";
+        d.register_ptx_twin(ptx, [("affine", affine())]);
+        let module = d.load_ptx(ptx).unwrap();
+        assert_eq!(module.names().collect::<Vec<_>>(), ["affine"]);
+        let out = run_affine_with(&d, &d.function(&module, "affine").unwrap(), 1000);
+        assert_eq!(out[999], 2998);
+        // Any other text, even one byte off, is still refused.
+        let other = ptx.replace("sm_90", "sm_80");
+        assert_eq!(
+            d.load_ptx(&other).unwrap_err().kind(),
+            ErrorKind::NotSupported
+        );
+    }
+
+    #[test]
+    fn covers_knows_live_memory_only() {
+        let d = driver(1 << 20);
+        let buf = d.alloc_device(4096).unwrap();
+        let p = buf.device_ptr();
+        assert!(d.covers(p, 4096));
+        assert!(!d.covers(p, 4097));
+        assert!(!d.covers(DevicePtr(p.0 + 4096), 1));
+        assert!(!d.covers(DevicePtr(u64::MAX), 2));
+        drop(buf);
+        assert!(!d.covers(p, 1));
+        let weak = d.downgrade();
+        assert!(weak.upgrade().is_some());
+        drop(d);
+        assert!(
+            weak.upgrade().is_none(),
+            "a weak handle does not keep the driver"
         );
     }
 

@@ -28,7 +28,7 @@ mod sync;
 mod testing;
 mod vm;
 
-pub use driver::CpuDriver;
+pub use driver::{CpuDriver, WeakCpuDriver};
 pub use error::CpuError;
 pub use event::CpuEvent;
 pub use kernel::{BlockContext, CpuFunction, CpuModule, HostKernelFn};

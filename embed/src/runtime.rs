@@ -1,0 +1,121 @@
+//! [`GuestRuntime`]: an engine, a linker with the `wasi_cuda` imports and a
+//! managed memory creator, for one driver. The `tensorwasm run` command, the
+//! tests and the benchmarks build guests through it; an embedder with its own
+//! store data uses [`memory`](crate::memory) and
+//! [`wasi_cuda`](crate::wasi_cuda) directly instead.
+
+use std::sync::Arc;
+
+use tensorwasm_core::{GpuDriver, ManagedAllocator};
+use wasmtime::{Config, Engine, Instance, Linker, Module, Store};
+
+use crate::{
+    memory::{ManagedMemoryCreator, configure_engine},
+    wasi_cuda::{self, WasiCudaCtx, WasiCudaLimits},
+};
+
+/// The store data of a guest run by a [`GuestRuntime`].
+pub struct GuestState<D: GpuDriver> {
+    /// The guest's `wasi_cuda` context.
+    pub cuda: WasiCudaCtx<D>,
+}
+
+/// Builds engines, stores and instances for guests on one driver.
+pub struct GuestRuntime<D>
+where
+    D: GpuDriver + ManagedAllocator,
+{
+    driver: D,
+    engine: Engine,
+    linker: Linker<GuestState<D>>,
+    creator: Option<Arc<ManagedMemoryCreator<D>>>,
+    limits: WasiCudaLimits,
+}
+
+impl<D> GuestRuntime<D>
+where
+    D: GpuDriver + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    /// Guests whose linear memory is `driver`'s managed memory, at most
+    /// `memory_limit` bytes each.
+    pub fn new(driver: D, memory_limit: usize) -> wasmtime::Result<Self> {
+        let creator = ManagedMemoryCreator::new(driver.clone(), memory_limit);
+        let mut config = Config::new();
+        configure_engine(&mut config, creator.clone());
+        Self::build(driver, config, Some(creator))
+    }
+
+    /// Guests with wasmtime's own (host) linear memory: a kernel cannot
+    /// address it, so launches with guest pointers are refused. For hosts
+    /// that need wasmtime's default memory, and to test that refusal.
+    pub fn with_host_memory(driver: D) -> wasmtime::Result<Self> {
+        Self::build(driver, Config::new(), None)
+    }
+
+    fn build(
+        driver: D,
+        config: Config,
+        creator: Option<Arc<ManagedMemoryCreator<D>>>,
+    ) -> wasmtime::Result<Self> {
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasi_cuda::add_to_linker(&mut linker, |s: &mut GuestState<D>| &mut s.cuda)?;
+        Ok(GuestRuntime {
+            driver,
+            engine,
+            linker,
+            creator,
+            limits: WasiCudaLimits::default(),
+        })
+    }
+
+    /// Sets the per-guest handle limits of stores made from now on.
+    pub fn set_limits(&mut self, limits: WasiCudaLimits) {
+        self.limits = limits;
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &D {
+        &self.driver
+    }
+
+    /// The linker with every `wasi_cuda` import; add more imports to it
+    /// before instantiating if the guest needs them.
+    pub fn linker_mut(&mut self) -> &mut Linker<GuestState<D>> {
+        &mut self.linker
+    }
+
+    /// The managed memory creator (absent with
+    /// [`with_host_memory`](Self::with_host_memory)): snapshots and restores.
+    pub fn memory_creator(&self) -> Option<&Arc<ManagedMemoryCreator<D>>> {
+        self.creator.as_ref()
+    }
+
+    /// Compiles a guest from Wasm binary or text.
+    pub fn compile(&self, bytes: impl AsRef<[u8]>) -> wasmtime::Result<Module> {
+        Module::new(&self.engine, bytes)
+    }
+
+    /// A store for one guest, with its own context and stream.
+    pub fn store(&self) -> wasmtime::Result<Store<GuestState<D>>> {
+        let lookup = self.creator.as_ref().map(|c| c.lookup());
+        let cuda = WasiCudaCtx::new(self.driver.clone(), lookup, self.limits)
+            .map_err(|e| wasmtime::format_err!("creating the guest's stream: {e}"))?;
+        Ok(Store::new(&self.engine, GuestState { cuda }))
+    }
+
+    /// Instantiates `module` in `store`.
+    pub async fn instantiate(
+        &self,
+        store: &mut Store<GuestState<D>>,
+        module: &Module,
+    ) -> wasmtime::Result<Instance> {
+        self.linker.instantiate_async(store, module).await
+    }
+}

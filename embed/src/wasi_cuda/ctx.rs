@@ -1,0 +1,659 @@
+//! [`WasiCudaCtx`]: one guest's view of the device — its stream, its handle
+//! tables and its last error — and the body of every `wasi_cuda` call. The
+//! wasmtime glue (reading parameters, finding the guest's memory, async
+//! suspension) is in the parent module; argument decoding is in
+//! `tensorwasm_core::abi`.
+
+use std::sync::Arc;
+
+use tensorwasm_core::{
+    Advice, DeviceMemory, DevicePtr, Dim3, DriverError, GpuDriver, KernelParam, LaunchConfig,
+    PrefetchTarget,
+    abi::{
+        self, AbiError, Errno, GuestMemoryRef, Handle, HandleKind, HandleTable, LaunchArg, OwnerId,
+    },
+    dispatch::{Completer, DispatchFuture, dispatch},
+};
+
+use crate::memory::{GuestMemoryLookup, GuestRegionInfo};
+
+/// How many objects of each kind one guest may hold at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WasiCudaLimits {
+    /// Live device buffers.
+    pub buffers: usize,
+    /// Loaded modules.
+    pub modules: usize,
+    /// Live function handles.
+    pub functions: usize,
+    /// Launches not yet waited for.
+    pub launches: usize,
+}
+
+impl Default for WasiCudaLimits {
+    fn default() -> Self {
+        WasiCudaLimits {
+            buffers: 4096,
+            modules: 256,
+            functions: 4096,
+            launches: 65536,
+        }
+    }
+}
+
+/// A function handle's target, with its module kept loaded.
+pub(crate) struct FunctionEntry<D: GpuDriver> {
+    function: D::Function,
+    _module: Arc<D::Module>,
+}
+
+/// A launch not yet waited for: its completion, and everything the kernel
+/// may touch, kept alive until it has finished.
+pub(crate) struct LaunchEntry<D: GpuDriver> {
+    pub(crate) done: DispatchFuture<()>,
+    _buffers: Vec<Arc<D::DeviceBuffer>>,
+    _function: Arc<FunctionEntry<D>>,
+    _memory: Option<GuestRegionInfo>,
+}
+
+/// The guest's linear memory as one call sees it.
+pub(crate) struct GuestMem<'a> {
+    pub(crate) bytes: &'a mut [u8],
+}
+
+impl GuestMem<'_> {
+    fn host_base(&self) -> usize {
+        self.bytes.as_ptr() as usize
+    }
+}
+
+/// The state behind one guest's `wasi_cuda` imports. The embedder owns it
+/// (in the store's data) and hands [`add_to_linker`](super::add_to_linker)
+/// a function that reaches it.
+pub struct WasiCudaCtx<D: GpuDriver> {
+    pub(crate) driver: D,
+    pub(crate) stream: D::Stream,
+    memories: Option<Arc<dyn GuestMemoryLookup>>,
+    /// The region behind the guest's memory, found once: memories never move.
+    region: Option<GuestRegionInfo>,
+    buffers: HandleTable<Arc<D::DeviceBuffer>>,
+    modules: HandleTable<Arc<D::Module>>,
+    functions: HandleTable<Arc<FunctionEntry<D>>>,
+    pub(crate) launches: HandleTable<LaunchEntry<D>>,
+    /// Work was queued on the stream since it was last seen idle.
+    pub(crate) stream_busy: bool,
+    last_error: String,
+}
+
+impl<D: GpuDriver> WasiCudaCtx<D> {
+    /// A context on `driver` with its own stream. `memories` is the registry
+    /// of the engine's managed memory creator
+    /// ([`ManagedMemoryCreator::lookup`](crate::memory::ManagedMemoryCreator::lookup));
+    /// without it the guest's memory is not device-addressable and launches
+    /// with guest pointers are refused.
+    pub fn new(
+        driver: D,
+        memories: Option<Arc<dyn GuestMemoryLookup>>,
+        limits: WasiCudaLimits,
+    ) -> Result<Self, D::Error> {
+        let stream = driver.create_stream()?;
+        let owner = OwnerId::allocate();
+        Ok(WasiCudaCtx {
+            driver,
+            stream,
+            memories,
+            region: None,
+            buffers: HandleTable::new(owner, HandleKind::Buffer, limits.buffers),
+            modules: HandleTable::new(owner, HandleKind::Module, limits.modules),
+            functions: HandleTable::new(owner, HandleKind::Function, limits.functions),
+            launches: HandleTable::new(owner, HandleKind::Launch, limits.launches),
+            stream_busy: false,
+            last_error: String::new(),
+        })
+    }
+
+    /// The driver this guest runs on.
+    pub fn driver(&self) -> &D {
+        &self.driver
+    }
+
+    /// The text of the guest's most recent failed call (empty if none).
+    pub fn last_error(&self) -> &str {
+        &self.last_error
+    }
+
+    /// Live buffer, module, function and launch handles, in that order.
+    pub fn live_handles(&self) -> [usize; 4] {
+        [
+            self.buffers.len(),
+            self.modules.len(),
+            self.functions.len(),
+            self.launches.len(),
+        ]
+    }
+
+    /// Records a failure of `call` as the guest's last error and returns
+    /// its errno.
+    pub(crate) fn fail(&mut self, call: &str, error: AbiError) -> i32 {
+        self.last_error = format!("{call}: {error}");
+        error.errno.code()
+    }
+
+    /// Turns a call's result into its errno.
+    pub(crate) fn finish(&mut self, call: &str, result: Result<(), AbiError>) -> i32 {
+        match result {
+            Ok(()) => 0,
+            Err(e) => self.fail(call, e),
+        }
+    }
+
+    /// The region behind the guest's memory, if the managed allocator made it.
+    fn region(&mut self, host_base: usize) -> Option<&GuestRegionInfo> {
+        let stale = self
+            .region
+            .as_ref()
+            .is_none_or(|r| r.host_base != host_base);
+        if stale {
+            self.region = self.memories.as_ref().and_then(|m| m.lookup(host_base));
+        }
+        self.region.as_ref()
+    }
+
+    fn guest_ref(&mut self, mem: &GuestMem<'_>) -> (GuestMemoryRef, Option<GuestRegionInfo>) {
+        let len = mem.bytes.len();
+        match self.region(mem.host_base()).cloned() {
+            Some(region) => (
+                GuestMemoryRef {
+                    base: region.device_base,
+                    len,
+                    device_addressable: region.device_addressable,
+                },
+                Some(region),
+            ),
+            None => (
+                GuestMemoryRef {
+                    base: DevicePtr(mem.host_base() as u64),
+                    len,
+                    device_addressable: false,
+                },
+                None,
+            ),
+        }
+    }
+
+    pub(crate) fn device_count(&mut self, mem: GuestMem<'_>, out: u32) -> Result<(), AbiError> {
+        abi::write_u32(mem.bytes, out, 1)
+    }
+
+    pub(crate) fn device_info(
+        &mut self,
+        mem: GuestMem<'_>,
+        device: u32,
+        out: u32,
+        out_len: i32,
+    ) -> Result<(), AbiError> {
+        if device != 0 {
+            return Err(AbiError::new(
+                Errno::ENODEV,
+                format!("device {device} does not exist (this guest has 1 device)"),
+            ));
+        }
+        let out_len = usize::try_from(out_len)
+            .map_err(|_| AbiError::new(Errno::EINVAL, format!("out_len {out_len} is negative")))?;
+        let addressable = self
+            .region(mem.host_base())
+            .is_some_and(|r| r.device_addressable);
+        let record = abi::encode_device_info(self.driver.device(), self.driver.kind(), addressable);
+        let n = out_len.min(record.len());
+        abi::write_bytes(mem.bytes, out, &record[..n])
+    }
+
+    pub(crate) fn buffer_alloc(
+        &mut self,
+        mem: GuestMem<'_>,
+        size: u64,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        if size == 0 {
+            return Err(AbiError::new(Errno::EINVAL, "size is 0"));
+        }
+        let bytes = usize::try_from(size).map_err(|_| {
+            AbiError::new(Errno::ENOMEM, format!("{size} bytes do not fit this host"))
+        })?;
+        if size > self.driver.device().total_memory {
+            return Err(AbiError::new(
+                Errno::ENOMEM,
+                format!(
+                    "{size} bytes exceed the device's {} bytes",
+                    self.driver.device().total_memory
+                ),
+            ));
+        }
+        let buffer = self
+            .driver
+            .alloc_device(bytes)
+            .map_err(|e| driver_error("alloc_device", e))?;
+        let handle = self.buffers.insert(Arc::new(buffer))?;
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    pub(crate) fn buffer_free(&mut self, buffer: u64) -> Result<(), AbiError> {
+        // In-flight launches hold their own `Arc`; the memory goes with the last.
+        self.buffers.remove(Handle(buffer)).map(drop)
+    }
+
+    pub(crate) fn buffer_size(
+        &mut self,
+        mem: GuestMem<'_>,
+        buffer: u64,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        let len = self.buffers.get(Handle(buffer))?.len();
+        abi::write_u64(mem.bytes, out, len as u64)
+    }
+
+    /// `offset .. offset + len` of a buffer, checked.
+    fn buffer_range(
+        &self,
+        buffer: u64,
+        offset: u64,
+        len: u64,
+        what: &str,
+    ) -> Result<(Arc<D::DeviceBuffer>, usize, usize), AbiError> {
+        let buf = Arc::clone(self.buffers.get(Handle(buffer))?);
+        if len == 0 {
+            return Err(AbiError::new(Errno::EINVAL, "len is 0"));
+        }
+        let end = offset.checked_add(len).ok_or_else(|| {
+            AbiError::new(
+                Errno::EOVERFLOW,
+                format!("{what} offset {offset:#x} + len {len:#x} overflows"),
+            )
+        })?;
+        if end > buf.len() as u64 {
+            return Err(AbiError::new(
+                Errno::EFAULT,
+                format!(
+                    "{what} range {offset:#x}..{end:#x} ends past the buffer's {:#x} bytes",
+                    buf.len()
+                ),
+            ));
+        }
+        Ok((buf, offset as usize, len as usize))
+    }
+
+    pub(crate) fn copy_to_buffer(
+        &mut self,
+        mem: GuestMem<'_>,
+        dst: u64,
+        dst_offset: u64,
+        src: u32,
+        len: u32,
+    ) -> Result<(), AbiError> {
+        let (buf, offset, len) = self.buffer_range(dst, dst_offset, u64::from(len), "dst")?;
+        let src = abi::guest_range(mem.bytes.len(), src, len as u64)?;
+        let dst = buf.range(offset, len).ok_or_else(out_of_buffer)?;
+        self.driver
+            .copy_to_device(dst, &mem.bytes[src])
+            .map_err(|e| driver_error("copy_to_device", e))
+    }
+
+    pub(crate) fn copy_from_buffer(
+        &mut self,
+        mem: GuestMem<'_>,
+        dst: u32,
+        src: u64,
+        src_offset: u64,
+        len: u32,
+    ) -> Result<(), AbiError> {
+        let (buf, offset, len) = self.buffer_range(src, src_offset, u64::from(len), "src")?;
+        let dst = abi::guest_range(mem.bytes.len(), dst, len as u64)?;
+        let src = buf.range(offset, len).ok_or_else(out_of_buffer)?;
+        self.driver
+            .copy_from_device(&mut mem.bytes[dst], src)
+            .map_err(|e| driver_error("copy_from_device", e))
+    }
+
+    pub(crate) fn copy_buffer(
+        &mut self,
+        dst: u64,
+        dst_offset: u64,
+        src: u64,
+        src_offset: u64,
+        len: u64,
+    ) -> Result<(), AbiError> {
+        let (dbuf, doff, n) = self.buffer_range(dst, dst_offset, len, "dst")?;
+        let (sbuf, soff, _) = self.buffer_range(src, src_offset, len, "src")?;
+        let d = dbuf.range(doff, n).ok_or_else(out_of_buffer)?;
+        let s = sbuf.range(soff, n).ok_or_else(out_of_buffer)?;
+        let (dp, sp) = (d.ptr().0, s.ptr().0);
+        if dp < sp + n as u64 && sp < dp + n as u64 {
+            return Err(AbiError::new(
+                Errno::EINVAL,
+                "the source and destination ranges overlap",
+            ));
+        }
+        self.driver
+            .copy_device(d, s)
+            .map_err(|e| driver_error("copy_device", e))
+    }
+
+    pub(crate) fn memset_buffer(
+        &mut self,
+        dst: u64,
+        dst_offset: u64,
+        value: u32,
+        len: u64,
+    ) -> Result<(), AbiError> {
+        let (buf, offset, n) = self.buffer_range(dst, dst_offset, len, "dst")?;
+        let value = u8::try_from(value).map_err(|_| {
+            AbiError::new(
+                Errno::EINVAL,
+                format!("value {value} is not a byte (0..=255)"),
+            )
+        })?;
+        let d = buf.range(offset, n).ok_or_else(out_of_buffer)?;
+        self.driver
+            .memset(d, value)
+            .map_err(|e| driver_error("memset", e))
+    }
+
+    pub(crate) fn module_load_ptx(
+        &mut self,
+        mem: GuestMem<'_>,
+        ptr: u32,
+        len: u32,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        let text = abi::read_str(mem.bytes, ptr, len)?;
+        let module = self
+            .driver
+            .load_ptx(text)
+            .map_err(|e| driver_error("load_ptx", e))?;
+        let handle = self.modules.insert(Arc::new(module))?;
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    pub(crate) fn module_load_cubin(
+        &mut self,
+        mem: GuestMem<'_>,
+        ptr: u32,
+        len: u32,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        let range = abi::guest_range(mem.bytes.len(), ptr, u64::from(len))?;
+        let module = self
+            .driver
+            .load_cubin(&mem.bytes[range])
+            .map_err(|e| driver_error("load_cubin", e))?;
+        let handle = self.modules.insert(Arc::new(module))?;
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    pub(crate) fn module_unload(&mut self, module: u64) -> Result<(), AbiError> {
+        self.modules.remove(Handle(module)).map(drop)
+    }
+
+    pub(crate) fn function_get(
+        &mut self,
+        mem: GuestMem<'_>,
+        module: u64,
+        name_ptr: u32,
+        name_len: u32,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        let module = Arc::clone(self.modules.get(Handle(module))?);
+        let name = abi::read_str(mem.bytes, name_ptr, name_len)?;
+        let function = self
+            .driver
+            .function(&module, name)
+            .map_err(|e| driver_error("function", e))?;
+        let handle = self.functions.insert(Arc::new(FunctionEntry {
+            function,
+            _module: module,
+        }))?;
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// Decodes, checks and queues a launch, and writes its handle.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch(
+        &mut self,
+        mem: GuestMem<'_>,
+        function: u64,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem_bytes: u32,
+        args_ptr: u32,
+        args_count: u32,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        let function = Arc::clone(self.functions.get(Handle(function))?);
+        let (guest, region) = self.guest_ref(&mem);
+        let args = abi::decode_launch_args(mem.bytes, &guest, args_ptr, args_count)?;
+        let uses_guest_memory = args
+            .iter()
+            .any(|a| matches!(a, LaunchArg::Param(KernelParam::Ptr(_))));
+        let mut params = Vec::with_capacity(args.len());
+        let mut buffers = Vec::new();
+        for arg in args {
+            match arg {
+                LaunchArg::Param(p) => params.push(p),
+                LaunchArg::Buffer { handle, offset } => {
+                    let buf = Arc::clone(self.buffers.get(handle)?);
+                    params.push(abi::resolve_buffer_pointer(
+                        buf.device_ptr(),
+                        buf.len(),
+                        offset,
+                    )?);
+                    buffers.push(buf);
+                }
+            }
+        }
+        let config = LaunchConfig {
+            grid,
+            block,
+            shared_mem_bytes,
+        };
+        config
+            .validate_launch(self.driver.device(), &params)
+            .map_err(|e| AbiError::new(Errno::EINVAL, format!("launch geometry: {e}")))?;
+        let (completer, done) = dispatch();
+        let handle = self.launches.insert(LaunchEntry {
+            done,
+            _buffers: buffers,
+            _function: Arc::clone(&function),
+            _memory: if uses_guest_memory { region } else { None },
+        })?;
+        // SAFETY: every pointer parameter was produced by the decoder inside
+        // the guest's memory (device-addressable, checked) or by
+        // `resolve_buffer_pointer` inside a live buffer; the launch entry
+        // keeps both alive until the launch has finished, and the context
+        // synchronizes its stream before it is dropped. The parameter count
+        // (and, on CUDA, each size) is checked against the kernel by the
+        // driver. What the kernel's code does is the loaded module's
+        // responsibility: raw PTX and cubin are trusted code.
+        let queued = unsafe {
+            self.driver
+                .launch(&self.stream, &function.function, &config, &params)
+        };
+        if let Err(e) = queued {
+            let _ = self.launches.remove(handle);
+            return Err(driver_error("launch", e));
+        }
+        self.stream_busy = true;
+        self.notify_on_completion(completer);
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// Completes `completer` once the work queued so far has finished, from
+    /// the driver's completion callback. Should queueing the callback fail,
+    /// waits here instead, so a waiter is never left hanging.
+    pub(crate) fn notify_on_completion(&self, completer: Completer<()>) {
+        let on_done = completer.clone();
+        let queued = self.driver.on_complete(
+            &self.stream,
+            Box::new(move || {
+                let _ = on_done.complete(());
+            }),
+        );
+        if queued.is_err() {
+            let _ = self.driver.stream_synchronize(&self.stream);
+            let _ = completer.complete(());
+        }
+    }
+
+    /// A future that completes when all work queued so far has finished.
+    pub(crate) fn quiesce(&mut self) -> Option<DispatchFuture<()>> {
+        if !self.stream_busy {
+            return None;
+        }
+        let (completer, done) = dispatch();
+        self.notify_on_completion(completer);
+        Some(done)
+    }
+
+    /// After a completion callback fired: did the work fail?
+    pub(crate) fn launch_status(&mut self) -> Result<(), AbiError> {
+        match self.driver.stream_query(&self.stream) {
+            Ok(idle) => {
+                if idle {
+                    self.stream_busy = false;
+                }
+                Ok(())
+            }
+            Err(e) => Err(AbiError::new(
+                Errno::ELAUNCH,
+                format!("the kernel failed: {e}"),
+            )),
+        }
+    }
+
+    pub(crate) fn prefetch(
+        &mut self,
+        mem: GuestMem<'_>,
+        ptr: u32,
+        len: u32,
+        target: u32,
+    ) -> Result<(), AbiError> {
+        let target = match target {
+            0 => PrefetchTarget::Device,
+            1 => PrefetchTarget::Host,
+            t => {
+                return Err(AbiError::new(
+                    Errno::EINVAL,
+                    format!("target {t} is neither 0 (device) nor 1 (host)"),
+                ));
+            }
+        };
+        let range = self.managed_range(&mem, ptr, len)?;
+        self.driver
+            .prefetch(range, target, &self.stream)
+            .map_err(|e| driver_error("prefetch", e))?;
+        self.stream_busy = true;
+        Ok(())
+    }
+
+    pub(crate) fn advise(
+        &mut self,
+        mem: GuestMem<'_>,
+        ptr: u32,
+        len: u32,
+        advice: u32,
+    ) -> Result<(), AbiError> {
+        let advice = match advice {
+            0 => Advice::SetReadMostly,
+            1 => Advice::UnsetReadMostly,
+            2 => Advice::PreferDevice,
+            3 => Advice::PreferHost,
+            4 => Advice::UnsetPreferredLocation,
+            5 => Advice::AccessedByDevice,
+            6 => Advice::UnsetAccessedByDevice,
+            a => {
+                return Err(AbiError::new(
+                    Errno::EINVAL,
+                    format!("advice {a} is not one of 0..=6"),
+                ));
+            }
+        };
+        let range = self.managed_range(&mem, ptr, len)?;
+        self.driver
+            .advise(range, advice)
+            .map_err(|e| driver_error("advise", e))
+    }
+
+    /// `ptr .. ptr + len` of the guest's memory as a driver range, if the
+    /// memory is managed memory.
+    fn managed_range(
+        &mut self,
+        mem: &GuestMem<'_>,
+        ptr: u32,
+        len: u32,
+    ) -> Result<tensorwasm_core::DeviceRange<'static>, AbiError> {
+        if len == 0 {
+            return Err(AbiError::new(Errno::EINVAL, "len is 0"));
+        }
+        let range = abi::guest_range(mem.bytes.len(), ptr, u64::from(len))?;
+        let (guest, _) = self.guest_ref(mem);
+        if !guest.device_addressable {
+            return Err(AbiError::new(
+                Errno::ENOTADDR,
+                "the guest's memory is not managed memory",
+            ));
+        }
+        let start = guest.base.checked_add(range.start).ok_or_else(|| {
+            AbiError::new(Errno::EOVERFLOW, "the range's device address overflows")
+        })?;
+        // SAFETY: the range lies inside the guest's exposed memory (checked
+        // above), which is a live managed region for this call; the driver
+        // only reads its address for advice or a stream-ordered migration,
+        // and migration leaves the contents in place.
+        Ok(unsafe { tensorwasm_core::DeviceRange::from_raw(start, range.len()) })
+    }
+
+    pub(crate) fn read_last_error(
+        &mut self,
+        mem: GuestMem<'_>,
+        buf: u32,
+        buf_len: i32,
+        out_len: u32,
+    ) -> Result<(), AbiError> {
+        let buf_len = usize::try_from(buf_len)
+            .map_err(|_| AbiError::new(Errno::EINVAL, format!("buf_len {buf_len} is negative")))?;
+        let text = self.last_error.as_bytes();
+        let n = buf_len.min(text.len());
+        abi::guest_range(mem.bytes.len(), buf, n as u64)?;
+        abi::read_u32(mem.bytes, out_len)?;
+        abi::write_bytes(mem.bytes, buf, &text[..n])?;
+        abi::write_u32(mem.bytes, out_len, text.len() as u32)
+    }
+}
+
+impl<D: GpuDriver> Drop for WasiCudaCtx<D> {
+    fn drop(&mut self) {
+        // Kernels may still be using the guest's buffers and memory: let them
+        // finish before anything they touch is freed.
+        let _ = self.driver.stream_synchronize(&self.stream);
+    }
+}
+
+/// Checks that an out-pointer can take a `u64` before anything changes, so
+/// a bad one leaves nothing half done (the read has no effect).
+fn check_out_u64(mem: &[u8], out: u32) -> Result<(), AbiError> {
+    abi::read_u64(mem, out).map(drop)
+}
+
+fn out_of_buffer() -> AbiError {
+    AbiError::new(Errno::EFAULT, "range outside the buffer")
+}
+
+/// A driver failure as the guest sees it.
+fn driver_error<E: DriverError>(call: &str, e: E) -> AbiError {
+    AbiError::new(Errno::from(e.kind()), format!("{call}: {e}"))
+}

@@ -1,0 +1,342 @@
+//! The `wasi_cuda` host API: [`add_to_linker`] registers every import of
+//! `docs/ABI.md` on a wasmtime [`Linker`]. Each import is thin: find the
+//! guest's memory and context, call the matching [`WasiCudaCtx`] method
+//! (which decodes with `tensorwasm_core::abi` and calls the driver), turn the
+//! result into an errno. `wait`, `sync` and the copies are async: they
+//! suspend the guest until the driver's completion callback fires.
+
+mod ctx;
+
+pub use ctx::{WasiCudaCtx, WasiCudaLimits};
+
+use ctx::GuestMem;
+use tensorwasm_core::{Dim3, GpuDriver, abi::Handle};
+use wasmtime::{Caller, Extern, Linker};
+
+/// The import module name.
+pub const MODULE: &str = "wasi_cuda";
+
+/// Reaches a guest's context from its store's data.
+pub type GetCtx<T, D> = fn(&mut T) -> &mut WasiCudaCtx<D>;
+
+/// Runs `f` on the guest's memory (empty when it exports none) and context,
+/// and returns the errno.
+fn with_mem<T, D: GpuDriver>(
+    caller: &mut Caller<'_, T>,
+    get: GetCtx<T, D>,
+    call: &str,
+    f: impl FnOnce(&mut WasiCudaCtx<D>, GuestMem<'_>) -> Result<(), tensorwasm_core::abi::AbiError>,
+) -> i32 {
+    let memory = match caller.get_export("memory") {
+        Some(Extern::Memory(m)) => Some(m),
+        _ => None,
+    };
+    let (bytes, data): (&mut [u8], &mut T) = match memory {
+        Some(m) => m.data_and_store_mut(&mut *caller),
+        None => (Default::default(), caller.data_mut()),
+    };
+    let ctx = get(data);
+    let result = f(ctx, GuestMem { bytes });
+    ctx.finish(call, result)
+}
+
+/// Runs `f` on the context alone, and returns the errno.
+fn with_ctx<T, D: GpuDriver>(
+    caller: &mut Caller<'_, T>,
+    get: GetCtx<T, D>,
+    call: &str,
+    f: impl FnOnce(&mut WasiCudaCtx<D>) -> Result<(), tensorwasm_core::abi::AbiError>,
+) -> i32 {
+    let ctx = get(caller.data_mut());
+    let result = f(ctx);
+    ctx.finish(call, result)
+}
+
+/// Suspends the guest until the work it queued so far has finished; `Err`
+/// carries the errno when that work failed.
+async fn quiesce<T, D: GpuDriver>(
+    caller: &mut Caller<'_, T>,
+    get: GetCtx<T, D>,
+    call: &str,
+) -> Result<(), i32> {
+    let Some(done) = get(caller.data_mut()).quiesce() else {
+        return Ok(());
+    };
+    done.await;
+    let ctx = get(caller.data_mut());
+    match ctx.launch_status() {
+        Ok(()) => Ok(()),
+        Err(e) => Err(ctx.fail(call, e)),
+    }
+}
+
+/// Registers every `wasi_cuda` import on `linker`. `get` reaches the guest's
+/// [`WasiCudaCtx`] from the store's data. Guests must be called with
+/// wasmtime's async API (`call_async`), since `wait`, `sync` and the copies
+/// suspend.
+pub fn add_to_linker<T, D>(linker: &mut Linker<T>, get: GetCtx<T, D>) -> wasmtime::Result<()>
+where
+    T: Send + 'static,
+    D: GpuDriver + 'static,
+{
+    linker.func_wrap(
+        MODULE,
+        "device_count",
+        move |mut caller: Caller<'_, T>, out: i32| -> i32 {
+            with_mem(&mut caller, get, "device_count", |ctx, mem| {
+                ctx.device_count(mem, out as u32)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "device_info",
+        move |mut caller: Caller<'_, T>, device: i32, out: i32, out_len: i32| -> i32 {
+            with_mem(&mut caller, get, "device_info", |ctx, mem| {
+                ctx.device_info(mem, device as u32, out as u32, out_len)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "buffer_alloc",
+        move |mut caller: Caller<'_, T>, size: i64, out: i32| -> i32 {
+            with_mem(&mut caller, get, "buffer_alloc", |ctx, mem| {
+                ctx.buffer_alloc(mem, size as u64, out as u32)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "buffer_free",
+        move |mut caller: Caller<'_, T>, buffer: i64| -> i32 {
+            with_ctx(&mut caller, get, "buffer_free", |ctx| {
+                ctx.buffer_free(buffer as u64)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "buffer_size",
+        move |mut caller: Caller<'_, T>, buffer: i64, out: i32| -> i32 {
+            with_mem(&mut caller, get, "buffer_size", |ctx, mem| {
+                ctx.buffer_size(mem, buffer as u64, out as u32)
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "copy_to_buffer",
+        move |mut caller: Caller<'_, T>, (dst, dst_offset, src, len): (i64, i64, i32, i32)| {
+            Box::new(async move {
+                const CALL: &str = "copy_to_buffer";
+                if let Err(errno) = quiesce(&mut caller, get, CALL).await {
+                    return errno;
+                }
+                with_mem(&mut caller, get, CALL, |ctx, mem| {
+                    ctx.copy_to_buffer(mem, dst as u64, dst_offset as u64, src as u32, len as u32)
+                })
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "copy_from_buffer",
+        move |mut caller: Caller<'_, T>, (dst, src, src_offset, len): (i32, i64, i64, i32)| {
+            Box::new(async move {
+                const CALL: &str = "copy_from_buffer";
+                if let Err(errno) = quiesce(&mut caller, get, CALL).await {
+                    return errno;
+                }
+                with_mem(&mut caller, get, CALL, |ctx, mem| {
+                    ctx.copy_from_buffer(mem, dst as u32, src as u64, src_offset as u64, len as u32)
+                })
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "copy_buffer",
+        move |mut caller: Caller<'_, T>,
+              (dst, dst_offset, src, src_offset, len): (i64, i64, i64, i64, i64)| {
+            Box::new(async move {
+                const CALL: &str = "copy_buffer";
+                if let Err(errno) = quiesce(&mut caller, get, CALL).await {
+                    return errno;
+                }
+                with_ctx(&mut caller, get, CALL, |ctx| {
+                    ctx.copy_buffer(
+                        dst as u64,
+                        dst_offset as u64,
+                        src as u64,
+                        src_offset as u64,
+                        len as u64,
+                    )
+                })
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "memset_buffer",
+        move |mut caller: Caller<'_, T>, (dst, dst_offset, value, len): (i64, i64, i32, i64)| {
+            Box::new(async move {
+                const CALL: &str = "memset_buffer";
+                if let Err(errno) = quiesce(&mut caller, get, CALL).await {
+                    return errno;
+                }
+                with_ctx(&mut caller, get, CALL, |ctx| {
+                    ctx.memset_buffer(dst as u64, dst_offset as u64, value as u32, len as u64)
+                })
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "module_load_ptx",
+        move |mut caller: Caller<'_, T>, ptr: i32, len: i32, out: i32| -> i32 {
+            with_mem(&mut caller, get, "module_load_ptx", |ctx, mem| {
+                ctx.module_load_ptx(mem, ptr as u32, len as u32, out as u32)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "module_load_cubin",
+        move |mut caller: Caller<'_, T>, ptr: i32, len: i32, out: i32| -> i32 {
+            with_mem(&mut caller, get, "module_load_cubin", |ctx, mem| {
+                ctx.module_load_cubin(mem, ptr as u32, len as u32, out as u32)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "module_unload",
+        move |mut caller: Caller<'_, T>, module: i64| -> i32 {
+            with_ctx(&mut caller, get, "module_unload", |ctx| {
+                ctx.module_unload(module as u64)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "function_get",
+        move |mut caller: Caller<'_, T>, module: i64, name: i32, name_len: i32, out: i32| -> i32 {
+            with_mem(&mut caller, get, "function_get", |ctx, mem| {
+                ctx.function_get(mem, module as u64, name as u32, name_len as u32, out as u32)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "launch",
+        move |mut caller: Caller<'_, T>,
+              function: i64,
+              grid_x: i32,
+              grid_y: i32,
+              grid_z: i32,
+              block_x: i32,
+              block_y: i32,
+              block_z: i32,
+              shared_mem_bytes: i32,
+              args_ptr: i32,
+              args_count: i32,
+              out: i32|
+              -> i32 {
+            with_mem(&mut caller, get, "launch", |ctx, mem| {
+                let grid = Dim3 {
+                    x: grid_x as u32,
+                    y: grid_y as u32,
+                    z: grid_z as u32,
+                };
+                let block = Dim3 {
+                    x: block_x as u32,
+                    y: block_y as u32,
+                    z: block_z as u32,
+                };
+                ctx.launch(
+                    mem,
+                    function as u64,
+                    grid,
+                    block,
+                    shared_mem_bytes as u32,
+                    args_ptr as u32,
+                    args_count as u32,
+                    out as u32,
+                )
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "wait",
+        move |mut caller: Caller<'_, T>, (launch,): (i64,)| {
+            Box::new(async move {
+                const CALL: &str = "wait";
+                let ctx = get(caller.data_mut());
+                let mut entry = match ctx.launches.remove(Handle(launch as u64)) {
+                    Ok(entry) => entry,
+                    Err(e) => return ctx.fail(CALL, e),
+                };
+                (&mut entry.done).await;
+                // The kernel has finished: what it used may be released.
+                drop(entry);
+                let ctx = get(caller.data_mut());
+                let status = ctx.launch_status();
+                ctx.finish(CALL, status)
+            })
+        },
+    )?;
+    linker.func_wrap_async(MODULE, "sync", move |mut caller: Caller<'_, T>, (): ()| {
+        Box::new(async move {
+            const CALL: &str = "sync";
+            let failed = quiesce(&mut caller, get, CALL).await.err();
+            let ctx = get(caller.data_mut());
+            let entries = ctx.launches.take_all();
+            for mut entry in entries {
+                // Each completed before the quiesce marker ran (stream order).
+                (&mut entry.done).await;
+            }
+            failed.unwrap_or(0)
+        })
+    })?;
+    linker.func_wrap(
+        MODULE,
+        "prefetch",
+        move |mut caller: Caller<'_, T>, ptr: i32, len: i32, target: i32| -> i32 {
+            with_mem(&mut caller, get, "prefetch", |ctx, mem| {
+                ctx.prefetch(mem, ptr as u32, len as u32, target as u32)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "advise",
+        move |mut caller: Caller<'_, T>, ptr: i32, len: i32, advice: i32| -> i32 {
+            with_mem(&mut caller, get, "advise", |ctx, mem| {
+                ctx.advise(mem, ptr as u32, len as u32, advice as u32)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "last_error",
+        move |mut caller: Caller<'_, T>, buf: i32, buf_len: i32, out_len: i32| -> i32 {
+            // Reading the last error must not replace it.
+            let memory = match caller.get_export("memory") {
+                Some(Extern::Memory(m)) => Some(m),
+                _ => None,
+            };
+            let (bytes, data): (&mut [u8], &mut T) = match memory {
+                Some(m) => m.data_and_store_mut(&mut caller),
+                None => (Default::default(), caller.data_mut()),
+            };
+            let ctx = get(data);
+            match ctx.read_last_error(GuestMem { bytes }, buf as u32, buf_len, out_len as u32) {
+                Ok(()) => 0,
+                Err(e) => e.errno.code(),
+            }
+        },
+    )?;
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! Guests on a real GPU: the example guests over managed guest memory and
+//! device buffers, the refusal of a host-heap pointer, and many guests
+//! waiting on one executor thread. Run on the device machine with
+//! `--include-ignored` (scripts/pack-gpu-tests.sh packs this file).
+
+use tensorwasm_core::{GpuDriver, abi::Errno};
+use tensorwasm_cuda::CudaDriver;
+use tensorwasm_embed::runtime::{GuestRuntime, GuestState};
+use wasmtime::{Instance, Store};
+
+const VECTOR_ADD: &str = include_str!("../../examples/vector_add.wat");
+const DEVICE_BUFFERS: &str = include_str!("../../examples/device_buffers.wat");
+
+/// 16M floats, as the issue asks.
+const N: u32 = 16 << 20;
+
+fn runtime(limit: usize) -> GuestRuntime<CudaDriver> {
+    let driver = CudaDriver::new(0).expect("a CUDA device");
+    GuestRuntime::new(driver, limit).expect("runtime")
+}
+
+fn instantiate(
+    rt: &GuestRuntime<CudaDriver>,
+    wat: &str,
+) -> (Store<GuestState<CudaDriver>>, Instance) {
+    let module = rt.compile(wat).expect("compile");
+    let mut store = rt.store().expect("store");
+    let instance =
+        futures::executor::block_on(rt.instantiate(&mut store, &module)).expect("instantiate");
+    (store, instance)
+}
+
+fn f32_at(bytes: &[u8], offset: usize) -> f32 {
+    f32::from_le_bytes(bytes[offset..offset + 4].try_into().unwrap())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn vector_add_guest_on_16m_random_floats() {
+    let rt = runtime(1 << 30);
+    let (mut store, instance) = instantiate(&rt, VECTOR_ADD);
+    let run = instance
+        .get_typed_func::<i32, i32>(&mut store, "run")
+        .unwrap();
+    let status = futures::executor::block_on(run.call_async(&mut store, N as i32)).unwrap();
+    assert_eq!(status, 0, "guest: {}", store.data().cuda.last_error());
+
+    // Check again from the host, element by element, in the guest's memory.
+    let memory = instance.get_memory(&mut store, "memory").unwrap();
+    let base = memory.data_ptr(&store) as u64;
+    let info = rt
+        .driver()
+        .pointer_info(tensorwasm_core::DevicePtr(base))
+        .unwrap();
+    assert!(
+        info.is_managed(),
+        "guest memory is managed memory: {info:?}"
+    );
+    let bytes = memory.data(&store);
+    let (a, b, c) = (65536usize, 65536 + 4 * N as usize, 65536 + 8 * N as usize);
+    let mut distinct = std::collections::HashSet::new();
+    for i in 0..N as usize {
+        let (x, y, z) = (
+            f32_at(bytes, a + 4 * i),
+            f32_at(bytes, b + 4 * i),
+            f32_at(bytes, c + 4 * i),
+        );
+        assert!(x != 0.0 && y != 0.0, "inputs are never zero");
+        assert_eq!(z.to_bits(), (x + y).to_bits(), "element {i}");
+        if i < 4096 {
+            distinct.insert(x.to_bits());
+        }
+    }
+    assert!(distinct.len() > 4000, "inputs are random");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_buffer_guest_keeps_data_on_the_device() {
+    let rt = runtime(1 << 30);
+    let free_before = rt.driver().mem_info().unwrap().free;
+    let (mut store, instance) = instantiate(&rt, DEVICE_BUFFERS);
+    let run = instance
+        .get_typed_func::<(i32, i32), i32>(&mut store, "run")
+        .unwrap();
+    let status = futures::executor::block_on(run.call_async(&mut store, (N as i32, 8))).unwrap();
+    assert_eq!(status, 0, "guest: {}", store.data().cuda.last_error());
+    assert_eq!(store.data().cuda.live_handles(), [0, 0, 0, 0]);
+    drop(store);
+    // Device buffers (not managed memory) come back exactly.
+    let free_after = rt.driver().mem_info().unwrap().free;
+    assert!(
+        free_after + (256 << 20) >= free_before,
+        "free memory {free_before} -> {free_after}"
+    );
+}
+
+/// A guest whose memory is wasmtime's own host memory: the launch with a
+/// guest pointer is refused before the driver sees it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn host_heap_pointer_is_refused_before_launch() {
+    let driver = CudaDriver::new(0).unwrap();
+    let rt = GuestRuntime::with_host_memory(driver).unwrap();
+    let (mut store, instance) = instantiate(&rt, VECTOR_ADD);
+    let run = instance
+        .get_typed_func::<i32, i32>(&mut store, "run")
+        .unwrap();
+    let status = futures::executor::block_on(run.call_async(&mut store, 1024)).unwrap();
+    assert_eq!(
+        status,
+        -Errno::ENOTADDR.code(),
+        "{}",
+        store.data().cuda.last_error()
+    );
+    let text = store.data().cuda.last_error();
+    assert!(text.starts_with("launch: ENOTADDR"), "{text}");
+    // The pointer really is host memory the device cannot use.
+    let memory = instance.get_memory(&mut store, "memory").unwrap();
+    let base = memory.data_ptr(&store) as u64;
+    let info = rt.driver().pointer_info(tensorwasm_core::DevicePtr(base));
+    assert!(
+        info.as_ref().map_or(true, |i| !i.is_device_addressable()),
+        "{info:?}"
+    );
+    assert_eq!(
+        store.data().cuda.live_handles()[3],
+        0,
+        "no launch handle issued"
+    );
+}
+
+/// 32 guests on one thread: each launches, then suspends in `wait`; the
+/// completion callbacks wake them and every one finishes correctly.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn many_guests_wait_on_one_executor() {
+    const GUESTS: usize = 32;
+    let rt = runtime(64 << 20);
+    let module = rt.compile(VECTOR_ADD).unwrap();
+    let mut stores: Vec<_> = (0..GUESTS).map(|_| rt.store().unwrap()).collect();
+    let results = futures::executor::block_on(async {
+        let runs = stores.iter_mut().enumerate().map(|(i, store)| {
+            let (rt, module) = (&rt, &module);
+            async move {
+                let instance = rt.instantiate(store, module).await?;
+                let run = instance.get_typed_func::<i32, i32>(&mut *store, "run")?;
+                run.call_async(&mut *store, (1 << 20) + i as i32).await
+            }
+        });
+        futures::future::join_all(runs).await
+    });
+    for (i, r) in results.into_iter().enumerate() {
+        assert_eq!(
+            r.unwrap(),
+            0,
+            "guest {i}: {}",
+            stores[i].data().cuda.last_error()
+        );
+    }
+}
