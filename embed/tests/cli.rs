@@ -50,3 +50,72 @@ fn unknown_commands_fail_with_usage() {
         "{err}"
     );
 }
+
+/// `tensorwasm run` from the workspace root, as the examples' comments show.
+fn run_guest(args: &[&str]) -> std::process::Output {
+    tensorwasm()
+        .arg("run")
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .expect("run tensorwasm")
+}
+
+#[test]
+fn run_vector_add_on_the_cpu_driver() {
+    let out = run_guest(&["examples/vector_add.wat", "--driver", "cpu", "4096"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "0\n", "{stderr}");
+    assert!(stderr.contains("tensorwasm: driver cpu (CPU ("), "{stderr}");
+    assert!(!stderr.contains("last wasi_cuda error"), "{stderr}");
+}
+
+#[test]
+fn run_names_a_missing_export() {
+    let out = run_guest(&[
+        "examples/vector_add.wat",
+        "--driver",
+        "cpu",
+        "--invoke",
+        "no_such_function",
+        "1",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert!(
+        stderr.contains("the guest exports no function `no_such_function`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn run_names_a_bad_argument() {
+    let out = run_guest(&["examples/vector_add.wat", "--driver", "cpu", "lots"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("argument 0 of `run`") && stderr.contains("`lots` is not a valid i32"),
+        "{stderr}"
+    );
+    // The wrong number of arguments names the function and the count.
+    let out = run_guest(&["examples/vector_add.wat", "--driver", "cpu", "1", "2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("`run` takes 1 argument(s), 2 given"),
+        "{stderr}"
+    );
+    // An out-of-range integer names the argument too.
+    let out = run_guest(&["examples/vector_add.wat", "--driver", "cpu", "4294967296"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("argument 0 of `run`") && stderr.contains("out of range for 32 bits"),
+        "{stderr}"
+    );
+}
