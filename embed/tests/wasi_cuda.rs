@@ -36,6 +36,7 @@ const EBADH: i32 = Errno::EBADH.code();
 const ENOMEM: i32 = Errno::ENOMEM.code();
 const ENODEV: i32 = Errno::ENODEV.code();
 const ENOTSUP: i32 = Errno::ENOTSUP.code();
+const EIMAGE: i32 = Errno::EIMAGE.code();
 const ENOENT: i32 = Errno::ENOENT.code();
 const ELAUNCH: i32 = Errno::ELAUNCH.code();
 const ENOTADDR: i32 = Errno::ENOTADDR.code();
@@ -711,26 +712,29 @@ fn module_load_ptx_loads_twins_and_refuses_the_rest() {
 }
 
 #[test]
-fn module_load_cubin_is_enotsup_on_the_cpu_driver() {
+fn module_load_cubin_checks_the_image_then_is_enotsup_on_the_cpu_driver() {
     let f = Fixture::new();
     let mut rng = Rng::new("cubin");
     let mut g = f.guest();
     let live = g.live();
     g.write_u64(OUT, SENTINEL);
-    // A plausible ELF header and a malformed image alike: the CPU driver
-    // refuses every cubin as ENOTSUP before `tensorwasm_core::image` is
-    // consulted (the embedder does not check extents itself; the CUDA
-    // driver does inside `load_cubin`), so a malformed image is ENOTSUP
-    // here, not EIMAGE.
+    // Malformed images are refused by `tensorwasm_core::image` before any
+    // driver sees them: EIMAGE on every driver.
     let mut elf = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0];
     elf.extend(rng.bytes(120));
     let garbage = rng.bytes(64);
     for image in [&elf[..], &garbage[..], b"\x7fELF"] {
         g.write(DATA, image);
         let r = g.module_load_cubin(DATA, image.len() as u32, OUT);
-        assert_refused(&g, r, ENOTSUP, "module_load_cubin", Some(OUT), live);
-        assert!(g.last_error().contains("CUDA driver"), "{}", g.last_error());
+        assert_refused(&g, r, EIMAGE, "module_load_cubin", Some(OUT), live);
+        assert!(g.last_error().contains("malformed"), "{}", g.last_error());
     }
+    // A well-formed sm_90 cubin: the CPU driver cannot run it.
+    let cubin: &[u8] = include_bytes!("../../kernels/test/vector_add.sm_90.cubin");
+    g.write(DATA, cubin);
+    let r = g.module_load_cubin(DATA, cubin.len() as u32, OUT);
+    assert_refused(&g, r, ENOTSUP, "module_load_cubin", Some(OUT), live);
+    assert!(g.last_error().contains("CUDA driver"), "{}", g.last_error());
     let end = g.mem_size() as u32;
     let r = g.module_load_cubin(end - 8, 9, OUT);
     assert_refused(&g, r, EFAULT, "module_load_cubin", Some(OUT), live);

@@ -386,9 +386,14 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     ) -> Result<(), AbiError> {
         check_out_u64(mem.bytes, out)?;
         let range = abi::guest_range(mem.bytes.len(), ptr, u64::from(len))?;
+        let image = &mem.bytes[range];
+        // The image's own tables are checked here, whatever the driver.
+        tensorwasm_core::image::check_module_image(image).map_err(|e| {
+            AbiError::new(Errno::EIMAGE, format!("malformed cubin/fatbin image: {e}"))
+        })?;
         let module = self
             .driver
-            .load_cubin(&mem.bytes[range])
+            .load_cubin(image)
             .map_err(|e| driver_error("load_cubin", e))?;
         let handle = self.modules.insert(Arc::new(module))?;
         abi::write_u64(mem.bytes, out, handle.0)
