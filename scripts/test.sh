@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI): formatting, lints, every test
-# that runs without a GPU, the no_std build of core, and ptxas over every
-# PTX file in the repo. GPU tests are #[ignore]d here; they run on a GPU
+# that runs without a GPU, the Wasm guests (built before the tests, which
+# load them), the no_std build of core, and ptxas over every PTX file in
+# the repo. GPU tests are #[ignore]d here; they run on a GPU
 # through scripts/pack-gpu-tests.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,18 @@ cargo fmt --all --check
 
 step "clippy (-D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings
+
+# The guests are their own workspace (target wasm32-unknown-unknown, set in
+# guest/.cargo/config.toml, which cargo reads from the working directory).
+step "guests (wasm32-unknown-unknown): rustfmt, clippy, release build; the guest library's unit tests on the host"
+rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
+(
+    cd guest
+    cargo fmt --all --check
+    cargo clippy --release --workspace --all-targets -- -D warnings
+    cargo build --release
+    cargo test -p tensorwasm-guest --target "$(rustc -vV | sed -n 's/^host: //p')"
+)
 
 step "tests (CPU driver; GPU tests are ignored here)"
 cargo test --workspace

@@ -1,0 +1,104 @@
+//! The raw `wasi_cuda` imports, one declaration per function of
+//! `docs/ABI.md`, with the ABI's names and Wasm signatures, and the records
+//! they read and write in guest memory. Nothing here checks anything: the
+//! thin layer ([`crate::result`]) turns each call into a `Result`.
+//!
+//! Written by hand from `docs/ABI.md` (there is no generator for a page);
+//! a change to that page is a change to this file, row by row.
+
+/// `device_info` writes at most this many bytes: the whole record.
+pub const DEVICE_INFO_LEN: usize = 128;
+
+/// The most argument descriptors one `launch` takes.
+pub const MAX_LAUNCH_ARGS: usize = 64;
+
+/// Argument descriptor tag: `i32` (value in the low 32 bits of `a`).
+pub const ARG_I32: u32 = 0;
+/// Argument descriptor tag: `i64` (value in `a`).
+pub const ARG_I64: u32 = 1;
+/// Argument descriptor tag: `f32` (IEEE bits in the low 32 bits of `a`).
+pub const ARG_F32: u32 = 2;
+/// Argument descriptor tag: `f64` (IEEE bits in `a`).
+pub const ARG_F64: u32 = 3;
+/// Argument descriptor tag: guest pointer (`a` offset, `b` length in bytes).
+pub const ARG_GUEST_PTR: u32 = 4;
+/// Argument descriptor tag: buffer pointer (`a` handle, `b` byte offset).
+pub const ARG_BUFFER_PTR: u32 = 5;
+
+/// One launch argument as `launch` reads it: 24 bytes, 8-aligned, little-endian
+/// (Wasm is little-endian, so the `repr(C)` layout is the ABI's).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArgDescriptor {
+    /// One of the `ARG_*` tags.
+    pub tag: u32,
+    /// For [`ARG_GUEST_PTR`] the required alignment of `a` (0 or a power of
+    /// two up to 4096); 0 for every other tag.
+    pub align: u32,
+    /// First operand: value, bits, guest offset or buffer handle, by tag.
+    pub a: u64,
+    /// Second operand: length of a guest pointer, offset into a buffer, else 0.
+    pub b: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<ArgDescriptor>() == 24);
+const _: () = assert!(core::mem::align_of::<ArgDescriptor>() == 8);
+
+#[link(wasm_import_module = "wasi_cuda")]
+unsafe extern "C" {
+    /// Writes the number of devices this guest may use (`u32`).
+    pub fn device_count(out_count_ptr: i32) -> i32;
+    /// Writes the first `min(out_len, 128)` bytes of device `device`'s record.
+    pub fn device_info(device: i32, out_ptr: i32, out_len: i32) -> i32;
+
+    /// Allocates `size` bytes of device memory and writes its handle (`u64`).
+    pub fn buffer_alloc(size: i64, out_handle_ptr: i32) -> i32;
+    /// Releases a buffer; launches in flight keep it alive.
+    pub fn buffer_free(buffer: i64) -> i32;
+    /// Writes a buffer's size in bytes (`u64`).
+    pub fn buffer_size(buffer: i64, out_size_ptr: i32) -> i32;
+    /// Copies `len` bytes of guest memory into a buffer.
+    pub fn copy_to_buffer(dst: i64, dst_offset: i64, src_ptr: i32, len: i32) -> i32;
+    /// Copies `len` bytes of a buffer into guest memory.
+    pub fn copy_from_buffer(dst_ptr: i32, src: i64, src_offset: i64, len: i32) -> i32;
+    /// Copies `len` bytes between two buffers (ranges must not overlap).
+    pub fn copy_buffer(dst: i64, dst_offset: i64, src: i64, src_offset: i64, len: i64) -> i32;
+    /// Sets `len` bytes of a buffer to the byte `value` (0..=255).
+    pub fn memset_buffer(dst: i64, dst_offset: i64, value: i32, len: i64) -> i32;
+
+    /// JIT-compiles PTX text and writes the module handle.
+    pub fn module_load_ptx(ptx_ptr: i32, ptx_len: i32, out_module_ptr: i32) -> i32;
+    /// Loads a cubin or fatbin image and writes the module handle.
+    pub fn module_load_cubin(image_ptr: i32, image_len: i32, out_module_ptr: i32) -> i32;
+    /// Releases a module; its functions keep it loaded.
+    pub fn module_unload(module: i64) -> i32;
+    /// Looks up a kernel by name and writes the function handle.
+    pub fn function_get(module: i64, name_ptr: i32, name_len: i32, out_function_ptr: i32) -> i32;
+
+    /// Queues a kernel on the guest's stream and writes a launch handle.
+    pub fn launch(
+        function: i64,
+        grid_x: i32,
+        grid_y: i32,
+        grid_z: i32,
+        block_x: i32,
+        block_y: i32,
+        block_z: i32,
+        shared_mem_bytes: i32,
+        args_ptr: i32,
+        args_count: i32,
+        out_launch_ptr: i32,
+    ) -> i32;
+    /// Blocks until a launch has finished, releases its handle, returns its result.
+    pub fn wait(launch: i64) -> i32;
+    /// Blocks until every launch has finished and releases every launch handle.
+    pub fn sync() -> i32;
+
+    /// Migrates guest memory to the device (`target` 0) or the host (1); advisory.
+    pub fn prefetch(ptr: i32, len: i32, target: i32) -> i32;
+    /// Gives the driver a hint (`advice` 0..=6) about a range of guest memory.
+    pub fn advise(ptr: i32, len: i32, advice: i32) -> i32;
+
+    /// Copies the text of the most recent failed call and writes its full length.
+    pub fn last_error(buf_ptr: i32, buf_len: i32, out_len_ptr: i32) -> i32;
+}
