@@ -55,7 +55,7 @@ if [ "${PACK_BENCH:-0}" = 1 ]; then
 import json, shutil, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "guest_overhead":
         shutil.copy(m["executable"], "'"$pack"'/bench/guest_overhead")
         print("packed bench guest_overhead")
 '

@@ -694,9 +694,30 @@ async fn launch_overhead(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Ve
     let guest_empty = guest
         .load(EMPTY_PTX, "empty", GUEST_ARGS_EMPTY, &[])
         .await?;
+    // The safe layer the guest path goes through: `CudaDriver::launch`
+    // (geometry and parameter checks, context binding, cuLaunchKernel).
+    let driver = guest.store.data().cuda.driver().clone();
+    fn driver_err(what: &'static str) -> impl Fn(tensorwasm_cuda::CudaError) -> String {
+        move |e| format!("{what}: {e}")
+    }
+    let safe_module = driver
+        .load_ptx(EMPTY_PTX)
+        .map_err(driver_err("loading the empty kernel"))?;
+    let safe_function = driver
+        .function(&safe_module, "empty")
+        .map_err(driver_err("finding `empty`"))?;
+    let safe_stream = driver
+        .create_stream()
+        .map_err(driver_err("creating a stream"))?;
+    let one = tensorwasm_core::LaunchConfig {
+        grid: tensorwasm_core::Dim3::linear(1),
+        block: tensorwasm_core::Dim3::linear(1),
+        shared_mem_bytes: 0,
+    };
     let per_call = |d: Duration| d.as_secs_f64() * 1e6 / LAUNCH_BATCH as f64;
     let (mut launch, mut launch_host_func, mut guest_launch, mut host_call) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut safe_launch = Vec::new();
     for batch in 0..LAUNCH_WARMUP_BATCHES + LAUNCH_BATCHES {
         let keep = batch >= LAUNCH_WARMUP_BATCHES;
 
@@ -723,6 +744,20 @@ async fn launch_overhead(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Ve
             launch_host_func.push(per_call(elapsed));
         }
 
+        let start = Instant::now();
+        for _ in 0..LAUNCH_BATCH {
+            // SAFETY: `empty` takes no parameters and touches nothing.
+            unsafe { driver.launch(&safe_stream, &safe_function, &one, &[]) }
+                .map_err(driver_err("CudaDriver::launch"))?;
+        }
+        let elapsed = start.elapsed();
+        driver
+            .stream_synchronize(&safe_stream)
+            .map_err(driver_err("stream_synchronize"))?;
+        if keep {
+            safe_launch.push(per_call(elapsed));
+        }
+
         let elapsed = guest.launch_many(guest_empty, LAUNCH_BATCH, 1, 1).await?;
         guest.sync().await?;
         if keep {
@@ -744,6 +779,13 @@ async fn launch_overhead(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Ve
             "launch: raw cuLaunchKernel + cuLaunchHostFunc",
             "us",
             launch_host_func,
+        )
+        .ratio_to("launch.raw", raw_median),
+        Row::new(
+            "launch.safe_layer",
+            "launch: CudaDriver::launch (safe layer)",
+            "us",
+            safe_launch,
         )
         .ratio_to("launch.raw", raw_median),
         Row::new(
@@ -774,9 +816,21 @@ enum Wait {
     StreamSync,
     /// `cuEventRecord`, then `cuEventQuery` with a sleep between queries.
     SleepPoll,
+    /// The guest's `launch` + `wait` with a spin budget
+    /// (`WasiCudaCtx::set_wait_spin`) before the completion callback.
+    GuestSpin,
 }
 
-const WAITS: [Wait; 4] = [Wait::Guest, Wait::Spin, Wait::StreamSync, Wait::SleepPoll];
+/// The spin budget of [`Wait::GuestSpin`].
+const GUEST_WAIT_SPIN: Duration = Duration::from_micros(50);
+
+const WAITS: [Wait; 5] = [
+    Wait::Guest,
+    Wait::Spin,
+    Wait::StreamSync,
+    Wait::SleepPoll,
+    Wait::GuestSpin,
+];
 
 impl Wait {
     fn id(self) -> &'static str {
@@ -785,6 +839,7 @@ impl Wait {
             Wait::Spin => "raw_spin",
             Wait::StreamSync => "raw_stream_sync",
             Wait::SleepPoll => "raw_sleep_poll",
+            Wait::GuestSpin => "guest_spin50",
         }
     }
 
@@ -794,6 +849,7 @@ impl Wait {
             Wait::Spin => "raw launch + cuEventQuery spin",
             Wait::StreamSync => "raw launch + cuStreamSynchronize",
             Wait::SleepPoll => "raw launch + cuEventQuery/sleep(50us)",
+            Wait::GuestSpin => "guest launch+wait, spin <= 50us first",
         }
     }
 }
@@ -810,6 +866,12 @@ async fn round_trip(
     let cpu_before = process_cpu_time();
     let elapsed = match wait {
         Wait::Guest => guest.launch_wait(guest_kernel).await?,
+        Wait::GuestSpin => {
+            guest.store.data_mut().cuda.set_wait_spin(GUEST_WAIT_SPIN);
+            let elapsed = guest.launch_wait(guest_kernel).await;
+            guest.store.data_mut().cuda.set_wait_spin(Duration::ZERO);
+            elapsed?
+        }
         Wait::Spin | Wait::StreamSync | Wait::SleepPoll => {
             let start = Instant::now();
             // SAFETY: `empty` touches nothing; `spin` reads only its
@@ -857,7 +919,24 @@ async fn wait_latency(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Vec<R
         .load(SPIN_PTX, "spin", GUEST_ARGS_SPIN, &spin_arg)
         .await?;
 
-    let mut rows = Vec::new();
+    // What entering and leaving the guest costs by itself: `call_async` of
+    // an export that returns at once (part of every guest row below).
+    let mut call_us = Vec::new();
+    for i in 0..LATENCY_WARMUP + LATENCY_ITERS {
+        let elapsed = guest.host_calls(0).await?;
+        if i >= LATENCY_WARMUP {
+            call_us.push(elapsed.as_secs_f64() * 1e6);
+        }
+    }
+    let mut rows = vec![
+        Row::new(
+            "latency.call_async_empty".to_string(),
+            "call_async of an export that returns at once".to_string(),
+            "us",
+            call_us,
+        )
+        .with_p99(),
+    ];
     let cases: [(&str, &str, usize, usize, &mut RawKernel, GuestKernel); 2] = [
         (
             "empty",
@@ -877,7 +956,7 @@ async fn wait_latency(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Vec<R
         ),
     ];
     for (case, label, warmup, iters, raw_kernel, guest_kernel) in cases {
-        let mut samples: [WaitSamples; 4] = Default::default();
+        let mut samples: [WaitSamples; 5] = Default::default();
         for i in 0..warmup + iters {
             for (wait, s) in WAITS.iter().zip(samples.iter_mut()) {
                 let (elapsed, cpu) =
@@ -908,7 +987,7 @@ async fn wait_latency(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Vec<R
             if !matches!(wait, Wait::Spin) {
                 row = row.ratio_to(&spin_id, spin_median);
             }
-            if matches!(wait, Wait::Guest) {
+            if matches!(wait, Wait::Guest | Wait::GuestSpin) {
                 row = row.target("<= 1.2x spin", latency / spin_median <= 1.2);
                 if case == "spin_10ms" {
                     let met = cpu_percent.is_some_and(|c| c < 10.0);

@@ -85,13 +85,21 @@ fn device_buffer_guest_keeps_data_on_the_device() {
         .unwrap();
     let status = futures::executor::block_on(run.call_async(&mut store, (N as i32, 8))).unwrap();
     assert_eq!(status, 0, "guest: {}", store.data().cuda.last_error());
-    assert_eq!(store.data().cuda.live_handles(), [0, 0, 0, 0]);
+    // Buffers and the module were released by the guest, its launches by
+    // `sync`; its function handle lives until the guest ends.
+    assert_eq!(store.data().cuda.live_handles(), [0, 0, 1, 0]);
     drop(store);
-    // Device buffers (not managed memory) come back exactly.
+    // The device buffers (2 x 64 MiB) come back. The guest's managed memory
+    // (the 192 MiB it touched) may stay counted as used: the UVM driver
+    // keeps freed managed pages in a per-process pool (measured in the
+    // foundation issue, docs/verification/2026-11-22-foundation-gpu.md).
     let free_after = rt.driver().mem_info().unwrap().free;
+    let touched = 65536 + 12 * u64::from(N);
+    let lost = free_before.saturating_sub(free_after);
     assert!(
-        free_after + (256 << 20) >= free_before,
-        "free memory {free_before} -> {free_after}"
+        lost <= touched + (32 << 20),
+        "free memory {free_before} -> {free_after}: {lost} bytes lost, more than the \
+         {touched} bytes of managed memory the guest touched"
     );
 }
 

@@ -767,6 +767,15 @@ fn modules_unload_once_and_their_functions_outlive_them() {
     for i in 0..n as usize {
         assert_eq!(got[i].to_bits(), (x[i] + y[i]).to_bits(), "element {i}");
     }
+    // Releasing the last function handle releases the module with it.
+    assert_eq!(g.function_release(function), 0);
+    assert_eq!(g.live(), [0, 0, 0, 0]);
+    let live = g.live();
+    let r = g.function_release(function);
+    assert_refused(&g, r, EBADH, "function_release", None, live);
+    for bad in [0, u64::MAX, module, function ^ FLIP_GENERATION] {
+        assert_eq!(g.function_release(bad), EBADH);
+    }
 }
 
 #[test]
@@ -1814,4 +1823,38 @@ fn sixteen_guests_share_one_executor() {
         assert_eq!(*r, 0, "guest {i}: {last}");
     }
     assert_eq!(driver.mem_info().expect("mem_info").free, free);
+}
+
+/// With a spin budget, `wait` keeps asking the driver for a while before it
+/// suspends; results are the same, and a failure is still reported.
+#[test]
+fn wait_with_a_spin_budget_gives_the_same_results() {
+    use std::time::Duration;
+    let driver = tensorwasm_cpu::CpuDriver::with_capacity(1 << 30).unwrap();
+    tensorwasm_embed::twins::register(&driver);
+    let rt = tensorwasm_embed::runtime::GuestRuntime::new(driver, 64 << 20).unwrap();
+    let module = rt
+        .compile(include_str!("../../examples/vector_add.wat"))
+        .unwrap();
+    for spin in [
+        Duration::ZERO,
+        Duration::from_micros(5),
+        Duration::from_millis(50),
+    ] {
+        let mut store = rt.store().unwrap();
+        store.data_mut().cuda.set_wait_spin(spin);
+        let instance = futures::executor::block_on(rt.instantiate(&mut store, &module)).unwrap();
+        let run = instance
+            .get_typed_func::<i32, i32>(&mut store, "run")
+            .unwrap();
+        for n in [1, 4097, 100_003] {
+            let status = futures::executor::block_on(run.call_async(&mut store, n)).unwrap();
+            assert_eq!(
+                status,
+                0,
+                "spin {spin:?}, n {n}: {}",
+                store.data().cuda.last_error()
+            );
+        }
+    }
 }

@@ -4,7 +4,10 @@
 //! suspension) is in the parent module; argument decoding is in
 //! `tensorwasm_core::abi`.
 
-use std::sync::Arc;
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use tensorwasm_core::{
     Advice, DeviceMemory, DevicePtr, Dim3, DriverError, GpuDriver, KernelParam, LaunchConfig,
@@ -12,7 +15,7 @@ use tensorwasm_core::{
     abi::{
         self, AbiError, Errno, GuestMemoryRef, Handle, HandleKind, HandleTable, LaunchArg, OwnerId,
     },
-    dispatch::{Completer, DispatchFuture, dispatch},
+    dispatch::{DispatchFuture, dispatch},
 };
 
 use crate::memory::{GuestMemoryLookup, GuestRegionInfo};
@@ -47,10 +50,10 @@ pub(crate) struct FunctionEntry<D: GpuDriver> {
     _module: Arc<D::Module>,
 }
 
-/// A launch not yet waited for: its completion, and everything the kernel
-/// may touch, kept alive until it has finished.
+/// A launch not yet waited for: everything the kernel may touch, kept alive
+/// until the guest has seen it finish (`wait` or `sync`) or the context
+/// synchronizes its stream on drop.
 pub(crate) struct LaunchEntry<D: GpuDriver> {
-    pub(crate) done: DispatchFuture<()>,
     _buffers: Vec<Arc<D::DeviceBuffer>>,
     _function: Arc<FunctionEntry<D>>,
     _memory: Option<GuestRegionInfo>,
@@ -80,8 +83,8 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     modules: HandleTable<Arc<D::Module>>,
     functions: HandleTable<Arc<FunctionEntry<D>>>,
     pub(crate) launches: HandleTable<LaunchEntry<D>>,
-    /// Work was queued on the stream since it was last seen idle.
-    pub(crate) stream_busy: bool,
+    /// How long `wait` may spin on the stream's status before it suspends.
+    wait_spin: Duration,
     last_error: String,
 }
 
@@ -107,7 +110,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             modules: HandleTable::new(owner, HandleKind::Module, limits.modules),
             functions: HandleTable::new(owner, HandleKind::Function, limits.functions),
             launches: HandleTable::new(owner, HandleKind::Launch, limits.launches),
-            stream_busy: false,
+            wait_spin: Duration::ZERO,
             last_error: String::new(),
         })
     }
@@ -425,6 +428,11 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         abi::write_u64(mem.bytes, out, handle.0)
     }
 
+    pub(crate) fn function_release(&mut self, function: u64) -> Result<(), AbiError> {
+        // Launches in flight hold their own reference to the function.
+        self.functions.remove(Handle(function)).map(drop)
+    }
+
     /// Decodes, checks and queues a launch, and writes its handle.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch(
@@ -461,17 +469,14 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 }
             }
         }
+        // Geometry and parameter count are checked by the driver against
+        // the device's limits before it runs anything (`EINVAL`).
         let config = LaunchConfig {
             grid,
             block,
             shared_mem_bytes,
         };
-        config
-            .validate_launch(self.driver.device(), &params)
-            .map_err(|e| AbiError::new(Errno::EINVAL, format!("launch geometry: {e}")))?;
-        let (completer, done) = dispatch();
         let handle = self.launches.insert(LaunchEntry {
-            done,
             _buffers: buffers,
             _function: Arc::clone(&function),
             _memory: if uses_guest_memory { region } else { None },
@@ -492,15 +497,34 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             let _ = self.launches.remove(handle);
             return Err(driver_error("launch", e));
         }
-        self.stream_busy = true;
-        self.notify_on_completion(completer);
         abi::write_u64(mem.bytes, out, handle.0)
     }
 
-    /// Completes `completer` once the work queued so far has finished, from
-    /// the driver's completion callback. Should queueing the callback fail,
-    /// waits here instead, so a waiter is never left hanging.
-    pub(crate) fn notify_on_completion(&self, completer: Completer<()>) {
+    /// Where the guest's stream stands, without blocking: `Ok(true)` when
+    /// every piece of work queued so far has finished, `Ok(false)` while some
+    /// still runs, `Err` (`ELAUNCH`) once work on it has failed. With a spin
+    /// budget set ([`WasiCudaCtx::set_wait_spin`]), keeps asking for up to
+    /// that long before answering "still running".
+    pub(crate) fn settle(&mut self) -> Result<bool, AbiError> {
+        let start = (!self.wait_spin.is_zero()).then(Instant::now);
+        loop {
+            match self.driver.stream_query(&self.stream) {
+                Ok(true) => return Ok(true),
+                Ok(false) => {}
+                Err(e) => return Err(launch_failed(e)),
+            }
+            match start {
+                Some(t) if t.elapsed() < self.wait_spin => std::hint::spin_loop(),
+                _ => return Ok(false),
+            }
+        }
+    }
+
+    /// A future that completes from the driver's completion callback once
+    /// the work queued so far has finished. Should queueing the callback
+    /// fail, waits here instead, so a waiter is never left hanging.
+    pub(crate) fn completion(&self) -> DispatchFuture<()> {
+        let (completer, done) = dispatch();
         let on_done = completer.clone();
         let queued = self.driver.on_complete(
             &self.stream,
@@ -512,32 +536,26 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             let _ = self.driver.stream_synchronize(&self.stream);
             let _ = completer.complete(());
         }
+        done
     }
 
-    /// A future that completes when all work queued so far has finished.
-    pub(crate) fn quiesce(&mut self) -> Option<DispatchFuture<()>> {
-        if !self.stream_busy {
-            return None;
-        }
-        let (completer, done) = dispatch();
-        self.notify_on_completion(completer);
-        Some(done)
-    }
-
-    /// After a completion callback fired: did the work fail?
+    /// After a completion callback fired: did the work fail? (`Ok(false)`
+    /// is success here: the callback itself counts as stream work until it
+    /// has returned.)
     pub(crate) fn launch_status(&mut self) -> Result<(), AbiError> {
-        match self.driver.stream_query(&self.stream) {
-            Ok(idle) => {
-                if idle {
-                    self.stream_busy = false;
-                }
-                Ok(())
-            }
-            Err(e) => Err(AbiError::new(
-                Errno::ELAUNCH,
-                format!("the kernel failed: {e}"),
-            )),
-        }
+        self.driver
+            .stream_query(&self.stream)
+            .map(drop)
+            .map_err(launch_failed)
+    }
+
+    /// Lets `wait` keep asking the driver for up to `spin` before it
+    /// suspends the guest on a completion callback. Zero (the default) means
+    /// one non-blocking query, then the callback: no CPU spent while a
+    /// kernel runs. A short spin trades CPU for latency on short kernels; it
+    /// holds the executor thread while it spins.
+    pub fn set_wait_spin(&mut self, spin: Duration) {
+        self.wait_spin = spin;
     }
 
     pub(crate) fn prefetch(
@@ -561,7 +579,6 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         self.driver
             .prefetch(range, target, &self.stream)
             .map_err(|e| driver_error("prefetch", e))?;
-        self.stream_busy = true;
         Ok(())
     }
 
@@ -652,6 +669,13 @@ impl<D: GpuDriver> Drop for WasiCudaCtx<D> {
 /// a bad one leaves nothing half done (the read has no effect).
 fn check_out_u64(mem: &[u8], out: u32) -> Result<(), AbiError> {
     abi::read_u64(mem, out).map(drop)
+}
+
+fn launch_failed<E: DriverError>(e: E) -> AbiError {
+    AbiError::new(
+        Errno::ELAUNCH,
+        format!("work on the guest's stream failed: {e}"),
+    )
 }
 
 fn out_of_buffer() -> AbiError {

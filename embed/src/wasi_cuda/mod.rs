@@ -53,21 +53,23 @@ fn with_ctx<T, D: GpuDriver>(
 }
 
 /// Suspends the guest until the work it queued so far has finished; `Err`
-/// carries the errno when that work failed.
+/// carries the errno when that work failed. One non-blocking query first:
+/// work that is already done costs no callback.
 async fn quiesce<T, D: GpuDriver>(
     caller: &mut Caller<'_, T>,
     get: GetCtx<T, D>,
     call: &str,
 ) -> Result<(), i32> {
-    let Some(done) = get(caller.data_mut()).quiesce() else {
-        return Ok(());
-    };
+    let ctx = get(caller.data_mut());
+    match ctx.settle() {
+        Ok(true) => return Ok(()),
+        Ok(false) => {}
+        Err(e) => return Err(ctx.fail(call, e)),
+    }
+    let done = ctx.completion();
     done.await;
     let ctx = get(caller.data_mut());
-    match ctx.launch_status() {
-        Ok(()) => Ok(()),
-        Err(e) => Err(ctx.fail(call, e)),
-    }
+    ctx.launch_status().map_err(|e| ctx.fail(call, e))
 }
 
 /// Registers every `wasi_cuda` import on `linker`. `get` reaches the guest's
@@ -229,6 +231,15 @@ where
     )?;
     linker.func_wrap(
         MODULE,
+        "function_release",
+        move |mut caller: Caller<'_, T>, function: i64| -> i32 {
+            with_ctx(&mut caller, get, "function_release", |ctx| {
+                ctx.function_release(function as u64)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
         "launch",
         move |mut caller: Caller<'_, T>,
               function: i64,
@@ -274,16 +285,14 @@ where
             Box::new(async move {
                 const CALL: &str = "wait";
                 let ctx = get(caller.data_mut());
-                let mut entry = match ctx.launches.remove(Handle(launch as u64)) {
+                let entry = match ctx.launches.remove(Handle(launch as u64)) {
                     Ok(entry) => entry,
                     Err(e) => return ctx.fail(CALL, e),
                 };
-                (&mut entry.done).await;
-                // The kernel has finished: what it used may be released.
+                let status = quiesce(&mut caller, get, CALL).await;
+                // The kernel has finished (or failed): what it used may go.
                 drop(entry);
-                let ctx = get(caller.data_mut());
-                let status = ctx.launch_status();
-                ctx.finish(CALL, status)
+                status.err().unwrap_or(0)
             })
         },
     )?;
@@ -291,12 +300,8 @@ where
         Box::new(async move {
             const CALL: &str = "sync";
             let failed = quiesce(&mut caller, get, CALL).await.err();
-            let ctx = get(caller.data_mut());
-            let entries = ctx.launches.take_all();
-            for mut entry in entries {
-                // Each completed before the quiesce marker ran (stream order).
-                (&mut entry.done).await;
-            }
+            // Every launch queued before has finished: release them all.
+            drop(get(caller.data_mut()).launches.take_all());
             failed.unwrap_or(0)
         })
     })?;

@@ -110,6 +110,7 @@ pub const IMPORTS: &[(&str, &[&str])] = &[
     ("module_load_ptx", &["i32", "i32", "i32"]),
     ("module_load_cubin", &["i32", "i32", "i32"]),
     ("module_unload", &["i64"]),
+    ("function_release", &["i64"]),
     ("function_get", &["i64", "i32", "i32", "i32"]),
     (
         "launch",
@@ -443,6 +444,11 @@ impl Guest {
     /// `module_load_cubin(ptr, len, out)`.
     pub fn module_load_cubin(&mut self, ptr: u32, len: u32, out: u32) -> i32 {
         self.call("module_load_cubin", &[i32v(ptr), i32v(len), i32v(out)])
+    }
+
+    /// `function_release(function)`.
+    pub fn function_release(&mut self, function: u64) -> i32 {
+        self.call("function_release", &[i64v(function)])
     }
 
     /// `module_unload(module)`.
