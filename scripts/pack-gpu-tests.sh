@@ -94,16 +94,19 @@ for t in bin/*--*; do
   secs=$(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')")
   line=$(grep -E '^test result:' "$out/$name.log" | tail -1)
   echo "$r $name (${secs}s): $line" | tee -a "$summary"
-  if [ $r = FAIL ]; then grep -E 'panicked|FAILED|failed' "$out/$name.log" | head -20 | sed 's/^/    /' | tee -a "$summary"; fi
+  if [ $r = FAIL ]; then grep -E -A3 'panicked' "$out/$name.log" | head -30 | sed 's/^/    /' | tee -a "$summary"; fi
 done
-for g in examples/*.wat examples/*.wasm; do
-  [ -f "$g" ] || continue
-  case "$g" in
-    *device_buffers*) args="16777216 8" ;;
-    *) args="16777216" ;;
-  esac
-  if out_text=$(bin/tensorwasm run "$g" --driver cuda $args 2>&1) && [ "$(echo "$out_text" | tail -1)" = 0 ]; then r=PASS; else r=FAIL; status=1; fi
-  echo "$r tensorwasm run $g --driver cuda $args: $(echo "$out_text" | tr '\n' ' ')" | tee -a "$summary"
+runs=(
+  "examples/vector_add.wat 16777216"
+  "examples/device_buffers.wat 16777216 8"
+)
+if [ -f examples/vector_add_guest.wasm ]; then
+  runs+=("examples/vector_add_guest.wasm 16777216"
+         "examples/vector_add_guest.wasm --invoke device_buffers 16777216")
+fi
+for spec in "${runs[@]}"; do
+  if out_text=$(bin/tensorwasm run $spec --driver cuda 2>&1) && [ "$(echo "$out_text" | tail -1)" = 0 ]; then r=PASS; else r=FAIL; status=1; fi
+  echo "$r tensorwasm run $spec --driver cuda: $(echo "$out_text" | tr '\n' ' ')" | tee -a "$summary"
 done
 echo "--- tensorwasm devices" >> "$summary"
 bin/tensorwasm devices >> "$summary" 2>&1 || status=1

@@ -96,6 +96,7 @@ fn device_buffer_guest_keeps_data_on_the_device() {
     let free_after = rt.driver().mem_info().unwrap().free;
     let touched = 65536 + 12 * u64::from(N);
     let lost = free_before.saturating_sub(free_after);
+    eprintln!("free device memory: {free_before} before, {free_after} after ({lost} bytes lost)");
     assert!(
         lost <= touched + (32 << 20),
         "free memory {free_before} -> {free_after}: {lost} bytes lost, more than the \
