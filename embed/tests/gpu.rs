@@ -14,6 +14,16 @@ const DEVICE_BUFFERS: &str = include_str!("../../examples/device_buffers.wat");
 /// 16M floats, as the issue asks.
 const N: u32 = 16 << 20;
 
+/// The tests of this binary run one at a time: free device memory is a
+/// process-wide reading, and another test's allocations would blur it.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn runtime(limit: usize) -> GuestRuntime<CudaDriver> {
     let driver = CudaDriver::new(0).expect("a CUDA device");
     GuestRuntime::new(driver, limit).expect("runtime")
@@ -37,6 +47,7 @@ fn f32_at(bytes: &[u8], offset: usize) -> f32 {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn vector_add_guest_on_16m_random_floats() {
+    let _serial = serial();
     let rt = runtime(1 << 30);
     let (mut store, instance) = instantiate(&rt, VECTOR_ADD);
     let run = instance
@@ -77,6 +88,7 @@ fn vector_add_guest_on_16m_random_floats() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn device_buffer_guest_keeps_data_on_the_device() {
+    let _serial = serial();
     let rt = runtime(1 << 30);
     let free_before = rt.driver().mem_info().unwrap().free;
     let (mut store, instance) = instantiate(&rt, DEVICE_BUFFERS);
@@ -109,6 +121,7 @@ fn device_buffer_guest_keeps_data_on_the_device() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn host_heap_pointer_is_refused_before_launch() {
+    let _serial = serial();
     let driver = CudaDriver::new(0).unwrap();
     let rt = GuestRuntime::with_host_memory(driver).unwrap();
     let (mut store, instance) = instantiate(&rt, VECTOR_ADD);
@@ -144,6 +157,7 @@ fn host_heap_pointer_is_refused_before_launch() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn many_guests_wait_on_one_executor() {
+    let _serial = serial();
     const GUESTS: usize = 32;
     let rt = runtime(64 << 20);
     let module = rt.compile(VECTOR_ADD).unwrap();
