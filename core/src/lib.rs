@@ -12,6 +12,8 @@
 //! - [`dispatch`](mod@dispatch): [`Completer`] and [`DispatchFuture`], the
 //!   completion state machine behind launch waits.
 //! - [`sync`]: where atomics and locks come from (loom's under `cfg(loom)`).
+//! - `lower` (feature `lower`): Wasm kernels — a guest function translated
+//!   to Cranelift IR and lowered to PTX (`docs/kernels.md`).
 
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -28,6 +30,8 @@ pub mod driver;
 pub mod error;
 pub mod image;
 pub mod launch;
+#[cfg(feature = "lower")]
+pub mod lower;
 pub mod managed;
 pub mod memory;
 pub mod sync;
