@@ -4,6 +4,8 @@
 //! hidden parameters, trap codes, intrinsics, errors and the [`Lowerer`]
 //! trait); it touches no driver.
 
+pub mod translate;
+
 use alloc::string::String;
 use core::fmt;
 

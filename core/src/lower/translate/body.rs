@@ -1,0 +1,1028 @@
+//! The code translator: Wasm operators to CLIF, one kernel function with
+//! every callee inlined (`docs/kernels.md`, "The kernel's CLIF"). Control
+//! flow follows wasmtime's translator: block results travel through
+//! variables, and operators in dead code (after `br`, `return`,
+//! `unreachable`) are skipped. Every trap is an explicit `trap`, `trapz` or
+//! `trapnz` with a [`KernelTrap`] code, emitted before the operation it
+//! guards. This file decides nothing about what is supported: the detector
+//! has refused everything the tables below do not cover.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use cranelift_codegen::entity::packed_option::ReservedValue;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
+use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
+use cranelift_codegen::ir::{
+    AbiParam, Block, Endianness, Function, InstBuilder, JumpTableData, MemFlagsData, Signature,
+    SourceLoc, Type, UserFuncName, Value,
+};
+use cranelift_codegen::isa::CallConv;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use wasmparser::{BlockType, BrTable, MemArg, Operator, ValType};
+
+use super::WasmType;
+use super::detect::op_name;
+use super::module::{ConstValue, GlobalKind, ModuleInfo, invalid};
+use crate::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, UnsupportedOp};
+
+/// A translator invariant broke (the detector or validation should have
+/// caught the input).
+fn internal(what: &str) -> LowerError {
+    LowerError::Invalid(format!("translator: {what}"))
+}
+
+/// Translates defined function `func_index` (already checked by the
+/// detector, its call graph validated) into the kernel's CLIF function.
+pub(super) fn translate(
+    module: &ModuleInfo<'_>,
+    func_index: u32,
+    params: &[WasmType],
+) -> Result<Function, LowerError> {
+    let abi = KernelAbi {
+        wasm_params: params.len(),
+    };
+    let mut signature = Signature::new(CallConv::SystemV);
+    signature
+        .params
+        .extend(params.iter().map(|p| AbiParam::new(p.clif_type())));
+    signature.params.extend([AbiParam::new(I64); 4]);
+    signature
+        .params
+        .extend(Intrinsic::ALL.map(|_| AbiParam::new(I32)));
+    debug_assert_eq!(signature.params.len(), abi.total_params());
+
+    let mut function = Function::with_name_signature(UserFuncName::user(0, func_index), signature);
+    let mut context = FunctionBuilderContext::new();
+    let mut builder = FunctionBuilder::new(&mut function, &mut context);
+    let entry = builder.create_block();
+    builder.append_block_params_for_function_params(entry);
+    builder.switch_to_block(entry);
+    builder.seal_block(entry);
+    let values = builder.block_params(entry).to_vec();
+    let fuel = builder.declare_var(I64);
+    builder.def_var(fuel, values[abi.hidden(KernelAbi::FUEL)]);
+    let hidden = Hidden {
+        mem_base: values[abi.hidden(KernelAbi::MEM_BASE)],
+        mem_len: values[abi.hidden(KernelAbi::MEM_LEN)],
+        intrinsics: core::array::from_fn(|i| values[abi.hidden(KernelAbi::INTRINSICS) + i]),
+    };
+
+    let mut translator = Translator {
+        module,
+        builder,
+        hidden,
+        fuel,
+    };
+    if translator
+        .inline(func_index, &values[..params.len()])?
+        .is_some()
+    {
+        translator.builder.ins().return_(&[]);
+    }
+    translator.builder.seal_all_blocks();
+    // No `finalize`: its `TargetFrontendConfig` needs target-lexicon's
+    // `PointerWidth`, which no_std Cranelift does not re-export, and it only
+    // adds debug checks (the verifier's, stricter, run in `translate_kernel`)
+    // and stack maps (a kernel has no GC values).
+    Ok(function)
+}
+
+/// The kernel's hidden parameters the translator reads.
+struct Hidden {
+    mem_base: Value,
+    mem_len: Value,
+    intrinsics: [Value; 12],
+}
+
+struct Translator<'m, 'a, 'f> {
+    module: &'m ModuleInfo<'a>,
+    builder: FunctionBuilder<'f>,
+    hidden: Hidden,
+    /// The thread's remaining fuel.
+    fuel: Variable,
+}
+
+/// The state of one (inlined) function's translation.
+struct FuncState {
+    locals: Vec<Variable>,
+    stack: Vec<Value>,
+    control: Vec<Frame>,
+    /// Whether the current position can execute.
+    reachable: bool,
+}
+
+enum FrameKind {
+    Block,
+    Loop {
+        header: Block,
+        /// The loop's parameters (the target of `br` to the loop).
+        header_vars: Vec<Variable>,
+    },
+    If {
+        else_block: Block,
+        /// The block's parameters, which the `else` arm starts with.
+        else_params: Vec<Value>,
+        else_seen: bool,
+    },
+    /// A block, loop or if opened in dead code.
+    Dead,
+}
+
+struct Frame {
+    kind: FrameKind,
+    /// The code after `end`, which takes the block's results.
+    next: Block,
+    next_vars: Vec<Variable>,
+    /// The value stack's height below the block's parameters.
+    height: usize,
+    /// Whether a branch targets `next`.
+    exit_branched: bool,
+}
+
+impl FuncState {
+    fn pop(&mut self) -> Result<Value, LowerError> {
+        self.stack
+            .pop()
+            .ok_or_else(|| internal("operand stack underflow"))
+    }
+
+    fn pop_n(&mut self, n: usize) -> Result<Vec<Value>, LowerError> {
+        let at = self
+            .stack
+            .len()
+            .checked_sub(n)
+            .ok_or_else(|| internal("operand stack underflow"))?;
+        Ok(self.stack.split_off(at))
+    }
+
+    fn top_n(&self, n: usize) -> Result<&[Value], LowerError> {
+        let at = self
+            .stack
+            .len()
+            .checked_sub(n)
+            .ok_or_else(|| internal("operand stack underflow"))?;
+        Ok(&self.stack[at..])
+    }
+
+    fn local(&self, index: u32) -> Result<Variable, LowerError> {
+        self.locals
+            .get(index as usize)
+            .copied()
+            .ok_or_else(|| internal("local index out of range"))
+    }
+
+    fn frame(&mut self, depth: u32) -> Result<&mut Frame, LowerError> {
+        let i = self
+            .control
+            .len()
+            .checked_sub(depth as usize + 1)
+            .ok_or_else(|| internal("branch depth out of range"))?;
+        Ok(&mut self.control[i])
+    }
+
+    /// Where a branch to the frame `depth` levels up goes, with the
+    /// variables that carry its values; marks the frame as branched to.
+    fn branch_target(&mut self, depth: u32) -> Result<(Block, Vec<Variable>), LowerError> {
+        let frame = self.frame(depth)?;
+        Ok(match &frame.kind {
+            FrameKind::Loop {
+                header,
+                header_vars,
+            } => (*header, header_vars.clone()),
+            _ => {
+                frame.exit_branched = true;
+                (frame.next, frame.next_vars.clone())
+            }
+        })
+    }
+}
+
+fn scalar(ty: ValType) -> Result<WasmType, LowerError> {
+    WasmType::from_val_type(ty).ok_or_else(|| internal("non-scalar value type"))
+}
+
+impl<'m> Translator<'m, '_, '_> {
+    /// Translates defined function `func_index` at the current position,
+    /// its parameters bound to `args`. Returns its results, or `None` when
+    /// the code after it cannot execute (it always traps or loops).
+    fn inline(
+        &mut self,
+        func_index: u32,
+        args: &[Value],
+    ) -> Result<Option<Vec<Value>>, LowerError> {
+        let m = self.module;
+        let def = m
+            .defined(func_index)
+            .ok_or_else(|| internal("inlining a function that is not defined"))?;
+        let ty = m.func_type(func_index)?;
+        let body = &m.bodies[def];
+
+        let mut locals = Vec::with_capacity(args.len());
+        for (&param, &arg) in ty.params().iter().zip(args) {
+            let var = self.builder.declare_var(scalar(param)?.clif_type());
+            self.builder.def_var(var, arg);
+            locals.push(var);
+        }
+        let mut reader = body.get_locals_reader().map_err(invalid)?;
+        for _ in 0..reader.get_count() {
+            let (count, ty) = reader.read().map_err(invalid)?;
+            let ty = scalar(ty)?;
+            let zero = self.constant(match ty {
+                WasmType::I32 => ConstValue::I32(0),
+                WasmType::I64 => ConstValue::I64(0),
+                WasmType::F32 => ConstValue::F32(0),
+                WasmType::F64 => ConstValue::F64(0),
+            });
+            for _ in 0..count {
+                let var = self.builder.declare_var(ty.clif_type());
+                self.builder.def_var(var, zero);
+                locals.push(var);
+            }
+        }
+
+        let exit = self.builder.create_block();
+        let exit_vars = self.declare_vars(ty.results())?;
+        let mut st = FuncState {
+            locals,
+            stack: Vec::new(),
+            control: vec![Frame {
+                kind: FrameKind::Block,
+                next: exit,
+                next_vars: exit_vars,
+                height: 0,
+                exit_branched: false,
+            }],
+            reachable: true,
+        };
+        let mut operators = body.get_operators_reader().map_err(invalid)?;
+        while !st.control.is_empty() {
+            let (op, offset) = operators.read_with_offset().map_err(invalid)?;
+            self.builder
+                .set_srcloc(SourceLoc::new(u32::try_from(offset).unwrap_or(u32::MAX)));
+            self.operator(&mut st, &op)?;
+        }
+        Ok(st.reachable.then_some(st.stack))
+    }
+
+    fn declare_vars(&mut self, types: &[ValType]) -> Result<Vec<Variable>, LowerError> {
+        types
+            .iter()
+            .map(|&t| Ok(self.builder.declare_var(scalar(t)?.clif_type())))
+            .collect()
+    }
+
+    /// A block type's parameter count and result types.
+    fn block_type(&self, blockty: BlockType) -> Result<(usize, &'m [ValType]), LowerError> {
+        let module = self.module;
+        Ok(match blockty {
+            BlockType::Empty => (0, &[]),
+            BlockType::Type(ValType::I32) => (0, &[ValType::I32]),
+            BlockType::Type(ValType::I64) => (0, &[ValType::I64]),
+            BlockType::Type(ValType::F32) => (0, &[ValType::F32]),
+            BlockType::Type(ValType::F64) => (0, &[ValType::F64]),
+            BlockType::Type(_) => return Err(internal("non-scalar block type")),
+            BlockType::FuncType(index) => {
+                let ty = module
+                    .types
+                    .get(index as usize)
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| internal("block type is not a function type"))?;
+                (ty.params().len(), ty.results())
+            }
+        })
+    }
+
+    fn constant(&mut self, value: ConstValue) -> Value {
+        let ins = self.builder.ins();
+        match value {
+            ConstValue::I32(v) => ins.iconst(I32, i64::from(v.cast_unsigned())),
+            ConstValue::I64(v) => ins.iconst(I64, v),
+            ConstValue::F32(bits) => ins.f32const(Ieee32::with_bits(bits)),
+            ConstValue::F64(bits) => ins.f64const(Ieee64::with_bits(bits)),
+        }
+    }
+
+    /// Defines `vars` as `args` and jumps to `dest`.
+    fn jump(&mut self, dest: Block, vars: &[Variable], args: &[Value]) {
+        for (&var, &arg) in vars.iter().zip(args) {
+            self.builder.def_var(var, arg);
+        }
+        self.builder.ins().jump(dest, &[]);
+    }
+
+    fn operator(&mut self, st: &mut FuncState, op: &Operator<'_>) -> Result<(), LowerError> {
+        if !st.reachable {
+            return self.dead_operator(st, op);
+        }
+        if let Some(emit) = unary_op(op) {
+            let x = st.pop()?;
+            st.stack.push(emit(&mut self.builder, x));
+            return Ok(());
+        }
+        if let Some(emit) = binary_op(op) {
+            let y = st.pop()?;
+            let x = st.pop()?;
+            st.stack.push(emit(&mut self.builder, x, y));
+            return Ok(());
+        }
+        if let Some((memarg, access)) = memory_access(op) {
+            return self.memory(st, memarg, access);
+        }
+        match *op {
+            Operator::Unreachable => {
+                self.builder.ins().trap(KernelTrap::Unreachable.trap_code());
+                st.reachable = false;
+            }
+            Operator::Nop => {}
+            Operator::Block { blockty } => {
+                let (params, results) = self.block_type(blockty)?;
+                let next = self.builder.create_block();
+                let next_vars = self.declare_vars(results)?;
+                let height = st
+                    .stack
+                    .len()
+                    .checked_sub(params)
+                    .ok_or_else(|| internal("operand stack underflow"))?;
+                st.control.push(Frame {
+                    kind: FrameKind::Block,
+                    next,
+                    next_vars,
+                    height,
+                    exit_branched: false,
+                });
+            }
+            Operator::Loop { blockty } => self.loop_header(st, blockty)?,
+            Operator::If { blockty } => self.if_head(st, blockty)?,
+            Operator::Else => self.else_arm(st)?,
+            Operator::End => self.end(st)?,
+            Operator::Br { relative_depth } => self.br(st, relative_depth)?,
+            Operator::BrIf { relative_depth } => self.br_if(st, relative_depth)?,
+            Operator::BrTable { ref targets } => self.br_table(st, targets)?,
+            Operator::Return => {
+                let outermost = u32::try_from(st.control.len() - 1)
+                    .map_err(|_| internal("control stack too deep"))?;
+                self.br(st, outermost)?;
+            }
+            Operator::Call { function_index } => self.call(st, function_index)?,
+            Operator::Drop => {
+                st.pop()?;
+            }
+            Operator::Select | Operator::TypedSelect { .. } => {
+                let condition = st.pop()?;
+                let if_false = st.pop()?;
+                let if_true = st.pop()?;
+                let value = self.builder.ins().select(condition, if_true, if_false);
+                st.stack.push(value);
+            }
+            Operator::LocalGet { local_index } => {
+                let value = self.builder.use_var(st.local(local_index)?);
+                st.stack.push(value);
+            }
+            Operator::LocalSet { local_index } => {
+                let value = st.pop()?;
+                self.builder.def_var(st.local(local_index)?, value);
+            }
+            Operator::LocalTee { local_index } => {
+                let value = *st
+                    .top_n(1)?
+                    .first()
+                    .ok_or_else(|| internal("empty stack"))?;
+                self.builder.def_var(st.local(local_index)?, value);
+            }
+            Operator::GlobalGet { global_index } => {
+                let Some(GlobalKind::Const(value)) =
+                    self.module.globals.get(global_index as usize).copied()
+                else {
+                    return Err(internal("global.get of a global that is not constant"));
+                };
+                let value = self.constant(value);
+                st.stack.push(value);
+            }
+            Operator::MemorySize { .. } => {
+                let shift = self.builder.ins().iconst(I64, 16);
+                let pages = self.builder.ins().ushr(self.hidden.mem_len, shift);
+                let pages = self.builder.ins().ireduce(I32, pages);
+                st.stack.push(pages);
+            }
+            Operator::I32Const { value } => {
+                let value = self.constant(ConstValue::I32(value));
+                st.stack.push(value);
+            }
+            Operator::I64Const { value } => {
+                let value = self.constant(ConstValue::I64(value));
+                st.stack.push(value);
+            }
+            Operator::F32Const { value } => {
+                let value = self.constant(ConstValue::F32(value.bits()));
+                st.stack.push(value);
+            }
+            Operator::F64Const { value } => {
+                let value = self.constant(ConstValue::F64(value.bits()));
+                st.stack.push(value);
+            }
+            _ => {
+                return Err(LowerError::Unsupported(UnsupportedOp {
+                    op: op_name(op),
+                    offset: u64::from(self.builder.srcloc().bits()),
+                    reason: String::from("the translator has no rule for it"),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// An operator in dead code: only the block structure is tracked.
+    fn dead_operator(&mut self, st: &mut FuncState, op: &Operator<'_>) -> Result<(), LowerError> {
+        let top_is_dead = matches!(
+            st.control.last(),
+            Some(Frame {
+                kind: FrameKind::Dead,
+                ..
+            })
+        );
+        match op {
+            Operator::Block { .. } | Operator::Loop { .. } | Operator::If { .. } => {
+                st.control.push(Frame {
+                    kind: FrameKind::Dead,
+                    next: Block::reserved_value(),
+                    next_vars: Vec::new(),
+                    height: st.stack.len(),
+                    exit_branched: false,
+                });
+            }
+            Operator::Else if !top_is_dead => self.else_arm(st)?,
+            Operator::End if top_is_dead => {
+                st.control.pop();
+            }
+            Operator::End => self.end(st)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn loop_header(&mut self, st: &mut FuncState, blockty: BlockType) -> Result<(), LowerError> {
+        let (params, results) = self.block_type(blockty)?;
+        let header = self.builder.create_block();
+        let next = self.builder.create_block();
+        let next_vars = self.declare_vars(results)?;
+        let param_types: Vec<Type> = st
+            .top_n(params)?
+            .iter()
+            .map(|&v| self.builder.func.dfg.value_type(v))
+            .collect();
+        let header_vars: Vec<Variable> = param_types
+            .into_iter()
+            .map(|t| self.builder.declare_var(t))
+            .collect();
+        let args = st.pop_n(params)?;
+        self.jump(header, &header_vars, &args);
+
+        self.builder.switch_to_block(header);
+        let height = st.stack.len();
+        for &var in &header_vars {
+            let value = self.builder.use_var(var);
+            st.stack.push(value);
+        }
+        // Fuel: once on entry and once per back edge.
+        let fuel = self.builder.use_var(self.fuel);
+        self.builder
+            .ins()
+            .trapz(fuel, KernelTrap::OutOfFuel.trap_code());
+        let fuel = self.builder.ins().iadd_imm_s(fuel, -1);
+        self.builder.def_var(self.fuel, fuel);
+
+        st.control.push(Frame {
+            kind: FrameKind::Loop {
+                header,
+                header_vars,
+            },
+            next,
+            next_vars,
+            height,
+            exit_branched: false,
+        });
+        Ok(())
+    }
+
+    fn if_head(&mut self, st: &mut FuncState, blockty: BlockType) -> Result<(), LowerError> {
+        let condition = st.pop()?;
+        let (params, results) = self.block_type(blockty)?;
+        let next = self.builder.create_block();
+        let next_vars = self.declare_vars(results)?;
+        let else_params = st.top_n(params)?.to_vec();
+        let then_block = self.builder.create_block();
+        let else_block = self.builder.create_block();
+        self.builder
+            .ins()
+            .brif(condition, then_block, &[], else_block, &[]);
+        self.builder.seal_block(then_block);
+        self.builder.seal_block(else_block);
+        self.builder.switch_to_block(then_block);
+        st.control.push(Frame {
+            kind: FrameKind::If {
+                else_block,
+                else_params,
+                else_seen: false,
+            },
+            next,
+            next_vars,
+            height: st
+                .stack
+                .len()
+                .checked_sub(params)
+                .ok_or_else(|| internal("operand stack underflow"))?,
+            exit_branched: false,
+        });
+        Ok(())
+    }
+
+    fn else_arm(&mut self, st: &mut FuncState) -> Result<(), LowerError> {
+        let reachable = st.reachable;
+        let results = match st.control.last() {
+            Some(frame) => frame.next_vars.len(),
+            None => return Err(internal("else outside a block")),
+        };
+        let args = if reachable {
+            st.top_n(results)?.to_vec()
+        } else {
+            Vec::new()
+        };
+        let frame = st
+            .control
+            .last_mut()
+            .ok_or_else(|| internal("else outside a block"))?;
+        let FrameKind::If {
+            else_block,
+            else_params,
+            else_seen,
+        } = &mut frame.kind
+        else {
+            return Err(internal("else outside an if"));
+        };
+        if reachable {
+            for (&var, &arg) in frame.next_vars.iter().zip(&args) {
+                self.builder.def_var(var, arg);
+            }
+            self.builder.ins().jump(frame.next, &[]);
+            frame.exit_branched = true;
+        }
+        *else_seen = true;
+        st.stack.truncate(frame.height);
+        st.stack.extend_from_slice(else_params);
+        self.builder.switch_to_block(*else_block);
+        st.reachable = true;
+        Ok(())
+    }
+
+    fn end(&mut self, st: &mut FuncState) -> Result<(), LowerError> {
+        let frame = st
+            .control
+            .pop()
+            .ok_or_else(|| internal("end outside a block"))?;
+        let mut next_reachable = frame.exit_branched;
+        if st.reachable {
+            let args = st.top_n(frame.next_vars.len())?.to_vec();
+            self.jump(frame.next, &frame.next_vars, &args);
+            next_reachable = true;
+        }
+        match frame.kind {
+            FrameKind::Loop { header, .. } => self.builder.seal_block(header),
+            FrameKind::If {
+                else_block,
+                else_params,
+                else_seen: false,
+            } => {
+                // No `else`: the false arm passes the parameters through.
+                self.builder.switch_to_block(else_block);
+                self.jump(frame.next, &frame.next_vars, &else_params);
+                next_reachable = true;
+            }
+            _ => {}
+        }
+        st.stack.truncate(frame.height);
+        st.reachable = next_reachable;
+        if next_reachable {
+            self.builder.switch_to_block(frame.next);
+            self.builder.seal_block(frame.next);
+            for &var in &frame.next_vars {
+                let value = self.builder.use_var(var);
+                st.stack.push(value);
+            }
+        }
+        Ok(())
+    }
+
+    fn br(&mut self, st: &mut FuncState, depth: u32) -> Result<(), LowerError> {
+        let (dest, vars) = st.branch_target(depth)?;
+        let args = st.top_n(vars.len())?.to_vec();
+        self.jump(dest, &vars, &args);
+        st.reachable = false;
+        Ok(())
+    }
+
+    fn br_if(&mut self, st: &mut FuncState, depth: u32) -> Result<(), LowerError> {
+        let condition = st.pop()?;
+        let (dest, vars) = st.branch_target(depth)?;
+        for (&var, &arg) in vars.iter().zip(st.top_n(vars.len())?) {
+            self.builder.def_var(var, arg);
+        }
+        let fallthrough = self.builder.create_block();
+        self.builder
+            .ins()
+            .brif(condition, dest, &[], fallthrough, &[]);
+        self.builder.seal_block(fallthrough);
+        self.builder.switch_to_block(fallthrough);
+        Ok(())
+    }
+
+    /// `br_table`: every target goes through an edge block of its own (one
+    /// per distinct depth) that sets the target's variables and jumps, so
+    /// no `br_table` edge ever carries block arguments.
+    fn br_table(&mut self, st: &mut FuncState, targets: &BrTable<'_>) -> Result<(), LowerError> {
+        let index = st.pop()?;
+        let mut edges: Vec<(u32, Block)> = Vec::new();
+        let mut edge = |builder: &mut FunctionBuilder<'_>, depth: u32| {
+            let block = match edges.iter().find(|(d, _)| *d == depth) {
+                Some(&(_, block)) => block,
+                None => {
+                    let block = builder.create_block();
+                    edges.push((depth, block));
+                    block
+                }
+            };
+            builder.func.dfg.block_call(block, &[])
+        };
+        let mut table = Vec::with_capacity(targets.len() as usize);
+        for depth in targets.targets() {
+            let depth = depth.map_err(invalid)?;
+            table.push(edge(&mut self.builder, depth));
+        }
+        let default = edge(&mut self.builder, targets.default());
+        let jump_table = self
+            .builder
+            .create_jump_table(JumpTableData::new(default, &table));
+        self.builder.ins().br_table(index, jump_table);
+        for (depth, block) in edges {
+            self.builder.seal_block(block);
+            self.builder.switch_to_block(block);
+            let (dest, vars) = st.branch_target(depth)?;
+            let args = st.top_n(vars.len())?.to_vec();
+            self.jump(dest, &vars, &args);
+        }
+        st.reachable = false;
+        Ok(())
+    }
+
+    fn call(&mut self, st: &mut FuncState, callee: u32) -> Result<(), LowerError> {
+        let m = self.module;
+        let decl = m
+            .funcs
+            .get(callee as usize)
+            .ok_or_else(|| internal("call of a missing function"))?;
+        if let Some((module, name)) = decl.import {
+            let which = Intrinsic::from_import(module, name)
+                .ok_or_else(|| internal("call of an import that is not an intrinsic"))?;
+            st.stack.push(self.hidden.intrinsics[which.index()]);
+            return Ok(());
+        }
+        let args = st.pop_n(m.func_type(callee)?.params().len())?;
+        match self.inline(callee, &args)? {
+            Some(results) => st.stack.extend(results),
+            None => st.reachable = false,
+        }
+        Ok(())
+    }
+
+    /// A load or store: the bounds check of `docs/kernels.md`, then the
+    /// access, little-endian and with no alignment promise.
+    fn memory(
+        &mut self,
+        st: &mut FuncState,
+        memarg: &MemArg,
+        access: Access,
+    ) -> Result<(), LowerError> {
+        let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+        match access {
+            Access::Load(kind, ty) => {
+                let index = st.pop()?;
+                let bytes = match kind {
+                    Load::Full => ty.bytes(),
+                    Load::U8 | Load::S8 => 1,
+                    Load::U16 | Load::S16 => 2,
+                    Load::U32 | Load::S32 => 4,
+                };
+                let addr = self.address(index, memarg.offset, bytes);
+                let ins = self.builder.ins();
+                let value = match kind {
+                    Load::Full => ins.load(ty, flags, addr, 0),
+                    Load::U8 => ins.uload8(ty, flags, addr, 0),
+                    Load::S8 => ins.sload8(ty, flags, addr, 0),
+                    Load::U16 => ins.uload16(ty, flags, addr, 0),
+                    Load::S16 => ins.sload16(ty, flags, addr, 0),
+                    Load::U32 => ins.uload32(flags, addr, 0),
+                    Load::S32 => ins.sload32(flags, addr, 0),
+                };
+                st.stack.push(value);
+            }
+            Access::Store(kind) => {
+                let value = st.pop()?;
+                let index = st.pop()?;
+                let bytes = match kind {
+                    Store::Full => self.builder.func.dfg.value_type(value).bytes(),
+                    Store::Low8 => 1,
+                    Store::Low16 => 2,
+                    Store::Low32 => 4,
+                };
+                let addr = self.address(index, memarg.offset, bytes);
+                let ins = self.builder.ins();
+                match kind {
+                    Store::Full => ins.store(flags, value, addr, 0),
+                    Store::Low8 => ins.istore8(flags, value, addr, 0),
+                    Store::Low16 => ins.istore16(flags, value, addr, 0),
+                    Store::Low32 => ins.istore32(flags, value, addr, 0),
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// `ea = uextend(index) + offset`; trap unless `ea + bytes <= mem_len`;
+    /// the host address `mem_base + ea`.
+    fn address(&mut self, index: Value, offset: u64, bytes: u32) -> Value {
+        let ins = self.builder.ins();
+        let index = ins.uextend(I64, index);
+        // Both are below 2^32 (memory64 is refused), so the sums cannot wrap.
+        let ea = match offset {
+            0 => index,
+            _ => self.builder.ins().iadd_imm_u(index, offset.cast_signed()),
+        };
+        let end = self.builder.ins().iadd_imm_u(ea, i64::from(bytes));
+        let out_of_bounds =
+            self.builder
+                .ins()
+                .icmp(IntCC::UnsignedGreaterThan, end, self.hidden.mem_len);
+        self.builder
+            .ins()
+            .trapnz(out_of_bounds, KernelTrap::HeapOutOfBounds.trap_code());
+        self.builder.ins().iadd(self.hidden.mem_base, ea)
+    }
+}
+
+/// Emits a one-operand operator.
+pub(super) type UnaryFn = fn(&mut FunctionBuilder<'_>, Value) -> Value;
+/// Emits a two-operand operator.
+pub(super) type BinaryFn = fn(&mut FunctionBuilder<'_>, Value, Value) -> Value;
+
+/// The rule for each one-operand numeric operator, one row per operator.
+pub(super) fn unary_op(op: &Operator<'_>) -> Option<UnaryFn> {
+    use Operator as O;
+    let emit: UnaryFn = match op {
+        O::I32Clz | O::I64Clz => |b, x| b.ins().clz(x),
+        O::I32Ctz | O::I64Ctz => |b, x| b.ins().ctz(x),
+        O::I32Popcnt | O::I64Popcnt => |b, x| b.ins().popcnt(x),
+        O::I32Eqz | O::I64Eqz => |b, x| {
+            let zero = b.ins().icmp_imm_u(IntCC::Equal, x, 0);
+            b.ins().uextend(I32, zero)
+        },
+        O::F32Abs | O::F64Abs => |b, x| b.ins().fabs(x),
+        O::F32Neg | O::F64Neg => |b, x| b.ins().fneg(x),
+        O::F32Ceil | O::F64Ceil => |b, x| b.ins().ceil(x),
+        O::F32Floor | O::F64Floor => |b, x| b.ins().floor(x),
+        O::F32Trunc | O::F64Trunc => |b, x| b.ins().trunc(x),
+        O::F32Nearest | O::F64Nearest => |b, x| b.ins().nearest(x),
+        O::F32Sqrt | O::F64Sqrt => |b, x| b.ins().sqrt(x),
+        O::I32WrapI64 => |b, x| b.ins().ireduce(I32, x),
+        O::I64ExtendI32S => |b, x| b.ins().sextend(I64, x),
+        O::I64ExtendI32U => |b, x| b.ins().uextend(I64, x),
+        O::I32Extend8S => |b, x| sign_extend_low(b, x, I8, I32),
+        O::I32Extend16S => |b, x| sign_extend_low(b, x, I16, I32),
+        O::I64Extend8S => |b, x| sign_extend_low(b, x, I8, I64),
+        O::I64Extend16S => |b, x| sign_extend_low(b, x, I16, I64),
+        O::I64Extend32S => |b, x| sign_extend_low(b, x, I32, I64),
+        O::I32TruncF32S | O::I32TruncF64S => |b, x| trunc_checked(b, x, I32, true),
+        O::I32TruncF32U | O::I32TruncF64U => |b, x| trunc_checked(b, x, I32, false),
+        O::I64TruncF32S | O::I64TruncF64S => |b, x| trunc_checked(b, x, I64, true),
+        O::I64TruncF32U | O::I64TruncF64U => |b, x| trunc_checked(b, x, I64, false),
+        O::I32TruncSatF32S | O::I32TruncSatF64S => |b, x| b.ins().fcvt_to_sint_sat(I32, x),
+        O::I32TruncSatF32U | O::I32TruncSatF64U => |b, x| b.ins().fcvt_to_uint_sat(I32, x),
+        O::I64TruncSatF32S | O::I64TruncSatF64S => |b, x| b.ins().fcvt_to_sint_sat(I64, x),
+        O::I64TruncSatF32U | O::I64TruncSatF64U => |b, x| b.ins().fcvt_to_uint_sat(I64, x),
+        O::F32ConvertI32S | O::F32ConvertI64S => |b, x| b.ins().fcvt_from_sint(F32, x),
+        O::F32ConvertI32U | O::F32ConvertI64U => |b, x| b.ins().fcvt_from_uint(F32, x),
+        O::F64ConvertI32S | O::F64ConvertI64S => |b, x| b.ins().fcvt_from_sint(F64, x),
+        O::F64ConvertI32U | O::F64ConvertI64U => |b, x| b.ins().fcvt_from_uint(F64, x),
+        O::F32DemoteF64 => |b, x| b.ins().fdemote(F32, x),
+        O::F64PromoteF32 => |b, x| b.ins().fpromote(F64, x),
+        O::I32ReinterpretF32 => |b, x| b.ins().bitcast(I32, MemFlagsData::new(), x),
+        O::I64ReinterpretF64 => |b, x| b.ins().bitcast(I64, MemFlagsData::new(), x),
+        O::F32ReinterpretI32 => |b, x| b.ins().bitcast(F32, MemFlagsData::new(), x),
+        O::F64ReinterpretI64 => |b, x| b.ins().bitcast(F64, MemFlagsData::new(), x),
+        _ => return None,
+    };
+    Some(emit)
+}
+
+/// The rule for each two-operand numeric operator, one row per operator.
+pub(super) fn binary_op(op: &Operator<'_>) -> Option<BinaryFn> {
+    use Operator as O;
+    let emit: BinaryFn = match op {
+        O::I32Add | O::I64Add => |b, x, y| b.ins().iadd(x, y),
+        O::I32Sub | O::I64Sub => |b, x, y| b.ins().isub(x, y),
+        O::I32Mul | O::I64Mul => |b, x, y| b.ins().imul(x, y),
+        O::I32DivS | O::I64DivS => sdiv_checked,
+        O::I32DivU | O::I64DivU => |b, x, y| {
+            b.ins()
+                .trapz(y, KernelTrap::IntegerDivideByZero.trap_code());
+            b.ins().udiv(x, y)
+        },
+        O::I32RemS | O::I64RemS => srem_checked,
+        O::I32RemU | O::I64RemU => |b, x, y| {
+            b.ins()
+                .trapz(y, KernelTrap::IntegerDivideByZero.trap_code());
+            b.ins().urem(x, y)
+        },
+        O::I32And | O::I64And => |b, x, y| b.ins().band(x, y),
+        O::I32Or | O::I64Or => |b, x, y| b.ins().bor(x, y),
+        O::I32Xor | O::I64Xor => |b, x, y| b.ins().bxor(x, y),
+        O::I32Shl | O::I64Shl => |b, x, y| b.ins().ishl(x, y),
+        O::I32ShrS | O::I64ShrS => |b, x, y| b.ins().sshr(x, y),
+        O::I32ShrU | O::I64ShrU => |b, x, y| b.ins().ushr(x, y),
+        O::I32Rotl | O::I64Rotl => |b, x, y| b.ins().rotl(x, y),
+        O::I32Rotr | O::I64Rotr => |b, x, y| b.ins().rotr(x, y),
+        O::I32Eq | O::I64Eq => |b, x, y| icmp(b, IntCC::Equal, x, y),
+        O::I32Ne | O::I64Ne => |b, x, y| icmp(b, IntCC::NotEqual, x, y),
+        O::I32LtS | O::I64LtS => |b, x, y| icmp(b, IntCC::SignedLessThan, x, y),
+        O::I32LtU | O::I64LtU => |b, x, y| icmp(b, IntCC::UnsignedLessThan, x, y),
+        O::I32GtS | O::I64GtS => |b, x, y| icmp(b, IntCC::SignedGreaterThan, x, y),
+        O::I32GtU | O::I64GtU => |b, x, y| icmp(b, IntCC::UnsignedGreaterThan, x, y),
+        O::I32LeS | O::I64LeS => |b, x, y| icmp(b, IntCC::SignedLessThanOrEqual, x, y),
+        O::I32LeU | O::I64LeU => |b, x, y| icmp(b, IntCC::UnsignedLessThanOrEqual, x, y),
+        O::I32GeS | O::I64GeS => |b, x, y| icmp(b, IntCC::SignedGreaterThanOrEqual, x, y),
+        O::I32GeU | O::I64GeU => |b, x, y| icmp(b, IntCC::UnsignedGreaterThanOrEqual, x, y),
+        O::F32Add | O::F64Add => |b, x, y| b.ins().fadd(x, y),
+        O::F32Sub | O::F64Sub => |b, x, y| b.ins().fsub(x, y),
+        O::F32Mul | O::F64Mul => |b, x, y| b.ins().fmul(x, y),
+        O::F32Div | O::F64Div => |b, x, y| b.ins().fdiv(x, y),
+        O::F32Min | O::F64Min => |b, x, y| b.ins().fmin(x, y),
+        O::F32Max | O::F64Max => |b, x, y| b.ins().fmax(x, y),
+        O::F32Copysign | O::F64Copysign => |b, x, y| b.ins().fcopysign(x, y),
+        O::F32Eq | O::F64Eq => |b, x, y| fcmp(b, FloatCC::Equal, x, y),
+        O::F32Ne | O::F64Ne => |b, x, y| fcmp(b, FloatCC::NotEqual, x, y),
+        O::F32Lt | O::F64Lt => |b, x, y| fcmp(b, FloatCC::LessThan, x, y),
+        O::F32Gt | O::F64Gt => |b, x, y| fcmp(b, FloatCC::GreaterThan, x, y),
+        O::F32Le | O::F64Le => |b, x, y| fcmp(b, FloatCC::LessThanOrEqual, x, y),
+        O::F32Ge | O::F64Ge => |b, x, y| fcmp(b, FloatCC::GreaterThanOrEqual, x, y),
+        _ => return None,
+    };
+    Some(emit)
+}
+
+/// How a load reads memory.
+#[derive(Clone, Copy)]
+pub(super) enum Load {
+    /// The whole type.
+    Full,
+    U8,
+    S8,
+    U16,
+    S16,
+    U32,
+    S32,
+}
+
+/// How a store writes memory.
+#[derive(Clone, Copy)]
+pub(super) enum Store {
+    /// The whole value.
+    Full,
+    Low8,
+    Low16,
+    Low32,
+}
+
+/// A memory access: a load (to a type) or a store.
+#[derive(Clone, Copy)]
+pub(super) enum Access {
+    Load(Load, Type),
+    Store(Store),
+}
+
+/// The rule for each load and store, one row per operator.
+pub(super) fn memory_access<'o>(op: &'o Operator<'_>) -> Option<(&'o MemArg, Access)> {
+    use Operator as O;
+    Some(match op {
+        O::I32Load { memarg } => (memarg, Access::Load(Load::Full, I32)),
+        O::I64Load { memarg } => (memarg, Access::Load(Load::Full, I64)),
+        O::F32Load { memarg } => (memarg, Access::Load(Load::Full, F32)),
+        O::F64Load { memarg } => (memarg, Access::Load(Load::Full, F64)),
+        O::I32Load8S { memarg } => (memarg, Access::Load(Load::S8, I32)),
+        O::I32Load8U { memarg } => (memarg, Access::Load(Load::U8, I32)),
+        O::I32Load16S { memarg } => (memarg, Access::Load(Load::S16, I32)),
+        O::I32Load16U { memarg } => (memarg, Access::Load(Load::U16, I32)),
+        O::I64Load8S { memarg } => (memarg, Access::Load(Load::S8, I64)),
+        O::I64Load8U { memarg } => (memarg, Access::Load(Load::U8, I64)),
+        O::I64Load16S { memarg } => (memarg, Access::Load(Load::S16, I64)),
+        O::I64Load16U { memarg } => (memarg, Access::Load(Load::U16, I64)),
+        O::I64Load32S { memarg } => (memarg, Access::Load(Load::S32, I64)),
+        O::I64Load32U { memarg } => (memarg, Access::Load(Load::U32, I64)),
+        O::I32Store { memarg }
+        | O::I64Store { memarg }
+        | O::F32Store { memarg }
+        | O::F64Store { memarg } => (memarg, Access::Store(Store::Full)),
+        O::I32Store8 { memarg } | O::I64Store8 { memarg } => (memarg, Access::Store(Store::Low8)),
+        O::I32Store16 { memarg } | O::I64Store16 { memarg } => {
+            (memarg, Access::Store(Store::Low16))
+        }
+        O::I64Store32 { memarg } => (memarg, Access::Store(Store::Low32)),
+        _ => return None,
+    })
+}
+
+/// A comparison, widened from CLIF's `i8` to Wasm's `i32` 0/1.
+fn icmp(b: &mut FunctionBuilder<'_>, cc: IntCC, x: Value, y: Value) -> Value {
+    let flag = b.ins().icmp(cc, x, y);
+    b.ins().uextend(I32, flag)
+}
+
+/// A float comparison, widened from CLIF's `i8` to Wasm's `i32` 0/1.
+fn fcmp(b: &mut FunctionBuilder<'_>, cc: FloatCC, x: Value, y: Value) -> Value {
+    let flag = b.ins().fcmp(cc, x, y);
+    b.ins().uextend(I32, flag)
+}
+
+/// `extendN_s`: sign-extends the low `narrow` bits of `x` to `wide`.
+fn sign_extend_low(b: &mut FunctionBuilder<'_>, x: Value, narrow: Type, wide: Type) -> Value {
+    let low = b.ins().ireduce(narrow, x);
+    b.ins().sextend(wide, low)
+}
+
+/// Signed division: traps on a zero divisor and on `INT_MIN / -1`.
+fn sdiv_checked(b: &mut FunctionBuilder<'_>, x: Value, y: Value) -> Value {
+    b.ins()
+        .trapz(y, KernelTrap::IntegerDivideByZero.trap_code());
+    let int_min = match b.func.dfg.value_type(y) {
+        I32 => i64::from(i32::MIN),
+        _ => i64::MIN,
+    };
+    let minus_one = b.ins().icmp_imm_s(IntCC::Equal, y, -1);
+    let is_min = b.ins().icmp_imm_s(IntCC::Equal, x, int_min);
+    let overflow = b.ins().band(minus_one, is_min);
+    b.ins()
+        .trapnz(overflow, KernelTrap::IntegerOverflow.trap_code());
+    b.ins().sdiv(x, y)
+}
+
+/// Signed remainder: traps on a zero divisor; `x % -1` is computed as
+/// `x % 1` (0 for every `x`), so `srem` never sees `INT_MIN % -1`.
+fn srem_checked(b: &mut FunctionBuilder<'_>, x: Value, y: Value) -> Value {
+    b.ins()
+        .trapz(y, KernelTrap::IntegerDivideByZero.trap_code());
+    let ty = b.func.dfg.value_type(y);
+    let minus_one = b.ins().icmp_imm_s(IntCC::Equal, y, -1);
+    let one = b.ins().iconst(ty, 1);
+    let divisor = b.ins().select(minus_one, one, y);
+    b.ins().srem(x, divisor)
+}
+
+/// The open interval of floats a trapping `trunc` to a `bits`-bit integer
+/// accepts, as `f64` (exact for every `f32` too). The same bounds as
+/// wasmtime's `f64_cvt_to_int_bounds`.
+fn cvt_to_int_bounds(signed: bool, bits: u32) -> (f64, f64) {
+    match (signed, bits) {
+        (true, 32) => (-2147483649.0, 2147483648.0),
+        (true, _) => (-9223372036854777856.0, 9223372036854775808.0),
+        (false, 32) => (-1.0, 4294967296.0),
+        (false, _) => (-1.0, 18446744073709551616.0),
+    }
+}
+
+/// A trapping `trunc` (wasmtime's guard, with our trap code): NaN and
+/// values outside the bounds trap `BadConversionToInteger` before
+/// `fcvt_to_sint`/`fcvt_to_uint` runs. wasmtime rounds toward zero before
+/// comparing; the bounds are integers, so comparing the value itself
+/// decides the same.
+fn trunc_checked(b: &mut FunctionBuilder<'_>, x: Value, to: Type, signed: bool) -> Value {
+    let code = KernelTrap::BadConversionToInteger.trap_code();
+    let wide = match b.func.dfg.value_type(x) {
+        F32 => b.ins().fpromote(F64, x),
+        _ => x,
+    };
+    let is_nan = b.ins().fcmp(FloatCC::NotEqual, wide, wide);
+    b.ins().trapnz(is_nan, code);
+    let (low, high) = cvt_to_int_bounds(signed, to.bits());
+    let low = b.ins().f64const(low);
+    let too_small = b.ins().fcmp(FloatCC::LessThanOrEqual, wide, low);
+    b.ins().trapnz(too_small, code);
+    let high = b.ins().f64const(high);
+    let too_large = b.ins().fcmp(FloatCC::GreaterThanOrEqual, wide, high);
+    b.ins().trapnz(too_large, code);
+    if signed {
+        b.ins().fcvt_to_sint(to, x)
+    } else {
+        b.ins().fcvt_to_uint(to, x)
+    }
+}

@@ -1,0 +1,114 @@
+//! The translator: one kernel function of a guest's Wasm module to one
+//! Cranelift IR function, exactly as `docs/kernels.md` describes ("The
+//! kernel's CLIF"). It parses and validates the module (`module`), refuses
+//! whole any kernel that uses something unsupported (`detect`), and emits
+//! the CLIF with every callee inlined (`body`). It lowers nothing: that is
+//! the lowerers' job, after the op table.
+
+mod body;
+mod detect;
+mod module;
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use cranelift_codegen::ir::{Function, Type, types};
+use wasmparser::ValType;
+
+use super::{KernelAbi, LowerError};
+
+/// The type of a kernel's parameter (and of every value a kernel
+/// computes with): Wasm's four scalar types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WasmType {
+    /// `i32`
+    I32,
+    /// `i64`
+    I64,
+    /// `f32`
+    F32,
+    /// `f64`
+    F64,
+}
+
+impl WasmType {
+    /// The CLIF type that carries it.
+    pub const fn clif_type(self) -> Type {
+        match self {
+            WasmType::I32 => types::I32,
+            WasmType::I64 => types::I64,
+            WasmType::F32 => types::F32,
+            WasmType::F64 => types::F64,
+        }
+    }
+
+    /// Its name in the Wasm text format.
+    pub const fn name(self) -> &'static str {
+        match self {
+            WasmType::I32 => "i32",
+            WasmType::I64 => "i64",
+            WasmType::F32 => "f32",
+            WasmType::F64 => "f64",
+        }
+    }
+
+    /// The scalar type of a wasmparser value type (`None` for `v128` and
+    /// references).
+    pub fn from_val_type(ty: ValType) -> Option<WasmType> {
+        match ty {
+            ValType::I32 => Some(WasmType::I32),
+            ValType::I64 => Some(WasmType::I64),
+            ValType::F32 => Some(WasmType::F32),
+            ValType::F64 => Some(WasmType::F64),
+            ValType::V128 | ValType::Ref(_) => None,
+        }
+    }
+}
+
+/// A kernel translated to CLIF.
+#[derive(Clone, Debug)]
+pub struct TranslatedKernel {
+    /// The kernel's CLIF: its Wasm parameters, then the hidden ones
+    /// ([`KernelAbi`]); every callee inlined, no `call`.
+    pub function: Function,
+    /// Where the hidden parameters sit.
+    pub abi: KernelAbi,
+    /// The kernel's export name, or `kernel_<index>` when it has none.
+    pub name: String,
+    /// The kernel's Wasm parameters, in order.
+    pub params: Vec<WasmType>,
+}
+
+/// Translates function `func_index` (in the Wasm function index space:
+/// imports first) of the module `wasm` to the kernel's CLIF.
+///
+/// The module must be valid (else [`LowerError::Invalid`]), the function
+/// one it defines, with `i32`/`i64`/`f32`/`f64` parameters and no results
+/// (else [`LowerError::Invalid`]); everything the kernel reaches through
+/// direct calls must be supported (else [`LowerError::Unsupported`] naming
+/// the first refused operator and its byte offset in `wasm`).
+pub fn translate_kernel(wasm: &[u8], func_index: u32) -> Result<TranslatedKernel, LowerError> {
+    let mut module = module::ModuleInfo::parse(wasm)?;
+    let params = module.kernel_params(func_index)?;
+    let reached = detect::detect(&module, func_index)?;
+    module.validate_bodies(&reached)?;
+    let function = body::translate(&module, func_index, &params)?;
+
+    #[cfg(debug_assertions)]
+    {
+        use cranelift_codegen::settings::{self, Flags};
+        let flags = Flags::new(settings::builder());
+        if let Err(errors) = cranelift_codegen::verifier::verify_function(&function, &flags) {
+            panic!("the translator produced invalid CLIF (a translator bug): {errors}\n{function}");
+        }
+    }
+
+    Ok(TranslatedKernel {
+        function,
+        abi: KernelAbi {
+            wasm_params: params.len(),
+        },
+        name: module.kernel_name(func_index),
+        params,
+    })
+}

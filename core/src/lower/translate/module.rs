@@ -1,0 +1,318 @@
+//! The module-level facts a kernel's translation needs: types, the function
+//! index space (imports first), globals, memory 0, exports and the code
+//! bodies with their byte offsets. Parsing validates everything but the
+//! function bodies; [`ModuleInfo::validate_bodies`] checks only the bodies
+//! a kernel reaches, so a module may carry (say) SIMD code elsewhere.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use wasmparser::{
+    BinaryReaderError, CompositeInnerType, ConstExpr, ExternalKind, FuncToValidate, FuncType,
+    FuncValidatorAllocations, FunctionBody, MemoryType, Operator, Parser, Payload, TypeRef,
+    ValidPayload, Validator, ValidatorResources, WasmFeatures,
+};
+
+use super::WasmType;
+use crate::lower::LowerError;
+
+/// A wasmparser failure: the module is malformed or invalid.
+pub(super) fn invalid(e: BinaryReaderError) -> LowerError {
+    LowerError::Invalid(format!("{e}"))
+}
+
+/// A constant value (an immutable global's initializer).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum ConstValue {
+    I32(i32),
+    I64(i64),
+    /// Bits of an `f32`.
+    F32(u32),
+    /// Bits of an `f64`.
+    F64(u64),
+}
+
+/// What `global.get` of a global can become.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum GlobalKind {
+    /// Immutable, with a constant initializer: becomes the constant.
+    Const(ConstValue),
+    /// Mutable: its value depends on the instance's history.
+    Mutable,
+    /// Imported: its value is not known at translation time.
+    Imported,
+    /// Immutable, but its initializer is not a scalar constant (a
+    /// reference, a v128, or built from an imported global).
+    NotConstant,
+}
+
+/// One entry of the function index space.
+pub(super) struct FuncDecl<'a> {
+    /// Index into the type section.
+    pub type_index: u32,
+    /// `(module, name)` for an imported function.
+    pub import: Option<(&'a str, &'a str)>,
+}
+
+/// The parsed module.
+pub(super) struct ModuleInfo<'a> {
+    /// The module's bytes (operator offsets index into them).
+    pub wasm: &'a [u8],
+    /// Function types by type index (`None`: a GC struct or array type).
+    pub types: Vec<Option<FuncType>>,
+    /// The function index space: imports, then defined functions.
+    pub funcs: Vec<FuncDecl<'a>>,
+    /// How many functions are imported.
+    pub num_imported_funcs: u32,
+    /// The global index space.
+    pub globals: Vec<GlobalKind>,
+    /// Memory 0's type, if the module has (or imports) a memory.
+    pub memory0: Option<MemoryType>,
+    /// Code bodies of the defined functions, in order.
+    pub bodies: Vec<FunctionBody<'a>>,
+    /// Each body's pending validation, taken when it is validated.
+    pending: Vec<Option<FuncToValidate<ValidatorResources>>>,
+    /// Exported functions: `(function index, export name)`.
+    pub func_exports: Vec<(u32, &'a str)>,
+}
+
+impl<'a> ModuleInfo<'a> {
+    /// Parses `wasm` and validates all of it except the function bodies.
+    pub fn parse(wasm: &'a [u8]) -> Result<Self, LowerError> {
+        let mut validator = Validator::new_with_features(WasmFeatures::default());
+        let mut m = ModuleInfo {
+            wasm,
+            types: Vec::new(),
+            funcs: Vec::new(),
+            num_imported_funcs: 0,
+            globals: Vec::new(),
+            memory0: None,
+            bodies: Vec::new(),
+            pending: Vec::new(),
+            func_exports: Vec::new(),
+        };
+        for payload in Parser::new(0).parse_all(wasm) {
+            let payload = payload.map_err(invalid)?;
+            match validator.payload(&payload).map_err(invalid)? {
+                ValidPayload::Func(to_validate, body) => {
+                    m.pending.push(Some(to_validate));
+                    m.bodies.push(body);
+                    continue;
+                }
+                ValidPayload::Parser(_) => {
+                    return Err(LowerError::Invalid(String::from(
+                        "a component or nested module is not a core Wasm module",
+                    )));
+                }
+                ValidPayload::Ok | ValidPayload::End(_) => {}
+            }
+            m.section(payload)?;
+        }
+        Ok(m)
+    }
+
+    fn section(&mut self, payload: Payload<'a>) -> Result<(), LowerError> {
+        match payload {
+            Payload::TypeSection(reader) => {
+                for group in reader {
+                    for sub in group.map_err(invalid)?.into_types() {
+                        self.types.push(match sub.composite_type.inner {
+                            CompositeInnerType::Func(ty) => Some(ty),
+                            _ => None,
+                        });
+                    }
+                }
+            }
+            Payload::ImportSection(reader) => {
+                for import in reader.into_imports() {
+                    let import = import.map_err(invalid)?;
+                    match import.ty {
+                        TypeRef::Func(type_index) | TypeRef::FuncExact(type_index) => {
+                            self.funcs.push(FuncDecl {
+                                type_index,
+                                import: Some((import.module, import.name)),
+                            });
+                            self.num_imported_funcs += 1;
+                        }
+                        TypeRef::Global(_) => self.globals.push(GlobalKind::Imported),
+                        TypeRef::Memory(ty) => {
+                            self.memory0.get_or_insert(ty);
+                        }
+                        TypeRef::Table(_) | TypeRef::Tag(_) => {}
+                    }
+                }
+            }
+            Payload::FunctionSection(reader) => {
+                for type_index in reader {
+                    self.funcs.push(FuncDecl {
+                        type_index: type_index.map_err(invalid)?,
+                        import: None,
+                    });
+                }
+            }
+            Payload::MemorySection(reader) => {
+                for ty in reader {
+                    let ty = ty.map_err(invalid)?;
+                    self.memory0.get_or_insert(ty);
+                }
+            }
+            Payload::GlobalSection(reader) => {
+                for global in reader {
+                    let global = global.map_err(invalid)?;
+                    let kind = if global.ty.mutable {
+                        GlobalKind::Mutable
+                    } else {
+                        match self.eval_const(&global.init_expr) {
+                            Some(v) => GlobalKind::Const(v),
+                            None => GlobalKind::NotConstant,
+                        }
+                    };
+                    self.globals.push(kind);
+                }
+            }
+            Payload::ExportSection(reader) => {
+                for export in reader {
+                    let export = export.map_err(invalid)?;
+                    if export.kind == ExternalKind::Func {
+                        self.func_exports.push((export.index, export.name));
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Evaluates a constant expression to a scalar: the MVP constants,
+    /// `global.get` of an earlier constant global, and the extended-const
+    /// integer `add`/`sub`/`mul`. Anything else is not a scalar constant.
+    fn eval_const(&self, expr: &ConstExpr<'_>) -> Option<ConstValue> {
+        let mut stack: Vec<ConstValue> = Vec::new();
+        let mut reader = expr.get_operators_reader();
+        while !reader.eof() {
+            let op = reader.read().ok()?;
+            let value = match op {
+                Operator::I32Const { value } => ConstValue::I32(value),
+                Operator::I64Const { value } => ConstValue::I64(value),
+                Operator::F32Const { value } => ConstValue::F32(value.bits()),
+                Operator::F64Const { value } => ConstValue::F64(value.bits()),
+                Operator::GlobalGet { global_index } => {
+                    match self.globals.get(global_index as usize)? {
+                        GlobalKind::Const(v) => *v,
+                        _ => return None,
+                    }
+                }
+                Operator::I32Add | Operator::I32Sub | Operator::I32Mul => {
+                    let (ConstValue::I32(b), ConstValue::I32(a)) = (stack.pop()?, stack.pop()?)
+                    else {
+                        return None;
+                    };
+                    ConstValue::I32(match op {
+                        Operator::I32Add => a.wrapping_add(b),
+                        Operator::I32Sub => a.wrapping_sub(b),
+                        _ => a.wrapping_mul(b),
+                    })
+                }
+                Operator::I64Add | Operator::I64Sub | Operator::I64Mul => {
+                    let (ConstValue::I64(b), ConstValue::I64(a)) = (stack.pop()?, stack.pop()?)
+                    else {
+                        return None;
+                    };
+                    ConstValue::I64(match op {
+                        Operator::I64Add => a.wrapping_add(b),
+                        Operator::I64Sub => a.wrapping_sub(b),
+                        _ => a.wrapping_mul(b),
+                    })
+                }
+                Operator::End => break,
+                _ => return None,
+            };
+            stack.push(value);
+        }
+        match stack.as_slice() {
+            [v] => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The position of a defined function among the bodies, or `None` for
+    /// an import (or an index out of range).
+    pub fn defined(&self, func_index: u32) -> Option<usize> {
+        let def = func_index.checked_sub(self.num_imported_funcs)? as usize;
+        (def < self.bodies.len()).then_some(def)
+    }
+
+    /// A function's type.
+    pub fn func_type(&self, func_index: u32) -> Result<&FuncType, LowerError> {
+        self.funcs
+            .get(func_index as usize)
+            .and_then(|f| self.types.get(f.type_index as usize))
+            .and_then(Option::as_ref)
+            .ok_or_else(|| {
+                LowerError::Invalid(format!("function {func_index} has no function type"))
+            })
+    }
+
+    /// The kernel's Wasm parameter types, after checking that `func_index`
+    /// names a defined function with scalar parameters and no results.
+    pub fn kernel_params(&self, func_index: u32) -> Result<Vec<WasmType>, LowerError> {
+        if func_index as usize >= self.funcs.len() {
+            return Err(LowerError::Invalid(format!(
+                "no function {func_index}: the module has {} functions (imports included)",
+                self.funcs.len()
+            )));
+        }
+        if let Some((module, name)) = self.funcs[func_index as usize].import {
+            return Err(LowerError::Invalid(format!(
+                "function {func_index} is the import `{module}`.`{name}`, not a function \
+                 the module defines"
+            )));
+        }
+        let ty = self.func_type(func_index)?;
+        if !ty.results().is_empty() {
+            return Err(LowerError::Invalid(format!(
+                "function {func_index} returns {} value(s); a kernel returns nothing \
+                 (it writes its results to memory)",
+                ty.results().len()
+            )));
+        }
+        ty.params()
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| {
+                WasmType::from_val_type(p).ok_or_else(|| {
+                    LowerError::Invalid(format!(
+                        "parameter {i} of function {func_index} is a {p}; kernel parameters \
+                         are i32, i64, f32 or f64"
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// The name a kernel goes by: its first export name, else
+    /// `kernel_<index>`.
+    pub fn kernel_name(&self, func_index: u32) -> String {
+        self.func_exports
+            .iter()
+            .find(|(index, _)| *index == func_index)
+            .map(|(_, name)| String::from(*name))
+            .unwrap_or_else(|| format!("kernel_{func_index}"))
+    }
+
+    /// Validates the bodies of `functions` (defined function indices).
+    pub fn validate_bodies(&mut self, functions: &[u32]) -> Result<(), LowerError> {
+        let mut allocs = FuncValidatorAllocations::default();
+        for &f in functions {
+            let Some(def) = self.defined(f) else { continue };
+            let Some(to_validate) = self.pending[def].take() else {
+                continue;
+            };
+            let mut validator = to_validate.into_validator(allocs);
+            validator.validate(&self.bodies[def]).map_err(invalid)?;
+            allocs = validator.into_allocations();
+        }
+        Ok(())
+    }
+}

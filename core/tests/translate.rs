@@ -1,0 +1,1888 @@
+//! `core::lower::translate` against wasmtime: every scalar Wasm operator
+//! family, control flow, calls, memory and traps, run twice on the same
+//! inputs (random, with a printed seed, plus listed edge values) — once by
+//! wasmtime on the CPU (the reference) and once as the translated CLIF in
+//! Cranelift's interpreter — and compared bit for bit (NaN payloads of
+//! arithmetic results excepted), traps and their byte offsets included.
+//! Then the detector: each refused construct, its name and offset.
+//!
+//! The interpreter runs the CLIF through a `State` of our own (its stock
+//! one has no memory but the stack): the guest memory sits at a nonzero
+//! base in the interpreter's address space, so a kernel that forgot
+//! `mem_base` would read the wrong bytes. Our own step loop also tells
+//! which instruction trapped, hence its source location; a native JIT
+//! would need signal handling for that.
+
+use std::sync::OnceLock;
+
+use cranelift_codegen::data_value::DataValue;
+use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
+use cranelift_codegen::ir::{
+    ExternalName, FuncRef, Function, GlobalValue, InstructionData, MemFlagsData, Opcode, StackSlot,
+    Type,
+};
+use cranelift_codegen::settings::{self, Flags};
+use cranelift_interpreter::address::{Address, AddressRegion, AddressSize};
+use cranelift_interpreter::frame::Frame;
+use cranelift_interpreter::instruction::DfgInstructionContext;
+use cranelift_interpreter::interpreter::LibCallHandler;
+use cranelift_interpreter::state::{InterpreterFunctionRef, MemoryError, State};
+use cranelift_interpreter::step::{ControlFlow, CraneliftTrap, step};
+use tensorwasm_core::lower::translate::{TranslatedKernel, WasmType, translate_kernel};
+use tensorwasm_core::lower::{INTRINSIC_MODULE, Intrinsic, KernelAbi, KernelTrap, LowerError};
+use wasmparser::{Operator, Parser, Payload};
+
+// ---------------------------------------------------------------------------
+// Random inputs and edge values
+// ---------------------------------------------------------------------------
+
+/// splitmix64: small, and the same sequence on every host.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The run's seed: `TRANSLATE_SEED`, else the clock; printed either way.
+fn seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        let seed = std::env::var("TRANSLATE_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+            });
+        eprintln!("translate tests: seed {seed} (TRANSLATE_SEED={seed} repeats this run)");
+        seed
+    })
+}
+
+fn rng(salt: &str) -> Rng {
+    let mut h = seed();
+    for b in salt.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    Rng(h)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ty {
+    I32,
+    I64,
+    F32,
+    F64,
+}
+
+impl Ty {
+    fn name(self) -> &'static str {
+        match self {
+            Ty::I32 => "i32",
+            Ty::I64 => "i64",
+            Ty::F32 => "f32",
+            Ty::F64 => "f64",
+        }
+    }
+
+    fn bytes(self) -> usize {
+        match self {
+            Ty::I32 | Ty::F32 => 4,
+            Ty::I64 | Ty::F64 => 8,
+        }
+    }
+}
+
+/// Edge values, as bit patterns: zeros, signs, extremes, NaNs, infinities,
+/// shift counts around the widths, and the bounds of every `trunc`.
+fn edges(ty: Ty) -> Vec<u64> {
+    let i32s: [i32; 17] = [
+        0,
+        1,
+        -1,
+        2,
+        -2,
+        i32::MIN,
+        i32::MAX,
+        i32::MIN + 1,
+        31,
+        32,
+        33,
+        63,
+        64,
+        0x80,
+        0xff,
+        0x8000,
+        0xffff,
+    ];
+    let i64s: [i64; 17] = [
+        0,
+        1,
+        -1,
+        2,
+        -2,
+        i64::MIN,
+        i64::MAX,
+        i64::MIN + 1,
+        31,
+        32,
+        33,
+        63,
+        64,
+        0x8000_0000,
+        0xffff_ffff,
+        0x1_0000_0000,
+        -0x8000_0000,
+    ];
+    let f32s: [f32; 24] = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        1.5,
+        2.5,
+        -2.5,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        1e-45,
+        2147483648.0,
+        2147483520.0,
+        -2147483648.0,
+        -2147483904.0,
+        4294967296.0,
+        4294967040.0,
+        9223372036854775808.0,
+        9223371487098961920.0,
+        -9223372036854775808.0,
+        18446744073709551616.0,
+    ];
+    let f64s: [f64; 28] = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        1.5,
+        2.5,
+        -2.5,
+        -0.9,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::MAX,
+        f64::MIN_POSITIVE,
+        5e-324,
+        2147483647.0,
+        2147483647.9,
+        2147483648.0,
+        -2147483648.0,
+        -2147483648.9,
+        -2147483649.0,
+        4294967295.0,
+        4294967295.9,
+        4294967296.0,
+        9223372036854775808.0,
+        9223372036854774784.0,
+        -9223372036854775808.0,
+        18446744073709549568.0,
+    ];
+    match ty {
+        Ty::I32 => i32s.iter().map(|&v| u64::from(v as u32)).collect(),
+        Ty::I64 => i64s.iter().map(|&v| v as u64).collect(),
+        Ty::F32 => {
+            let mut v: Vec<u64> = f32s.iter().map(|f| u64::from(f.to_bits())).collect();
+            // Quiet NaN, negative NaN, a signalling NaN with a payload.
+            v.extend([0x7fc0_0000, 0xffc0_0000, 0x7fa0_0001]);
+            v
+        }
+        Ty::F64 => {
+            let mut v: Vec<u64> = f64s.iter().map(|f| f.to_bits()).collect();
+            v.extend([
+                0x7ff8_0000_0000_0000,
+                0xfff8_0000_0000_0000,
+                0x7ff4_0000_0000_0001,
+            ]);
+            v
+        }
+    }
+}
+
+/// A random value: an edge value, a small or scaled number, or random bits.
+fn random_value(rng: &mut Rng, ty: Ty) -> u64 {
+    match rng.below(4) {
+        0 => {
+            let e = edges(ty);
+            e[rng.below(e.len() as u64) as usize]
+        }
+        1 => {
+            // Magnitudes spread over the whole range.
+            let x = (rng.next() as i64) >> rng.below(64);
+            match ty {
+                Ty::I32 => u64::from(x as i32 as u32),
+                Ty::I64 => x as u64,
+                Ty::F32 => u64::from((((x as f64) / 4.0) as f32).to_bits()),
+                Ty::F64 => ((x as f64) / 4.0).to_bits(),
+            }
+        }
+        _ => match ty {
+            Ty::I32 | Ty::F32 => rng.next() & 0xffff_ffff,
+            Ty::I64 | Ty::F64 => rng.next(),
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Running a kernel: the reference (wasmtime) and the interpreter
+// ---------------------------------------------------------------------------
+
+const PAGE: usize = 65536;
+/// Where guest memory starts in the interpreter's address space.
+const BASE: usize = 4096;
+/// What the intrinsics return (in `Intrinsic::ALL` order).
+const INTRINSIC_VALUES: [i32; 12] = [3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41];
+/// Fuel for runs that should not run out.
+const PLENTY: i64 = 1 << 40;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Returned,
+    Trapped { trap: KernelTrap, offset: u32 },
+}
+
+/// The interpreter's view of a kernel's world: one frame stack and one
+/// flat address space with the guest memory at [`BASE`].
+struct Machine<'a> {
+    frames: Vec<Frame<'a>>,
+    space: Vec<u8>,
+    /// An access outside the address space: the translator's bounds check
+    /// should make this impossible.
+    stray: Option<String>,
+}
+
+fn range(space: &[u8], addr: &Address, size: usize) -> Option<std::ops::Range<usize>> {
+    let start = usize::try_from(addr.offset).ok()?;
+    let end = start.checked_add(size)?;
+    (addr.region == AddressRegion::Stack && start >= BASE && end <= space.len())
+        .then_some(start..end)
+}
+
+impl<'a> State<'a> for Machine<'a> {
+    fn get_function(&self, _: FuncRef) -> Option<&'a Function> {
+        None
+    }
+    fn get_current_function(&self) -> &'a Function {
+        self.current_frame().function()
+    }
+    fn get_libcall_handler(&self) -> LibCallHandler {
+        |_, _| Err(CraneliftTrap::UnreachableCodeReached)
+    }
+    fn push_frame(&mut self, function: &'a Function) {
+        self.frames.push(Frame::new(function));
+    }
+    fn pop_frame(&mut self) {
+        self.frames.pop();
+    }
+    fn current_frame_mut(&mut self) -> &mut Frame<'a> {
+        self.frames.last_mut().expect("a frame")
+    }
+    fn current_frame(&self) -> &Frame<'a> {
+        self.frames.last().expect("a frame")
+    }
+    fn stack_address(&self, _: AddressSize, _: StackSlot, _: u64) -> Result<Address, MemoryError> {
+        Err(MemoryError::InvalidOffset { offset: 0, max: 0 })
+    }
+    fn checked_load(
+        &self,
+        addr: Address,
+        ty: Type,
+        flags: MemFlagsData,
+    ) -> Result<DataValue, MemoryError> {
+        let size = ty.bytes() as usize;
+        match range(&self.space, &addr, size) {
+            Some(r) => Ok(DataValue::read_from_slice_le(&self.space[r], ty)),
+            None => Err(MemoryError::OutOfBoundsLoad {
+                addr,
+                load_size: size,
+                mem_flags: flags,
+            }),
+        }
+    }
+    fn checked_store(
+        &mut self,
+        addr: Address,
+        v: DataValue,
+        flags: MemFlagsData,
+    ) -> Result<(), MemoryError> {
+        let size = v.ty().bytes() as usize;
+        match range(&self.space, &addr, size) {
+            Some(r) => {
+                v.write_to_slice_le(&mut self.space[r]);
+                Ok(())
+            }
+            None => {
+                self.stray = Some(format!("store of {size} bytes at {addr:?}"));
+                Err(MemoryError::OutOfBoundsStore {
+                    addr,
+                    store_size: size,
+                    mem_flags: flags,
+                })
+            }
+        }
+    }
+    fn function_address(&self, _: AddressSize, _: &ExternalName) -> Result<Address, MemoryError> {
+        Err(MemoryError::InvalidOffset { offset: 0, max: 0 })
+    }
+    fn get_function_from_address(&self, _: Address) -> Option<InterpreterFunctionRef<'a>> {
+        None
+    }
+    fn resolve_global_value(&self, _: GlobalValue) -> Result<DataValue, MemoryError> {
+        Err(MemoryError::InvalidOffset { offset: 0, max: 0 })
+    }
+    fn get_pinned_reg(&self) -> DataValue {
+        DataValue::I64(0)
+    }
+    fn set_pinned_reg(&mut self, _: DataValue) {}
+}
+
+/// A Wasm value as a bit pattern of its type.
+#[derive(Clone, Copy, Debug)]
+struct Arg(Ty, u64);
+
+impl Arg {
+    fn data_value(self) -> DataValue {
+        match self.0 {
+            Ty::I32 => DataValue::I32(self.1 as u32 as i32),
+            Ty::I64 => DataValue::I64(self.1 as i64),
+            Ty::F32 => DataValue::F32(Ieee32::with_bits(self.1 as u32)),
+            Ty::F64 => DataValue::F64(Ieee64::with_bits(self.1)),
+        }
+    }
+
+    fn val(self) -> wasmtime::Val {
+        match self.0 {
+            Ty::I32 => wasmtime::Val::I32(self.1 as u32 as i32),
+            Ty::I64 => wasmtime::Val::I64(self.1 as i64),
+            Ty::F32 => wasmtime::Val::F32(self.1 as u32),
+            Ty::F64 => wasmtime::Val::F64(self.1),
+        }
+    }
+}
+
+/// Runs the translated kernel in the interpreter on `memory` (updated in
+/// place), with `fuel`.
+fn interpret(kernel: &TranslatedKernel, args: &[Arg], memory: &mut [u8], fuel: i64) -> Outcome {
+    let func = &kernel.function;
+    let mut machine = Machine {
+        frames: Vec::new(),
+        space: vec![0; BASE + memory.len()],
+        stray: None,
+    };
+    machine.space[BASE..].copy_from_slice(memory);
+    let mut values: Vec<DataValue> = args.iter().map(|a| a.data_value()).collect();
+    values.extend([
+        DataValue::I64(BASE as i64),
+        DataValue::I64(memory.len() as i64),
+        DataValue::I64(0),
+        DataValue::I64(fuel),
+    ]);
+    values.extend(INTRINSIC_VALUES.map(DataValue::I32));
+    assert_eq!(values.len(), kernel.abi.total_params());
+
+    machine.push_frame(func);
+    let entry = func.layout.entry_block().expect("an entry block");
+    machine
+        .current_frame_mut()
+        .set_all(func.dfg.block_params(entry), values);
+    let mut next = func.layout.first_inst(entry);
+    let mut steps: u64 = 0;
+    let outcome = loop {
+        let inst = next.expect("fell off the end of a block");
+        steps += 1;
+        assert!(steps < 50_000_000, "the interpreter ran away");
+        let flow =
+            step(&mut machine, DfgInstructionContext::new(inst, &func.dfg)).unwrap_or_else(|e| {
+                panic!(
+                    "interpreter failed at {}: {e:?}",
+                    func.dfg.display_inst(inst)
+                )
+            });
+        match flow {
+            ControlFlow::Assign(results) => {
+                machine
+                    .current_frame_mut()
+                    .set_all(func.dfg.inst_results(inst), results.to_vec());
+                next = func.layout.next_inst(inst);
+            }
+            ControlFlow::Continue => next = func.layout.next_inst(inst),
+            ControlFlow::ContinueAt(block, args) => {
+                machine
+                    .current_frame_mut()
+                    .set_all(func.dfg.block_params(block), args.to_vec());
+                next = func.layout.first_inst(block);
+            }
+            ControlFlow::Return(_) => break Outcome::Returned,
+            ControlFlow::Trap(CraneliftTrap::User(code)) => {
+                let trap = KernelTrap::from_trap_code(code).unwrap_or_else(|| {
+                    panic!(
+                        "trap {code} is not a kernel trap, at {} ({:?})",
+                        func.dfg.display_inst(inst),
+                        machine.stray
+                    )
+                });
+                break Outcome::Trapped {
+                    trap,
+                    offset: func.srcloc(inst).bits(),
+                };
+            }
+            other => panic!("unexpected control flow {other:?}"),
+        }
+    };
+    assert_eq!(
+        machine.stray, None,
+        "the kernel accessed memory outside its bounds check"
+    );
+    memory.copy_from_slice(&machine.space[BASE..]);
+    outcome
+}
+
+/// wasmtime running the same module: the reference.
+struct Reference {
+    store: wasmtime::Store<()>,
+    memory: wasmtime::Memory,
+    kernel: wasmtime::Func,
+    wasm: Vec<u8>,
+}
+
+impl Reference {
+    fn new(wasm: &[u8]) -> Self {
+        // Backtraces (with module offsets) are on by default. No
+        // optimization: it may fold a branch to a trap into a conditional
+        // trap at the branch's offset, where the contract wants the
+        // trapping operator's.
+        let mut config = wasmtime::Config::new();
+        config.cranelift_opt_level(wasmtime::OptLevel::None);
+        let engine = wasmtime::Engine::new(&config).expect("engine");
+        let module = wasmtime::Module::new(&engine, wasm).expect("wasmtime compiles the module");
+        let mut linker = wasmtime::Linker::new(&engine);
+        for (which, value) in Intrinsic::ALL.into_iter().zip(INTRINSIC_VALUES) {
+            linker
+                .func_wrap(INTRINSIC_MODULE, which.import_name(), move || value)
+                .expect("intrinsic");
+        }
+        let mut store = wasmtime::Store::new(&engine, ());
+        let instance = linker
+            .instantiate(&mut store, &module)
+            .expect("instantiate");
+        let memory = instance
+            .get_memory(&mut store, "memory")
+            .expect("a memory export");
+        let kernel = instance
+            .get_func(&mut store, "kernel")
+            .expect("a kernel export");
+        Reference {
+            store,
+            memory,
+            kernel,
+            wasm: wasm.to_vec(),
+        }
+    }
+
+    fn run(&mut self, args: &[Arg], memory: &mut [u8]) -> Outcome {
+        self.memory.data_mut(&mut self.store)[..memory.len()].copy_from_slice(memory);
+        let args: Vec<wasmtime::Val> = args.iter().map(|a| a.val()).collect();
+        let result = self.kernel.call(&mut self.store, &args, &mut []);
+        memory.copy_from_slice(&self.memory.data(&self.store)[..memory.len()]);
+        let Err(error) = result else {
+            return Outcome::Returned;
+        };
+        let trap = *error
+            .downcast_ref::<wasmtime::Trap>()
+            .unwrap_or_else(|| panic!("not a trap: {error:?}"));
+        let offset = error
+            .downcast_ref::<wasmtime::WasmBacktrace>()
+            .and_then(|bt| bt.frames().first().and_then(|f| f.module_offset()))
+            .expect("a backtrace with the trapping offset") as u32;
+        let trap = match trap {
+            wasmtime::Trap::UnreachableCodeReached => KernelTrap::Unreachable,
+            wasmtime::Trap::MemoryOutOfBounds => KernelTrap::HeapOutOfBounds,
+            wasmtime::Trap::IntegerDivisionByZero => KernelTrap::IntegerDivideByZero,
+            wasmtime::Trap::BadConversionToInteger => KernelTrap::BadConversionToInteger,
+            wasmtime::Trap::OutOfFuel => KernelTrap::OutOfFuel,
+            // Wasm calls an out-of-range `trunc` an integer overflow; the
+            // kernel contract files it under bad conversions.
+            wasmtime::Trap::IntegerOverflow
+                if (0xa8..=0xb1).contains(&self.wasm[offset as usize]) =>
+            {
+                KernelTrap::BadConversionToInteger
+            }
+            wasmtime::Trap::IntegerOverflow => KernelTrap::IntegerOverflow,
+            other => panic!("unexpected wasmtime trap {other:?}"),
+        };
+        Outcome::Trapped { trap, offset }
+    }
+}
+
+/// The function index of export `name`.
+fn export_index(wasm: &[u8], name: &str) -> u32 {
+    for payload in Parser::new(0).parse_all(wasm) {
+        if let Payload::ExportSection(reader) = payload.expect("parse") {
+            for export in reader {
+                let export = export.expect("export");
+                if export.name == name && export.kind == wasmparser::ExternalKind::Func {
+                    return export.index;
+                }
+            }
+        }
+    }
+    panic!("no export {name}");
+}
+
+/// The byte offset of the `nth` operator (in module order) that `pick`
+/// accepts.
+fn offset_of(wasm: &[u8], nth: usize, pick: impl Fn(&Operator<'_>) -> bool) -> u32 {
+    let mut seen = 0;
+    for payload in Parser::new(0).parse_all(wasm) {
+        if let Payload::CodeSectionEntry(body) = payload.expect("parse") {
+            let mut reader = body.get_operators_reader().expect("operators");
+            while !reader.eof() {
+                let (op, offset) = reader.read_with_offset().expect("operator");
+                if pick(&op) {
+                    if seen == nth {
+                        return offset as u32;
+                    }
+                    seen += 1;
+                }
+            }
+        }
+    }
+    panic!("no such operator");
+}
+
+/// The CLIF passes the verifier and keeps the contract's shape.
+fn check_shape(kernel: &TranslatedKernel) {
+    let func = &kernel.function;
+    let flags = Flags::new(settings::builder());
+    if let Err(errors) = cranelift_codegen::verify_function(func, &flags) {
+        panic!("verifier: {errors}\n{func}");
+    }
+    assert_eq!(func.signature.params.len(), kernel.abi.total_params());
+    for (param, ty) in func.signature.params.iter().zip(&kernel.params) {
+        assert_eq!(param.value_type, ty.clif_type());
+    }
+    assert!(func.signature.returns.is_empty());
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            let data = &func.dfg.insts[inst];
+            let opcode = data.opcode();
+            assert!(
+                !opcode.is_call(),
+                "a call survived: {}",
+                func.dfg.display_inst(inst)
+            );
+            if matches!(opcode, Opcode::Trap | Opcode::Trapz | Opcode::Trapnz) {
+                let code = data.trap_code().expect("trap code");
+                assert!(
+                    KernelTrap::from_trap_code(code).is_some(),
+                    "foreign trap code {code}"
+                );
+                assert!(!func.srcloc(inst).is_default(), "trap without a srcloc");
+            }
+            if (opcode.can_load() || opcode.can_store())
+                && let Some(flags) = data.memflags_data(&func.dfg)
+            {
+                assert!(
+                    !flags.aligned(),
+                    "an aligned access: {}",
+                    func.dfg.display_inst(inst)
+                );
+                assert_eq!(
+                    flags.explicit_endianness(),
+                    Some(cranelift_codegen::ir::Endianness::Little)
+                );
+            }
+            if let InstructionData::BranchTable { table, .. } = data {
+                let table = &func.stencil.dfg.jump_tables[*table];
+                for call in table.all_branches() {
+                    assert_eq!(
+                        call.args(&func.dfg.value_lists).count(),
+                        0,
+                        "br_table edge with arguments"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn translate(wasm: &[u8]) -> TranslatedKernel {
+    let kernel = translate_kernel(wasm, export_index(wasm, "kernel"))
+        .unwrap_or_else(|e| panic!("translation failed: {e}"));
+    check_shape(&kernel);
+    kernel
+}
+
+// ---------------------------------------------------------------------------
+// Differential cases
+// ---------------------------------------------------------------------------
+
+/// One run's inputs: kernel arguments and the memory image.
+struct Input {
+    args: Vec<Arg>,
+    memory: Vec<u8>,
+}
+
+/// A kernel run against wasmtime on many inputs.
+struct Case {
+    name: String,
+    wat: String,
+    /// Output slots whose NaNs may differ in payload.
+    nan_slots: Vec<(usize, Ty)>,
+    inputs: Vec<Input>,
+}
+
+fn nan_equal(ty: Ty, a: &[u8], b: &[u8]) -> bool {
+    match ty {
+        Ty::F32 => {
+            let x = f32::from_le_bytes(a[..4].try_into().unwrap());
+            let y = f32::from_le_bytes(b[..4].try_into().unwrap());
+            x.is_nan() && y.is_nan()
+        }
+        Ty::F64 => {
+            let x = f64::from_le_bytes(a[..8].try_into().unwrap());
+            let y = f64::from_le_bytes(b[..8].try_into().unwrap());
+            x.is_nan() && y.is_nan()
+        }
+        Ty::I32 | Ty::I64 => false,
+    }
+}
+
+/// Runs every input of `case` on both sides; returns how many runs
+/// trapped.
+fn run_case(case: &Case) -> usize {
+    let wasm = wat::parse_str(&case.wat).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+    let kernel = translate(&wasm);
+    let mut reference = Reference::new(&wasm);
+    let mut traps = 0;
+    for input in &case.inputs {
+        let mut expected_memory = input.memory.clone();
+        let expected = reference.run(&input.args, &mut expected_memory);
+        let mut actual_memory = input.memory.clone();
+        let actual = interpret(&kernel, &input.args, &mut actual_memory, PLENTY);
+        let context = || {
+            let slots: Vec<String> = input.memory[..64]
+                .chunks(8)
+                .map(|c| format!("{:016x}", u64::from_le_bytes(c.try_into().unwrap())))
+                .collect();
+            format!("{}: args {:?}, slots {slots:?}", case.name, input.args)
+        };
+        assert_eq!(actual, expected, "{}", context());
+        if expected != Outcome::Returned {
+            traps += 1;
+        }
+        for &(at, ty) in &case.nan_slots {
+            let r = at..at + ty.bytes();
+            if nan_equal(ty, &expected_memory[r.clone()], &actual_memory[r.clone()]) {
+                actual_memory[r.clone()].copy_from_slice(&expected_memory[r]);
+            }
+        }
+        if expected_memory == actual_memory {
+            continue;
+        }
+        if let Some(at) = (0..PAGE).find(|&i| expected_memory[i] != actual_memory[i]) {
+            let from = at & !7;
+            panic!(
+                "{}: memory differs at {at:#x}: wasmtime {:02x?}, CLIF {:02x?}",
+                context(),
+                &expected_memory[from..from + 8],
+                &actual_memory[from..from + 8]
+            );
+        }
+    }
+    traps
+}
+
+/// Input slot `i` sits at byte `8 * i`; output `j` at `256 + 8 * j`.
+const OUT: usize = 256;
+
+/// Inputs for kernels that read typed slots: every edge value (or pair of
+/// edge values, for two slots), then `random` random rows.
+fn slot_inputs(rng: &mut Rng, slots: &[Ty], random: usize) -> Vec<Input> {
+    let image = |values: &[u64]| {
+        let mut memory = vec![0u8; PAGE];
+        for (i, (&ty, &v)) in slots.iter().zip(values).enumerate() {
+            memory[8 * i..8 * i + ty.bytes()].copy_from_slice(&v.to_le_bytes()[..ty.bytes()]);
+        }
+        Input {
+            args: Vec::new(),
+            memory,
+        }
+    };
+    let mut inputs = Vec::new();
+    match slots {
+        [a] => inputs.extend(edges(*a).into_iter().map(|x| image(&[x]))),
+        [a, b] => {
+            for x in edges(*a) {
+                for y in edges(*b) {
+                    inputs.push(image(&[x, y]));
+                }
+            }
+        }
+        _ => {}
+    }
+    for _ in 0..random {
+        let row: Vec<u64> = slots.iter().map(|&t| random_value(rng, t)).collect();
+        inputs.push(image(&row));
+    }
+    inputs
+}
+
+/// An operator row: its text, which slots feed it, its result type, and
+/// whether NaN payloads of its result may differ.
+type OpRow = (&'static str, &'static [usize], Ty, bool);
+
+/// A kernel that applies each operator in `ops` to slots and stores the
+/// results.
+fn slot_case(rng: &mut Rng, name: &str, slots: &[Ty], ops: &[OpRow], random: usize) -> Case {
+    let mut body = String::new();
+    let mut nan_slots = Vec::new();
+    for (j, &(op, args, result, nan)) in ops.iter().enumerate() {
+        let loads: Vec<String> = args
+            .iter()
+            .map(|&s| format!("({}.load offset={} (i32.const 0))", slots[s].name(), 8 * s))
+            .collect();
+        body.push_str(&format!(
+            "    ({}.store offset={} (i32.const 0) ({op} {}))\n",
+            result.name(),
+            OUT + 8 * j,
+            loads.join(" ")
+        ));
+        if nan {
+            nan_slots.push((OUT + 8 * j, result));
+        }
+    }
+    Case {
+        name: name.to_string(),
+        wat: format!(
+            "(module\n  (memory (export \"memory\") 1)\n  (func (export \"kernel\")\n{body}  ))"
+        ),
+        nan_slots,
+        inputs: slot_inputs(rng, slots, random),
+    }
+}
+
+use Ty::{F32, F64, I32, I64};
+
+const I32_BINARY: &[OpRow] = &[
+    ("i32.add", &[0, 1], I32, false),
+    ("i32.sub", &[0, 1], I32, false),
+    ("i32.mul", &[0, 1], I32, false),
+    ("i32.and", &[0, 1], I32, false),
+    ("i32.or", &[0, 1], I32, false),
+    ("i32.xor", &[0, 1], I32, false),
+    ("i32.shl", &[0, 1], I32, false),
+    ("i32.shr_s", &[0, 1], I32, false),
+    ("i32.shr_u", &[0, 1], I32, false),
+    ("i32.rotl", &[0, 1], I32, false),
+    ("i32.rotr", &[0, 1], I32, false),
+    ("i32.eq", &[0, 1], I32, false),
+    ("i32.ne", &[0, 1], I32, false),
+    ("i32.lt_s", &[0, 1], I32, false),
+    ("i32.lt_u", &[0, 1], I32, false),
+    ("i32.gt_s", &[0, 1], I32, false),
+    ("i32.gt_u", &[0, 1], I32, false),
+    ("i32.le_s", &[0, 1], I32, false),
+    ("i32.le_u", &[0, 1], I32, false),
+    ("i32.ge_s", &[0, 1], I32, false),
+    ("i32.ge_u", &[0, 1], I32, false),
+    ("i32.clz", &[0], I32, false),
+    ("i32.ctz", &[0], I32, false),
+    ("i32.popcnt", &[0], I32, false),
+    ("i32.eqz", &[0], I32, false),
+    ("i32.extend8_s", &[0], I32, false),
+    ("i32.extend16_s", &[0], I32, false),
+];
+
+const I64_BINARY: &[OpRow] = &[
+    ("i64.add", &[0, 1], I64, false),
+    ("i64.sub", &[0, 1], I64, false),
+    ("i64.mul", &[0, 1], I64, false),
+    ("i64.and", &[0, 1], I64, false),
+    ("i64.or", &[0, 1], I64, false),
+    ("i64.xor", &[0, 1], I64, false),
+    ("i64.shl", &[0, 1], I64, false),
+    ("i64.shr_s", &[0, 1], I64, false),
+    ("i64.shr_u", &[0, 1], I64, false),
+    ("i64.rotl", &[0, 1], I64, false),
+    ("i64.rotr", &[0, 1], I64, false),
+    ("i64.eq", &[0, 1], I32, false),
+    ("i64.ne", &[0, 1], I32, false),
+    ("i64.lt_s", &[0, 1], I32, false),
+    ("i64.lt_u", &[0, 1], I32, false),
+    ("i64.gt_s", &[0, 1], I32, false),
+    ("i64.gt_u", &[0, 1], I32, false),
+    ("i64.le_s", &[0, 1], I32, false),
+    ("i64.le_u", &[0, 1], I32, false),
+    ("i64.ge_s", &[0, 1], I32, false),
+    ("i64.ge_u", &[0, 1], I32, false),
+    ("i64.clz", &[0], I64, false),
+    ("i64.ctz", &[0], I64, false),
+    ("i64.popcnt", &[0], I64, false),
+    ("i64.eqz", &[0], I32, false),
+    ("i64.extend8_s", &[0], I64, false),
+    ("i64.extend16_s", &[0], I64, false),
+    ("i64.extend32_s", &[0], I64, false),
+];
+
+/// A float operator row: its `f32` and `f64` texts, slots, result type
+/// (`None`: the operand type) and NaN tolerance.
+type FloatRow = (
+    &'static str,
+    &'static str,
+    &'static [usize],
+    Option<Ty>,
+    bool,
+);
+
+fn float_ops(t: Ty) -> Vec<OpRow> {
+    let ops: &[FloatRow] = &[
+        ("f32.add", "f64.add", &[0, 1], None, true),
+        ("f32.sub", "f64.sub", &[0, 1], None, true),
+        ("f32.mul", "f64.mul", &[0, 1], None, true),
+        ("f32.div", "f64.div", &[0, 1], None, true),
+        ("f32.min", "f64.min", &[0, 1], None, true),
+        ("f32.max", "f64.max", &[0, 1], None, true),
+        ("f32.copysign", "f64.copysign", &[0, 1], None, false),
+        ("f32.eq", "f64.eq", &[0, 1], Some(I32), false),
+        ("f32.ne", "f64.ne", &[0, 1], Some(I32), false),
+        ("f32.lt", "f64.lt", &[0, 1], Some(I32), false),
+        ("f32.gt", "f64.gt", &[0, 1], Some(I32), false),
+        ("f32.le", "f64.le", &[0, 1], Some(I32), false),
+        ("f32.ge", "f64.ge", &[0, 1], Some(I32), false),
+        ("f32.abs", "f64.abs", &[0], None, false),
+        ("f32.neg", "f64.neg", &[0], None, false),
+        ("f32.ceil", "f64.ceil", &[0], None, true),
+        ("f32.floor", "f64.floor", &[0], None, true),
+        ("f32.trunc", "f64.trunc", &[0], None, true),
+        ("f32.nearest", "f64.nearest", &[0], None, true),
+        ("f32.sqrt", "f64.sqrt", &[0], None, true),
+    ];
+    ops.iter()
+        .map(|&(a, b, args, result, nan)| {
+            (if t == F32 { a } else { b }, args, result.unwrap_or(t), nan)
+        })
+        .collect()
+}
+
+/// Slots: i32, i64, f32, f64.
+const CONVERSIONS: &[OpRow] = &[
+    ("i32.wrap_i64", &[1], I32, false),
+    ("i64.extend_i32_s", &[0], I64, false),
+    ("i64.extend_i32_u", &[0], I64, false),
+    ("i32.trunc_sat_f32_s", &[2], I32, false),
+    ("i32.trunc_sat_f32_u", &[2], I32, false),
+    ("i32.trunc_sat_f64_s", &[3], I32, false),
+    ("i32.trunc_sat_f64_u", &[3], I32, false),
+    ("i64.trunc_sat_f32_s", &[2], I64, false),
+    ("i64.trunc_sat_f32_u", &[2], I64, false),
+    ("i64.trunc_sat_f64_s", &[3], I64, false),
+    ("i64.trunc_sat_f64_u", &[3], I64, false),
+    ("f32.convert_i32_s", &[0], F32, false),
+    ("f32.convert_i32_u", &[0], F32, false),
+    ("f32.convert_i64_s", &[1], F32, false),
+    ("f32.convert_i64_u", &[1], F32, false),
+    ("f64.convert_i32_s", &[0], F64, false),
+    ("f64.convert_i32_u", &[0], F64, false),
+    ("f64.convert_i64_s", &[1], F64, false),
+    ("f64.convert_i64_u", &[1], F64, false),
+    ("f32.demote_f64", &[3], F32, true),
+    ("f64.promote_f32", &[2], F64, true),
+    ("i32.reinterpret_f32", &[2], I32, false),
+    ("i64.reinterpret_f64", &[3], I64, false),
+    ("f32.reinterpret_i32", &[0], F32, false),
+    ("f64.reinterpret_i64", &[1], F64, false),
+];
+
+#[test]
+fn integer_operators_match_wasmtime() {
+    let mut rng = rng("integer");
+    for (name, slots, ops) in [
+        ("i32 operators", [I32, I32], I32_BINARY),
+        ("i64 operators", [I64, I64], I64_BINARY),
+    ] {
+        let case = slot_case(&mut rng, name, &slots, ops, 400);
+        let runs = case.inputs.len();
+        assert_eq!(run_case(&case), 0);
+        eprintln!("{name}: {} operators x {runs} inputs", ops.len());
+    }
+}
+
+#[test]
+fn float_operators_match_wasmtime() {
+    let mut rng = rng("float");
+    for t in [F32, F64] {
+        let ops = float_ops(t);
+        let case = slot_case(
+            &mut rng,
+            &format!("{} operators", t.name()),
+            &[t, t],
+            &ops,
+            400,
+        );
+        let runs = case.inputs.len();
+        assert_eq!(run_case(&case), 0);
+        eprintln!(
+            "{} operators: {} operators x {runs} inputs",
+            t.name(),
+            ops.len()
+        );
+    }
+}
+
+#[test]
+fn conversions_match_wasmtime() {
+    let mut rng = rng("conversions");
+    let slots = [I32, I64, F32, F64];
+    let mut case = slot_case(&mut rng, "conversions", &slots, CONVERSIONS, 1500);
+    // Each edge value in every slot at once.
+    for i in 0..40 {
+        let mut memory = vec![0u8; PAGE];
+        for (s, &ty) in slots.iter().enumerate() {
+            let e = edges(ty);
+            let v = e[i % e.len()];
+            memory[8 * s..8 * s + ty.bytes()].copy_from_slice(&v.to_le_bytes()[..ty.bytes()]);
+        }
+        case.inputs.push(Input {
+            args: Vec::new(),
+            memory,
+        });
+    }
+    assert_eq!(run_case(&case), 0);
+}
+
+/// Trapping operators, one per kernel so each is tested on every input;
+/// traps (code and offset) must match wasmtime's.
+#[test]
+fn trapping_arithmetic_matches_wasmtime() {
+    let mut rng = rng("trapping");
+    let rows: &[(&str, Ty, Ty)] = &[
+        ("i32.div_s", I32, I32),
+        ("i32.div_u", I32, I32),
+        ("i32.rem_s", I32, I32),
+        ("i32.rem_u", I32, I32),
+        ("i64.div_s", I64, I64),
+        ("i64.div_u", I64, I64),
+        ("i64.rem_s", I64, I64),
+        ("i64.rem_u", I64, I64),
+        ("i32.trunc_f32_s", F32, I32),
+        ("i32.trunc_f32_u", F32, I32),
+        ("i32.trunc_f64_s", F64, I32),
+        ("i32.trunc_f64_u", F64, I32),
+        ("i64.trunc_f32_s", F32, I64),
+        ("i64.trunc_f32_u", F32, I64),
+        ("i64.trunc_f64_s", F64, I64),
+        ("i64.trunc_f64_u", F64, I64),
+    ];
+    for &(op, input, result) in rows {
+        let binary = op.contains("div") || op.contains("rem");
+        let (slots, args): (&[Ty], &'static [usize]) = if binary {
+            (&[input, input][..], &[0, 1])
+        } else {
+            (&[input][..], &[0])
+        };
+        let case = slot_case(&mut rng, op, slots, &[(op, args, result, false)], 1000);
+        let traps = run_case(&case);
+        eprintln!("{op}: {} inputs, {traps} trapped", case.inputs.len());
+        assert!(traps > 0, "{op}: no input trapped");
+        assert!(traps < case.inputs.len(), "{op}: every input trapped");
+    }
+}
+
+#[test]
+fn kernel_parameters_match_wasmtime() {
+    let mut rng = rng("params");
+    let wat = r#"(module
+      (memory (export "memory") 1)
+      (func (export "kernel") (param i32 i64 f32 f64)
+        (i32.store offset=256 (i32.const 0) (local.get 0))
+        (i64.store offset=264 (i32.const 0) (local.get 1))
+        (f32.store offset=272 (i32.const 0) (local.get 2))
+        (f64.store offset=280 (i32.const 0) (local.get 3))))"#;
+    let inputs = (0..300)
+        .map(|_| Input {
+            args: [I32, I64, F32, F64]
+                .into_iter()
+                .map(|t| Arg(t, random_value(&mut rng, t)))
+                .collect(),
+            memory: vec![0; PAGE],
+        })
+        .collect();
+    let case = Case {
+        name: "parameters".into(),
+        wat: wat.into(),
+        nan_slots: Vec::new(),
+        inputs,
+    };
+    assert_eq!(run_case(&case), 0);
+}
+
+/// Every load and store width, with immediate offsets, at random, unaligned
+/// and out-of-bounds addresses.
+#[test]
+fn loads_and_stores_match_wasmtime() {
+    let mut rng = rng("memory");
+    let loads: &[(&str, Ty)] = &[
+        ("i32.load", I32),
+        ("i64.load", I64),
+        ("f32.load", F32),
+        ("f64.load", F64),
+        ("i32.load8_s", I32),
+        ("i32.load8_u", I32),
+        ("i32.load16_s", I32),
+        ("i32.load16_u", I32),
+        ("i64.load8_s", I64),
+        ("i64.load8_u", I64),
+        ("i64.load16_s", I64),
+        ("i64.load16_u", I64),
+        ("i64.load32_s", I64),
+        ("i64.load32_u", I64),
+    ];
+    let stores: &[(&str, Ty)] = &[
+        ("i32.store", I32),
+        ("i64.store", I64),
+        ("f32.store", F32),
+        ("f64.store", F64),
+        ("i32.store8", I32),
+        ("i32.store16", I32),
+        ("i64.store8", I64),
+        ("i64.store16", I64),
+        ("i64.store32", I64),
+    ];
+    let addresses = |rng: &mut Rng, offset: u32| -> Vec<u32> {
+        let mut a: Vec<u32> = (0..16)
+            .map(|k| (PAGE as u32 - 16 + k).wrapping_sub(offset))
+            .collect();
+        a.extend([
+            0,
+            1,
+            3,
+            0xffff_ffff,
+            0x8000_0000,
+            0x7fff_ffff,
+            0x1_0000 - offset,
+        ]);
+        a.extend((0..120).map(|_| rng.below(4096) as u32));
+        a
+    };
+    let memory_image = |rng: &mut Rng| {
+        let mut memory = vec![0u8; PAGE];
+        for i in (0..4096).chain(PAGE - 64..PAGE) {
+            memory[i] = rng.next() as u8;
+        }
+        memory
+    };
+    let mut runs = 0;
+    let mut traps = 0;
+    for offset in [0u32, 5, 65530] {
+        for &(op, ty) in loads {
+            let wat = format!(
+                r#"(module (memory (export "memory") 1)
+                  (func (export "kernel") (param $a i32)
+                    ({t}.store offset=8192 (i32.const 0) ({op} offset={offset} (local.get $a)))))"#,
+                t = ty.name()
+            );
+            let inputs = addresses(&mut rng, offset)
+                .into_iter()
+                .map(|a| Input {
+                    args: vec![Arg(I32, u64::from(a))],
+                    memory: memory_image(&mut rng),
+                })
+                .collect::<Vec<_>>();
+            runs += inputs.len();
+            traps += run_case(&Case {
+                name: format!("{op} offset={offset}"),
+                wat,
+                nan_slots: Vec::new(),
+                inputs,
+            });
+        }
+        for &(op, ty) in stores {
+            let wat = format!(
+                r#"(module (memory (export "memory") 1)
+                  (func (export "kernel") (param $a i32)
+                    ({op} offset={offset} (local.get $a) ({t}.load offset=8 (i32.const 0)))))"#,
+                t = ty.name()
+            );
+            let inputs = addresses(&mut rng, offset)
+                .into_iter()
+                .map(|a| Input {
+                    args: vec![Arg(I32, u64::from(a))],
+                    memory: memory_image(&mut rng),
+                })
+                .collect::<Vec<_>>();
+            runs += inputs.len();
+            traps += run_case(&Case {
+                name: format!("{op} offset={offset}"),
+                wat,
+                nan_slots: Vec::new(),
+                inputs,
+            });
+        }
+    }
+    eprintln!("loads and stores: {runs} runs, {traps} trapped out of bounds");
+    assert!(traps > 0 && traps < runs);
+}
+
+/// Control flow, locals, calls (inlined), globals, multi-value blocks, dead
+/// code, intrinsics and `memory.size`, in one module of helpers.
+const CONTROL: &str = r#"(module
+  (import "tensorwasm_kernel" "thread_idx_x" (func $tid_x (result i32)))
+  (import "tensorwasm_kernel" "block_idx_y" (func $ctaid_y (result i32)))
+  (import "tensorwasm_kernel" "grid_dim_z" (func $nctaid_z (result i32)))
+  (memory (export "memory") 1)
+  (global $seven i32 (i32.const 7))
+  (global $answer i64 (i64.add (i64.const 40) (i64.const 2)))
+  (global $half f64 (f64.const -1.5))
+  (global $copy i32 (global.get $seven))
+
+  (func $collatz (param $n i32) (result i32)
+    (local $steps i32)
+    (local.set $n (i32.add (i32.and (local.get $n) (i32.const 0x3ff)) (i32.const 1)))
+    (block $done
+      (loop $next
+        (br_if $done (i32.eq (local.get $n) (i32.const 1)))
+        (local.set $steps (i32.add (local.get $steps) (i32.const 1)))
+        (if (i32.and (local.get $n) (i32.const 1))
+          (then (local.set $n (i32.add (i32.mul (local.get $n) (i32.const 3)) (i32.const 1))))
+          (else (local.set $n (i32.shr_u (local.get $n) (i32.const 1)))))
+        (br $next)))
+    (local.get $steps))
+
+  (func $classify (param $x i32) (result i32)
+    (block $d (block $c (block $b (block $a
+      (br_table $a $b $c $d (i32.and (local.get $x) (i32.const 7))))
+      (return (i32.const 100)))
+      (return (i32.const 200)))
+      (return (i32.const 300)))
+    (i32.const 400))
+
+  (func $table_values (param $x i32) (result i32)
+    (block $outer (result i32)
+      (block $inner (result i32)
+        (i32.const 11)
+        (br_table $outer $inner $outer (i32.and (local.get $x) (i32.const 3))))
+      (i32.const 1000)
+      (i32.add)))
+
+  (func $table_loop (param $x i32) (result i32)
+    (local $i i32)
+    (block $exit
+      (loop $again
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $exit (i32.gt_u (local.get $i) (i32.const 40)))
+        (br_table $again $again $exit
+          (i32.and (i32.shr_u (local.get $x) (local.get $i)) (i32.const 3)))))
+    (local.get $i))
+
+  (func $multi (param $x i32) (result i32 i64)
+    (i32.add (local.get $x) (i32.const 1))
+    (i64.mul (i64.extend_i32_s (local.get $x)) (i64.const 3)))
+
+  (func $sum_to (param $n i32) (result i32)
+    (local $c i32) (local $acc i32)
+    (local.get $n) (i32.const 15) (i32.and)
+    (i32.const 0)
+    (loop $l (param i32 i32) (result i32)
+      (local.set $acc) (local.set $c)
+      (local.set $acc (i32.add (local.get $acc) (local.get $c)))
+      (local.set $c (i32.sub (local.get $c) (i32.const 1)))
+      (local.get $c) (local.get $acc)
+      (br_if $l (i32.gt_s (local.get $c) (i32.const 0)))
+      (local.set $acc) (drop) (local.get $acc)))
+
+  (func $if_params (param $x i32) (param $y i32) (result i32)
+    local.get $x
+    local.get $y
+    i32.const 1
+    i32.and
+    if (param i32) (result i32)
+      i32.const 1
+      i32.add
+    else
+      i32.const 2
+      i32.mul
+    end
+    local.get $y
+    i32.const 2
+    i32.and
+    if (param i32) (result i32)
+      i32.const 5
+      i32.sub
+    end)
+
+  (func $early (param $x i32) (result i64)
+    (if (i32.lt_s (local.get $x) (i32.const 0)) (then (return (i64.const -1))))
+    (block (result i64)
+      (i64.extend_i32_u (local.get $x))
+      (br_if 0 (i32.gt_u (local.get $x) (i32.const 100)))
+      (drop)
+      (i64.const 5)))
+
+  (func $dead (param $x i32) (result i32)
+    (block $b (result i32)
+      (i32.const 9)
+      (br $b)
+      (i32.const 1)
+      (drop)
+      (loop (br 0))
+      (if (i32.const 1) (then (unreachable)) (else (nop)))
+      (block (result i32) (unreachable))
+      (i32.add))
+    (if (result i32) (i32.and (local.get $x) (i32.const 1))
+      (then (return (i32.const 77)) (i32.const 1))
+      (else (i32.const 2)))
+    (i32.add))
+
+  (func $boom (param $x i32) (result i32)
+    (if (i32.eq (i32.and (local.get $x) (i32.const 3)) (i32.const 3))
+      (then (unreachable)))
+    (i32.add (local.get $x) (i32.const 1)))
+
+  (func $never (result f32)
+    (unreachable))
+
+  (func $chain (param $x i32) (result i32)
+    (call $boom (call $boom (local.get $x))))
+
+  (func (export "kernel") (param $x i32) (param $y i32) (param $f f64)
+    (local $l64 i64) (local $lf32 f32) (local $lf64 f64) (local $a i32) (local $b i64)
+    (i32.store offset=256 (i32.const 0) (call $collatz (local.get $x)))
+    (i32.store offset=264 (i32.const 0) (call $classify (local.get $y)))
+    (i32.store offset=272 (i32.const 0) (call $table_values (local.get $x)))
+    (i32.store offset=280 (i32.const 0) (call $table_loop (local.get $y)))
+    (call $multi (local.get $x))
+    (local.set $b)
+    (local.set $a)
+    (i32.store offset=288 (i32.const 0) (local.get $a))
+    (i64.store offset=296 (i32.const 0) (local.get $b))
+    (i32.store offset=304 (i32.const 0) (call $sum_to (local.get $y)))
+    (i32.store offset=312 (i32.const 0) (call $if_params (local.get $x) (local.get $y)))
+    (i64.store offset=320 (i32.const 0) (call $early (local.get $x)))
+    (i32.store offset=328 (i32.const 0) (call $dead (local.get $y)))
+    (i32.store offset=336 (i32.const 0) (select (local.get $x) (local.get $y) (i32.lt_s (local.get $x) (local.get $y))))
+    (f64.store offset=344 (i32.const 0)
+      (select (result f64) (local.get $f) (global.get $half) (i32.and (local.get $y) (i32.const 4))))
+    (i32.store offset=352 (i32.const 0) (global.get $seven))
+    (i64.store offset=360 (i32.const 0) (global.get $answer))
+    (i32.store offset=368 (i32.const 0) (global.get $copy))
+    (i64.store offset=376 (i32.const 0) (local.get $l64))
+    (f32.store offset=384 (i32.const 0) (local.get $lf32))
+    (f64.store offset=392 (i32.const 0) (local.get $lf64))
+    (i32.store offset=400 (i32.const 0) (memory.size))
+    (i32.store offset=408 (i32.const 0) (call $tid_x))
+    (i32.store offset=416 (i32.const 0) (call $ctaid_y))
+    (i32.store offset=424 (i32.const 0) (call $nctaid_z))
+    (local.set $l64 (i64.const 5))
+    (local.set $lf32 (local.tee $lf32 (f32.const 2.5)))
+    (f32.store offset=432 (i32.const 0) (local.get $lf32))
+    (nop)
+    (i32.store offset=440 (i32.const 0) (call $chain (local.get $y)))
+    (if (i32.eq (local.get $x) (i32.const 12345))
+      (then (f32.store offset=448 (i32.const 0) (call $never))))
+    (i32.store offset=456 (i32.const 0) (i32.const -1)))
+)"#;
+
+#[test]
+fn control_flow_and_calls_match_wasmtime() {
+    let mut rng = rng("control");
+    let mut inputs: Vec<Input> = Vec::new();
+    let i32_edges = edges(I32);
+    for &x in &i32_edges {
+        for &y in &i32_edges {
+            inputs.push(Input {
+                args: vec![Arg(I32, x), Arg(I32, y), Arg(F64, 2.0f64.to_bits())],
+                memory: vec![0; PAGE],
+            });
+        }
+    }
+    for _ in 0..400 {
+        inputs.push(Input {
+            args: vec![
+                Arg(I32, random_value(&mut rng, I32)),
+                Arg(I32, random_value(&mut rng, I32)),
+                Arg(F64, random_value(&mut rng, F64)),
+            ],
+            memory: vec![0; PAGE],
+        });
+    }
+    inputs.push(Input {
+        args: vec![Arg(I32, 12345), Arg(I32, 0), Arg(F64, 0)],
+        memory: vec![0; PAGE],
+    });
+    let runs = inputs.len();
+    let traps = run_case(&Case {
+        name: "control flow".into(),
+        wat: CONTROL.into(),
+        nan_slots: Vec::new(),
+        inputs,
+    });
+    eprintln!("control flow: {runs} runs, {traps} trapped");
+    assert!(traps > 0 && traps < runs);
+}
+
+// ---------------------------------------------------------------------------
+// Traps, explicitly
+// ---------------------------------------------------------------------------
+
+fn run_alone(wat: &str, args: &[Arg], fuel: i64) -> (Vec<u8>, Outcome, Vec<u8>, TranslatedKernel) {
+    let wasm = wat::parse_str(wat).expect("wat");
+    let kernel = translate(&wasm);
+    let mut memory = vec![0u8; PAGE];
+    for (i, b) in memory[..64].iter_mut().enumerate() {
+        *b = i as u8 | 0x80;
+    }
+    let outcome = interpret(&kernel, args, &mut memory, fuel);
+    (wasm, outcome, memory, kernel)
+}
+
+#[test]
+fn traps_carry_their_code_and_operator_offset() {
+    type Row = (
+        &'static str,
+        Vec<Arg>,
+        KernelTrap,
+        fn(&Operator<'_>) -> bool,
+    );
+    let cases: Vec<Row> = vec![
+        (
+            "(i32.store offset=256 (i32.const 0) (i32.div_u (i32.const 7) (local.get 0)))",
+            vec![Arg(I32, 0), Arg(I64, 0), Arg(F64, 0)],
+            KernelTrap::IntegerDivideByZero,
+            |op| matches!(op, Operator::I32DivU),
+        ),
+        (
+            "(i64.store offset=256 (i32.const 0) (i64.rem_s (local.get 1) (i64.const 0)))",
+            vec![Arg(I32, 0), Arg(I64, 5), Arg(F64, 0)],
+            KernelTrap::IntegerDivideByZero,
+            |op| matches!(op, Operator::I64RemS),
+        ),
+        (
+            "(i32.store offset=256 (i32.const 0) (i32.div_s (local.get 0) (i32.const -1)))",
+            vec![Arg(I32, 0x8000_0000), Arg(I64, 0), Arg(F64, 0)],
+            KernelTrap::IntegerOverflow,
+            |op| matches!(op, Operator::I32DivS),
+        ),
+        (
+            "(i64.store offset=256 (i32.const 0) (i64.div_s (local.get 1) (i64.const -1)))",
+            vec![Arg(I32, 0), Arg(I64, i64::MIN as u64), Arg(F64, 0)],
+            KernelTrap::IntegerOverflow,
+            |op| matches!(op, Operator::I64DivS),
+        ),
+        (
+            "(i32.store offset=256 (i32.const 0) (i32.trunc_f64_s (local.get 2)))",
+            vec![Arg(I32, 0), Arg(I64, 0), Arg(F64, f64::NAN.to_bits())],
+            KernelTrap::BadConversionToInteger,
+            |op| matches!(op, Operator::I32TruncF64S),
+        ),
+        (
+            "(i64.store offset=256 (i32.const 0) (i64.trunc_f64_u (local.get 2)))",
+            vec![Arg(I32, 0), Arg(I64, 0), Arg(F64, (-1.0f64).to_bits())],
+            KernelTrap::BadConversionToInteger,
+            |op| matches!(op, Operator::I64TruncF64U),
+        ),
+        (
+            "(i32.store (local.get 0) (i32.const 0x01020304))",
+            vec![Arg(I32, (PAGE - 2) as u64), Arg(I64, 0), Arg(F64, 0)],
+            KernelTrap::HeapOutOfBounds,
+            |op| matches!(op, Operator::I32Store { .. }),
+        ),
+        (
+            "(i64.store offset=16 (local.get 0) (i64.const -1))",
+            vec![Arg(I32, (PAGE - 20) as u64), Arg(I64, 0), Arg(F64, 0)],
+            KernelTrap::HeapOutOfBounds,
+            |op| matches!(op, Operator::I64Store { .. }),
+        ),
+        (
+            "(i32.store (i32.const 300) (i32.const 1)) (unreachable)",
+            vec![Arg(I32, 0), Arg(I64, 0), Arg(F64, 0)],
+            KernelTrap::Unreachable,
+            |op| matches!(op, Operator::Unreachable),
+        ),
+    ];
+    for (body, args, trap, pick) in cases {
+        let wat = format!(
+            r#"(module (memory (export "memory") 1)
+              (func (export "kernel") (param i32 i64 f64) {body}))"#
+        );
+        let (wasm, outcome, memory, _) = run_alone(&wat, &args, PLENTY);
+        let offset = offset_of(&wasm, 0, pick);
+        assert_eq!(outcome, Outcome::Trapped { trap, offset }, "{body}");
+        // A trapping store writes nothing: the last page is untouched.
+        assert!(
+            memory[PAGE - 64..].iter().all(|&b| b == 0),
+            "{body}: partial write"
+        );
+        // And the reference agrees.
+        let mut reference = Reference::new(&wasm);
+        let mut expected = vec![0u8; PAGE];
+        for (i, b) in expected[..64].iter_mut().enumerate() {
+            *b = i as u8 | 0x80;
+        }
+        assert_eq!(reference.run(&args, &mut expected), outcome, "{body}");
+        assert_eq!(expected, memory, "{body}");
+    }
+}
+
+#[test]
+fn fuel_is_spent_once_per_loop_header() {
+    let endless = r#"(module (memory (export "memory") 1)
+      (func (export "kernel")
+        (i32.store (i32.const 0) (i32.const 1))
+        (loop $spin (br $spin))))"#;
+    let (wasm, outcome, memory, _) = run_alone(endless, &[], 10);
+    let offset = offset_of(&wasm, 0, |op| matches!(op, Operator::Loop { .. }));
+    assert_eq!(
+        outcome,
+        Outcome::Trapped {
+            trap: KernelTrap::OutOfFuel,
+            offset
+        }
+    );
+    assert_eq!(memory[0], 1, "work before the loop stays done");
+
+    // A loop whose header runs n times (n - 1 back edges) needs exactly n,
+    // plus one per header of the loops before it.
+    let counted = r#"(module (memory (export "memory") 1)
+      (func (export "kernel") (param $n i32)
+        (loop $once)
+        (loop $again
+          (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+          (br_if $again (local.get $n)))
+        (i32.store (i32.const 8) (i32.const 9))))"#;
+    for n in [1u64, 2, 5, 100] {
+        let (_, enough, memory, _) = run_alone(counted, &[Arg(I32, n)], n as i64 + 1);
+        assert_eq!(enough, Outcome::Returned, "n = {n}");
+        assert_eq!(memory[8], 9);
+        let (wasm, short, _, _) = run_alone(counted, &[Arg(I32, n)], n as i64);
+        let offset = offset_of(&wasm, 1, |op| matches!(op, Operator::Loop { .. }));
+        assert_eq!(
+            short,
+            Outcome::Trapped {
+                trap: KernelTrap::OutOfFuel,
+                offset
+            },
+            "n = {n}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The translation's interface
+// ---------------------------------------------------------------------------
+
+#[test]
+fn names_params_and_abi() {
+    let wasm = wat::parse_str(
+        r#"(module
+          (import "tensorwasm_kernel" "thread_idx_x" (func (result i32)))
+          (memory 1)
+          (func (param f32 i64))
+          (func (export "saxpy") (export "other") (param i32 f64)))"#,
+    )
+    .unwrap();
+    let anonymous = translate_kernel(&wasm, 1).unwrap();
+    assert_eq!(anonymous.name, "kernel_1");
+    assert_eq!(anonymous.params, [WasmType::F32, WasmType::I64]);
+    assert_eq!(anonymous.abi, KernelAbi { wasm_params: 2 });
+    let named = translate_kernel(&wasm, 2).unwrap();
+    assert_eq!(named.name, "saxpy");
+    assert_eq!(named.params, [WasmType::I32, WasmType::F64]);
+    check_shape(&named);
+    let params = &named.function.signature.params;
+    assert_eq!(params.len(), 2 + KernelAbi::HIDDEN_PARAMS);
+    for i in 0..4 {
+        assert_eq!(
+            params[named.abi.hidden(i)].value_type,
+            cranelift_codegen::ir::types::I64
+        );
+    }
+    for which in Intrinsic::ALL {
+        assert_eq!(
+            params[named.abi.intrinsic(which)].value_type,
+            cranelift_codegen::ir::types::I32
+        );
+    }
+}
+
+fn invalid(wasm: &[u8], index: u32) -> String {
+    match translate_kernel(wasm, index) {
+        Err(LowerError::Invalid(why)) => why,
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn non_kernels_and_invalid_modules_are_invalid() {
+    let wasm = wat::parse_str(
+        r#"(module
+          (import "env" "f" (func))
+          (func (result i32) (i32.const 1))
+          (func (param v128))
+          (func))"#,
+    )
+    .unwrap();
+    assert!(
+        invalid(&wasm, 0).contains("import"),
+        "{}",
+        invalid(&wasm, 0)
+    );
+    assert!(invalid(&wasm, 1).contains("returns"));
+    assert!(invalid(&wasm, 2).contains("v128"));
+    assert!(invalid(&wasm, 9).contains("no function 9"));
+    invalid(b"\0asm\x01\0\0\0\x07garbage", 0);
+    invalid(b"not wasm at all", 0);
+
+    // A reached body that does not validate (i32.add of an f32).
+    let bad = wat::parse_str(
+        r#"(module (func $helper (result i32) (i32.const 1))
+           (func (export "kernel") (drop (call $helper)) (drop (i32.const 0))))"#,
+    )
+    .unwrap();
+    // Patch `i32.const 0` (0x41 0x00) in the kernel into `f32.const`-less
+    // garbage that parses but does not type-check: `i32.eqz` with an empty
+    // stack (0x45 0x01 = eqz, nop).
+    let mut broken = bad.clone();
+    let at = broken
+        .windows(3)
+        .rposition(|w| w == [0x41, 0x00, 0x1a])
+        .expect("the kernel's i32.const 0; drop");
+    broken[at] = 0x45;
+    broken[at + 1] = 0x01;
+    let why = invalid(&broken, 1);
+    assert!(
+        why.contains("type mismatch") || why.contains("operand"),
+        "{why}"
+    );
+    // A function the kernel does not reach is not validated (wasmtime
+    // would still refuse the module when the guest is instantiated).
+    assert!(translate_kernel(&bad, 1).is_ok());
+}
+
+// ---------------------------------------------------------------------------
+// The detector
+// ---------------------------------------------------------------------------
+
+fn refused(wat: &str) -> (Vec<u8>, tensorwasm_core::lower::UnsupportedOp) {
+    let wasm = wat::parse_str(wat).unwrap_or_else(|e| panic!("{e}\n{wat}"));
+    match translate_kernel(&wasm, export_index(&wasm, "kernel")) {
+        Err(LowerError::Unsupported(op)) => (wasm, op),
+        other => panic!("expected a refusal, got {other:?}\n{wat}"),
+    }
+}
+
+#[test]
+fn detector_refuses_each_construct_at_its_offset() {
+    type Pick = fn(&Operator<'_>) -> bool;
+    let rows: Vec<(&str, &str, &str, Pick)> = vec![
+        (
+            "call_indirect",
+            "(table 1 funcref) (type $t (func))",
+            "(call_indirect (type $t) (i32.const 0))",
+            |op| matches!(op, Operator::CallIndirect { .. }),
+        ),
+        ("return_call", "(func $f)", "(return_call $f)", |op| {
+            matches!(op, Operator::ReturnCall { .. })
+        }),
+        (
+            "call",
+            r#"(import "env" "log" (func $log (param i32)))"#,
+            "(call $log (i32.const 1))",
+            |op| matches!(op, Operator::Call { .. }),
+        ),
+        (
+            "global.set",
+            "(global $g (mut i32) (i32.const 0))",
+            "(global.set $g (i32.const 1))",
+            |op| matches!(op, Operator::GlobalSet { .. }),
+        ),
+        (
+            "global.get",
+            "(global $g (mut i32) (i32.const 0))",
+            "(drop (global.get $g))",
+            |op| matches!(op, Operator::GlobalGet { .. }),
+        ),
+        (
+            "global.get",
+            r#"(import "env" "g" (global $g i32))"#,
+            "(drop (global.get $g))",
+            |op| matches!(op, Operator::GlobalGet { .. }),
+        ),
+        (
+            "memory.grow",
+            "",
+            "(drop (memory.grow (i32.const 1)))",
+            |op| matches!(op, Operator::MemoryGrow { .. }),
+        ),
+        (
+            "memory.copy",
+            "",
+            "(memory.copy (i32.const 0) (i32.const 8) (i32.const 8))",
+            |op| matches!(op, Operator::MemoryCopy { .. }),
+        ),
+        (
+            "memory.fill",
+            "",
+            "(memory.fill (i32.const 0) (i32.const 8) (i32.const 8))",
+            |op| matches!(op, Operator::MemoryFill { .. }),
+        ),
+        (
+            "memory.init",
+            r#"(data $d "hello")"#,
+            "(memory.init $d (i32.const 0) (i32.const 0) (i32.const 5))",
+            |op| matches!(op, Operator::MemoryInit { .. }),
+        ),
+        (
+            "data.drop",
+            r#"(data $d "hello")"#,
+            "(data.drop $d)",
+            |op| matches!(op, Operator::DataDrop { .. }),
+        ),
+        (
+            "table.size",
+            "(table 1 funcref)",
+            "(drop (table.size))",
+            |op| matches!(op, Operator::TableSize { .. }),
+        ),
+        ("ref.null", "", "(drop (ref.null func))", |op| {
+            matches!(op, Operator::RefNull { .. })
+        }),
+        (
+            "ref.func",
+            "(func $f) (elem declare func $f)",
+            "(drop (ref.func $f))",
+            |op| matches!(op, Operator::RefFunc { .. }),
+        ),
+        ("atomic.fence", "", "(atomic.fence)", |op| {
+            matches!(op, Operator::AtomicFence { .. })
+        }),
+        (
+            "i32.atomic.rmw.add",
+            "",
+            "(drop (i32.atomic.rmw.add (i32.const 0) (i32.const 1)))",
+            |op| matches!(op, Operator::I32AtomicRmwAdd { .. }),
+        ),
+        ("throw", "(tag $e)", "(throw $e)", |op| {
+            matches!(op, Operator::Throw { .. })
+        }),
+        ("try_table", "", "try_table nop end", |op| {
+            matches!(op, Operator::TryTable { .. })
+        }),
+    ];
+    for (name, decls, body, pick) in rows {
+        let wat = format!(
+            r#"(module {decls} (memory (export "memory") 1)
+              (func (export "kernel") (i32.store (i32.const 0) (i32.const 1)) {body}))"#
+        );
+        let (wasm, op) = refused(&wat);
+        assert_eq!(op.op, name, "{wat}: {op}");
+        assert_eq!(
+            op.offset,
+            u64::from(offset_of(&wasm, 0, pick)),
+            "{wat}: {op}"
+        );
+        assert!(!op.reason.is_empty());
+    }
+}
+
+#[test]
+fn detector_refuses_recursion_and_walks_callees() {
+    // Self-recursion, found at the recursive call.
+    let (wasm, op) = refused(
+        r#"(module (memory (export "memory") 1)
+          (func $f (param i32) (if (local.get 0) (then (call $f (i32.const 0)))))
+          (func (export "kernel") (call $f (i32.const 1))))"#,
+    );
+    assert_eq!(op.op, "call (recursion)");
+    assert_eq!(
+        op.offset,
+        u64::from(offset_of(&wasm, 0, |op| matches!(
+            op,
+            Operator::Call { .. }
+        )))
+    );
+
+    // Mutual recursion a -> b -> a: the call in b closes the cycle.
+    let (wasm, op) = refused(
+        r#"(module (memory (export "memory") 1)
+          (func $a (call $b))
+          (func $b (call $a))
+          (func (export "kernel") (call $a)))"#,
+    );
+    assert_eq!(op.op, "call (recursion)");
+    assert_eq!(
+        op.offset,
+        u64::from(offset_of(&wasm, 1, |op| matches!(
+            op,
+            Operator::Call { .. }
+        )))
+    );
+
+    // A refused operator two calls down, after an allowed one.
+    let (wasm, op) = refused(
+        r#"(module (memory (export "memory") 1)
+          (func $leaf (drop (memory.grow (i32.const 1))))
+          (func $mid (nop) (call $leaf))
+          (func (export "kernel") (call $mid)))"#,
+    );
+    assert_eq!(op.op, "memory.grow");
+    assert_eq!(
+        op.offset,
+        u64::from(offset_of(&wasm, 0, |op| matches!(
+            op,
+            Operator::MemoryGrow { .. }
+        )))
+    );
+
+    // The first refused operator wins, in program order; dead code counts.
+    let (wasm, op) = refused(
+        r#"(module (memory (export "memory") 1) (global $g (mut i32) (i32.const 0))
+          (func (export "kernel") (return) (global.set $g (i32.const 1)) (drop (memory.grow (i32.const 1)))))"#,
+    );
+    assert_eq!(op.op, "global.set");
+    assert_eq!(
+        op.offset,
+        u64::from(offset_of(&wasm, 0, |op| matches!(
+            op,
+            Operator::GlobalSet { .. }
+        )))
+    );
+
+    // Helpers that the kernel does not call may use anything.
+    let wasm = wat::parse_str(
+        r#"(module (memory (export "memory") 1) (global $g (mut i32) (i32.const 0))
+          (func $other (global.set $g (i32.const 1)) (call $other))
+          (func (export "kernel") (i32.store (i32.const 0) (i32.const 1))))"#,
+    )
+    .unwrap();
+    translate(&wasm);
+}
+
+#[test]
+fn detector_refuses_simd_multi_memory_and_memory64() {
+    // SIMD: core's wasmparser is built without SIMD, so a SIMD operator
+    // does not decode; it is refused as one, at its offset.
+    let (wasm, op) = refused(
+        r#"(module (memory (export "memory") 1)
+          (func (export "kernel")
+            (v128.store (i32.const 0) (i32x4.add (v128.const i32x4 1 2 3 4) (v128.const i32x4 1 1 1 1)))))"#,
+    );
+    assert_eq!(op.op, "SIMD operator");
+    // `v128.const` is 0xfd 0x0c and 16 bytes of immediate.
+    let v128_const = [0xfd, 0x0c, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0];
+    let at = wasm
+        .windows(v128_const.len())
+        .position(|w| w == v128_const)
+        .unwrap();
+    assert_eq!(op.offset, at as u64);
+    assert!(op.reason.contains("SIMD"));
+
+    // A SIMD opcode no wasmparser decodes (0xfd 0x7ff, in place of three
+    // `nop`s): refused as SIMD, not invalid.
+    let mut wasm = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+          (func (export "kernel") (nop) (nop) (nop) (i32.store (i32.const 0) (i32.const 1))))"#,
+    )
+    .unwrap();
+    let nop = offset_of(&wasm, 0, |op| matches!(op, Operator::Nop)) as usize;
+    wasm[nop..nop + 3].copy_from_slice(&[0xfd, 0xff, 0x0f]);
+    match translate_kernel(&wasm, export_index(&wasm, "kernel")) {
+        Err(LowerError::Unsupported(op)) => {
+            assert_eq!(op.offset, nop as u64);
+            assert!(op.reason.contains("SIMD"), "{op}");
+        }
+        other => panic!("expected a SIMD refusal, got {other:?}"),
+    }
+
+    // A v128 local.
+    let (_, op) =
+        refused(r#"(module (memory (export "memory") 1) (func (export "kernel") (local v128)))"#);
+    assert_eq!(op.op, "local of type v128");
+
+    // SIMD in a function the kernel does not call is fine.
+    let wasm = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+          (func $simd (result v128) (v128.const i64x2 0 0))
+          (func (export "kernel") (i32.store (i32.const 0) (i32.const 1))))"#,
+    )
+    .unwrap();
+    translate(&wasm);
+
+    // Memory 1 (multi-memory).
+    let (wasm, op) = refused(
+        r#"(module (memory (export "memory") 1) (memory $m1 1)
+          (func (export "kernel") (drop (i32.load $m1 (i32.const 0)))))"#,
+    );
+    assert_eq!(op.op, "i32.load");
+    assert!(op.reason.contains("multi-memory"), "{op}");
+    assert_eq!(
+        op.offset,
+        u64::from(offset_of(&wasm, 0, |op| matches!(
+            op,
+            Operator::I32Load { .. }
+        )))
+    );
+
+    // memory64.
+    let (wasm, op) = refused(
+        r#"(module (memory (export "memory") i64 1)
+          (func (export "kernel") (i64.store (i64.const 8) (i64.const 1))))"#,
+    );
+    assert_eq!(op.op, "i64.store");
+    assert!(op.reason.contains("memory64"), "{op}");
+    assert_eq!(
+        op.offset,
+        u64::from(offset_of(&wasm, 0, |op| matches!(
+            op,
+            Operator::I64Store { .. }
+        )))
+    );
+}
+
+#[test]
+fn detector_bounds_inlining() {
+    // Each level calls the next one twice: 2^30 copies of the leaf.
+    let mut wat = String::from(r#"(module (memory (export "memory") 1) (func $f0 (nop))"#);
+    for i in 1..=30 {
+        wat.push_str(&format!(
+            "(func $f{i} (call $f{p}) (call $f{p}))",
+            p = i - 1
+        ));
+    }
+    wat.push_str(r#"(func (export "kernel") (call $f30)))"#);
+    let (_, op) = refused(&wat);
+    assert!(op.reason.contains("exceeds"), "{op}");
+
+    // A chain of calls deeper than the limit.
+    let mut wat = String::from(r#"(module (memory (export "memory") 1) (func $f0 (nop))"#);
+    for i in 1..=100 {
+        wat.push_str(&format!("(func $f{i} (call $f{p}))", p = i - 1));
+    }
+    wat.push_str(r#"(func (export "kernel") (call $f100)))"#);
+    let (_, op) = refused(&wat);
+    assert!(op.reason.contains("deeper"), "{op}");
+}
