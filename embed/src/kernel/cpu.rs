@@ -1,0 +1,832 @@
+//! The CPU target for Wasm kernels: a kernel's CLIF (`docs/kernels.md`)
+//! compiled to native code with Cranelift's JIT, and run by the CPU driver
+//! as a host kernel that loops over each block's threads. This module owns
+//! the rewrite that keeps native code from trapping (a Cranelift trap is a
+//! `ud2`/`SIGILL` that would end the process) and the launch parameters'
+//! order; translation lives in `tensorwasm_core::lower`, launching in the
+//! driver.
+//!
+//! # Launch parameters
+//!
+//! The launcher passes the kernel's Wasm arguments, then four hidden
+//! parameters, in [`KernelAbi`]'s order ([`launch_params`] builds the list):
+//!
+//! | index | [`KernelParam`] | meaning |
+//! | --- | --- | --- |
+//! | `0 .. w` | `I32`, `I64`, `F32`, `F64` | the Wasm arguments, each of exactly its Wasm type |
+//! | `w` | `Ptr` | `mem_base`: host address of byte 0 of the guest's memory |
+//! | `w + 1` | `I64` | `mem_len`: bytes of guest memory the kernel may touch (`>= 0`) |
+//! | `w + 2` | `Ptr` | `status`: 16 bytes (`u32` code, `u32` reserved, `u64` offset, little-endian), 8-aligned, zeroed before the launch |
+//! | `w + 3` | `I64` | `fuel`: each thread's budget of loop iterations (its bits, as a `u64`) |
+//!
+//! `w` is [`KernelAbi::wasm_params`]. The twelve intrinsics are not launch
+//! parameters: the host kernel computes them for every thread from the
+//! block it is given. A launch whose parameters do not fit this table fails
+//! (the host kernel panics, which the CPU driver reports as a failed launch).
+//!
+//! # Traps
+//!
+//! Every `trap`/`trapz`/`trapnz` with a [`KernelTrap`] code becomes a branch
+//! to one cold block that compare-and-swaps the status code from 0 to the
+//! trap's code and, if it won, stores the trap's source offset at
+//! `status + 8`; then the thread returns. Other threads, in the same block
+//! too, run to completion, as on a GPU. Belt and braces against a
+//! translator bug, divisions get a divisor that cannot fault and trapping
+//! float-to-int conversions become saturating ones (the translator's guards
+//! run first, so results do not change). A kernel that still holds a
+//! trapping instruction, a call or a symbol after that is refused.
+
+use std::{
+    fmt, mem,
+    panic::{self, AssertUnwindSafe},
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use cranelift_codegen::{
+    CodegenError, Context,
+    cursor::{Cursor, FuncCursor},
+    ir::{
+        self, AbiParam, Block, BlockArg, Endianness, Function, Inst, InstBuilder, MemFlagsData,
+        Opcode, Type, UserFuncName, condcodes::IntCC, types,
+    },
+    settings::{self, Configurable},
+};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module, ModuleError, default_libcall_names};
+use tensorwasm_core::{
+    DevicePtr, Dim3, KernelParam,
+    lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer, UnsupportedOp},
+};
+use tensorwasm_cpu::{BlockContext, HostKernelFn};
+
+/// Hidden launch parameters after the Wasm arguments: `mem_base`,
+/// `mem_len`, `status`, `fuel`.
+pub const LAUNCH_HIDDEN_PARAMS: usize = 4;
+
+/// Bytes of the status word a launch points at.
+pub const STATUS_BYTES: usize = 16;
+
+/// Alignment the status word must have (the trap handler's atomic
+/// compare-and-swap and 64-bit store need it).
+pub const STATUS_ALIGN: u64 = 8;
+
+/// The hidden launch parameters, by name, so a launcher cannot swap them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HiddenParams {
+    /// Host address of byte 0 of the guest's memory.
+    pub mem_base: DevicePtr,
+    /// Bytes of guest memory the kernel may touch.
+    pub mem_len: u64,
+    /// The status word: [`STATUS_BYTES`] bytes, [`STATUS_ALIGN`]-aligned,
+    /// zeroed before the launch.
+    pub status: DevicePtr,
+    /// Each thread's budget of loop iterations.
+    pub fuel: u64,
+}
+
+/// The launch parameters of a CPU kernel: the Wasm arguments, then the
+/// hidden ones in [`KernelAbi`]'s order (see the module docs). A `mem_len`
+/// above `i64::MAX` comes out negative, which the host kernel refuses.
+pub fn launch_params(wasm_args: &[KernelParam], hidden: HiddenParams) -> Vec<KernelParam> {
+    let mut params = Vec::with_capacity(wasm_args.len() + LAUNCH_HIDDEN_PARAMS);
+    params.extend_from_slice(wasm_args);
+    params.extend([
+        KernelParam::Ptr(hidden.mem_base),
+        KernelParam::I64(hidden.mem_len as i64),
+        KernelParam::Ptr(hidden.status),
+        KernelParam::I64(hidden.fuel as i64),
+    ]);
+    params
+}
+
+/// Lowers a kernel's CLIF to native code for this host (see the module
+/// docs for what it rewrites and refuses).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuKernelLowerer;
+
+impl Lowerer for CpuKernelLowerer {
+    type Output = CpuKernel;
+
+    fn lower(
+        &self,
+        name: &str,
+        kernel: &Function,
+        abi: KernelAbi,
+    ) -> Result<CpuKernel, LowerError> {
+        let wasm_params = check_signature(kernel, abi)?;
+        let mut function = kernel.clone();
+        make_trap_free(&mut function, abi)?;
+        let (module, trampoline) = compile(name, function, &wasm_params)?;
+        Ok(CpuKernel {
+            native: Arc::new(NativeKernel {
+                name: name.to_owned(),
+                abi,
+                wasm_params,
+                trampoline,
+                module: Mutex::new(Some(module)),
+            }),
+        })
+    }
+}
+
+/// A kernel compiled to native code. Clones share the code, which is freed
+/// when the last clone and the last host kernel made from it are gone.
+#[derive(Clone)]
+pub struct CpuKernel {
+    native: Arc<NativeKernel>,
+}
+
+impl CpuKernel {
+    /// The kernel's symbol.
+    pub fn name(&self) -> &str {
+        &self.native.name
+    }
+
+    /// Where its parameters sit.
+    pub fn abi(&self) -> KernelAbi {
+        self.native.abi
+    }
+
+    /// Its Wasm parameters' CLIF types (`I32`, `I64`, `F32`, `F64`).
+    pub fn wasm_params(&self) -> &[Type] {
+        &self.native.wasm_params
+    }
+
+    /// A host kernel for [`CpuDriver::host_module`]: for its block it runs
+    /// every thread, in z, y, x order, with the launch parameters of the
+    /// module docs. Parameters that do not fit fail the launch.
+    ///
+    /// Launching it (an `unsafe` call) is sound only if `mem_base ..
+    /// mem_base + mem_len` and the status word are live memory that the
+    /// launch may write, until it completes: the kernel checks its accesses
+    /// against `mem_len` (the translator emitted those checks), not against
+    /// what the host owns.
+    ///
+    /// [`CpuDriver::host_module`]: tensorwasm_cpu::CpuDriver::host_module
+    pub fn host_kernel(&self) -> Arc<HostKernelFn> {
+        let native = Arc::clone(&self.native);
+        Arc::new(move |block: &BlockContext, params: &[KernelParam]| {
+            native.run_block(block, params);
+        })
+    }
+}
+
+impl fmt::Debug for CpuKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CpuKernel({}, {} Wasm params)",
+            self.native.name,
+            self.native.wasm_params.len()
+        )
+    }
+}
+
+/// `extern "C" fn(args, intrinsics)`: `args` holds one 8-byte slot per Wasm
+/// and hidden parameter ([`KernelParam::to_slot`]), `intrinsics` the twelve
+/// `u32`s in [`Intrinsic::ALL`] order. It loads them and calls the kernel.
+type Trampoline = unsafe extern "C" fn(args: *const u64, intrinsics: *const u32);
+
+/// The compiled code and what calling it needs.
+struct NativeKernel {
+    name: String,
+    abi: KernelAbi,
+    wasm_params: Vec<Type>,
+    trampoline: Trampoline,
+    /// Owns the code `trampoline` points into. `JITModule` is `Send` but not
+    /// `Sync` (it caches symbols in a `RefCell`); the mutex makes this
+    /// struct `Sync`, and nothing locks it: only `Drop` touches the module.
+    module: Mutex<Option<JITModule>>,
+}
+
+impl Drop for NativeKernel {
+    fn drop(&mut self) {
+        let module = self
+            .module
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(module) = module.take() {
+            // SAFETY: `trampoline` is private to this struct and calls borrow
+            // it (host kernels hold an `Arc` of it), so no call is running
+            // and none can start once it is dropped.
+            unsafe { module.free_memory() };
+        }
+    }
+}
+
+impl NativeKernel {
+    /// Runs every thread of `block`; panics (failing the launch) on
+    /// parameters that do not fit.
+    fn run_block(&self, block: &BlockContext, params: &[KernelParam]) {
+        let args = self.launch_slots(params);
+        let mut intrinsics = Intrinsic::ALL.map(|which| block_intrinsic(which, block));
+        let tid = [
+            Intrinsic::ThreadIdxX.index(),
+            Intrinsic::ThreadIdxY.index(),
+            Intrinsic::ThreadIdxZ.index(),
+        ];
+        let Dim3 {
+            x: nx,
+            y: ny,
+            z: nz,
+        } = block.block_dim;
+        for z in 0..nz {
+            intrinsics[tid[2]] = z;
+            for y in 0..ny {
+                intrinsics[tid[1]] = y;
+                for x in 0..nx {
+                    intrinsics[tid[0]] = x;
+                    // SAFETY: the trampoline was compiled for exactly this
+                    // many slots and intrinsics; `launch_slots` checked the
+                    // parameters' types and that the status word is aligned.
+                    // The launcher's `unsafe` launch vouches that guest
+                    // memory and the status word are live (see
+                    // `CpuKernel::host_kernel`); the kernel's accesses stay
+                    // below `mem_len` by the translator's bounds checks, and
+                    // its traps return instead of faulting (`make_trap_free`).
+                    unsafe { (self.trampoline)(args.as_ptr(), intrinsics.as_ptr()) };
+                }
+            }
+        }
+    }
+
+    /// The launch parameters as 8-byte slots, after checking them against
+    /// the kernel and the module docs' table.
+    fn launch_slots(&self, params: &[KernelParam]) -> Vec<u64> {
+        let name = &self.name;
+        let wasm = self.wasm_params.len();
+        if params.len() != wasm + LAUNCH_HIDDEN_PARAMS {
+            panic!(
+                "kernel `{name}` takes {} launch parameters ({wasm} Wasm, then mem_base, \
+                 mem_len, status, fuel), got {}",
+                wasm + LAUNCH_HIDDEN_PARAMS,
+                params.len()
+            );
+        }
+        for (i, (param, &ty)) in params.iter().zip(&self.wasm_params).enumerate() {
+            if param_type(*param) != Some(ty) {
+                panic!(
+                    "kernel `{name}`: parameter {i} must be a Wasm {}, got {param:?}",
+                    wasm_type_name(ty)
+                );
+            }
+        }
+        let hidden = &params[wasm..];
+        let [
+            KernelParam::Ptr(mem_base),
+            KernelParam::I64(mem_len),
+            KernelParam::Ptr(status),
+            KernelParam::I64(_fuel),
+        ] = *hidden
+        else {
+            panic!(
+                "kernel `{name}`: after its {wasm} Wasm parameters come mem_base (Ptr), \
+                 mem_len (I64), status (Ptr), fuel (I64); got {hidden:?}"
+            );
+        };
+        let Ok(len) = u64::try_from(mem_len) else {
+            panic!("kernel `{name}`: mem_len {mem_len} is negative");
+        };
+        if mem_base.0.checked_add(len).is_none() || (mem_base.0 == 0 && len > 0) {
+            panic!(
+                "kernel `{name}`: guest memory {mem_base:?} + {len} bytes is not an address range"
+            );
+        }
+        if status.0 == 0 || status.0 % STATUS_ALIGN != 0 {
+            panic!(
+                "kernel `{name}`: the status word {status:?} must be a non-null, \
+                 {STATUS_ALIGN}-aligned address"
+            );
+        }
+        params.iter().map(|p| p.to_slot()).collect()
+    }
+}
+
+/// An intrinsic's value for every thread of `block` (the thread indices
+/// are overwritten per thread).
+fn block_intrinsic(which: Intrinsic, block: &BlockContext) -> u32 {
+    let BlockContext {
+        block_idx,
+        block_dim,
+        grid_dim,
+    } = *block;
+    match which {
+        Intrinsic::ThreadIdxX | Intrinsic::ThreadIdxY | Intrinsic::ThreadIdxZ => 0,
+        Intrinsic::BlockIdxX => block_idx.x,
+        Intrinsic::BlockIdxY => block_idx.y,
+        Intrinsic::BlockIdxZ => block_idx.z,
+        Intrinsic::BlockDimX => block_dim.x,
+        Intrinsic::BlockDimY => block_dim.y,
+        Intrinsic::BlockDimZ => block_dim.z,
+        Intrinsic::GridDimX => grid_dim.x,
+        Intrinsic::GridDimY => grid_dim.y,
+        Intrinsic::GridDimZ => grid_dim.z,
+    }
+}
+
+/// The CLIF type a launch parameter carries for a Wasm parameter (`Ptr`
+/// is no Wasm type).
+fn param_type(param: KernelParam) -> Option<Type> {
+    match param {
+        KernelParam::I32(_) => Some(types::I32),
+        KernelParam::I64(_) => Some(types::I64),
+        KernelParam::F32(_) => Some(types::F32),
+        KernelParam::F64(_) => Some(types::F64),
+        KernelParam::Ptr(_) => None,
+    }
+}
+
+/// The Wasm name of a Wasm parameter's CLIF type.
+fn wasm_type_name(ty: Type) -> &'static str {
+    match ty {
+        types::I32 => "i32",
+        types::I64 => "i64",
+        types::F32 => "f32",
+        _ => "f64",
+    }
+}
+
+fn invalid(why: impl Into<String>) -> LowerError {
+    LowerError::Invalid(why.into())
+}
+
+fn unsupported(op: impl Into<String>, offset: u64, reason: impl Into<String>) -> LowerError {
+    LowerError::Unsupported(UnsupportedOp {
+        op: op.into(),
+        offset,
+        reason: reason.into(),
+    })
+}
+
+/// Checks the signature against `docs/kernels.md`; the Wasm parameters'
+/// types.
+fn check_signature(kernel: &Function, abi: KernelAbi) -> Result<Vec<Type>, LowerError> {
+    let sig = &kernel.signature;
+    if sig.params.len() != abi.total_params() || !sig.returns.is_empty() {
+        return Err(invalid(format!(
+            "the kernel's signature {sig} does not have {} Wasm and {} hidden parameters and \
+             no results",
+            abi.wasm_params,
+            KernelAbi::HIDDEN_PARAMS
+        )));
+    }
+    let wasm_params: Vec<Type> = sig.params[..abi.wasm_params]
+        .iter()
+        .map(|p| p.value_type)
+        .collect();
+    if let Some(bad) = wasm_params
+        .iter()
+        .position(|t| ![types::I32, types::I64, types::F32, types::F64].contains(t))
+    {
+        return Err(invalid(format!(
+            "Wasm parameter {bad} has CLIF type {}, not i32, i64, f32 or f64",
+            wasm_params[bad]
+        )));
+    }
+    for (i, p) in sig.params[abi.wasm_params..].iter().enumerate() {
+        let want = if i < KernelAbi::INTRINSICS {
+            types::I64
+        } else {
+            types::I32
+        };
+        if p.value_type != want {
+            return Err(invalid(format!(
+                "hidden parameter {i} has CLIF type {}, not {want}",
+                p.value_type
+            )));
+        }
+    }
+    Ok(wasm_params)
+}
+
+/// The source offset an instruction carries (0 when it has none).
+fn source_offset(function: &Function, inst: Inst) -> u64 {
+    let srcloc = function.srcloc(inst);
+    if srcloc.is_default() {
+        0
+    } else {
+        u64::from(srcloc.bits())
+    }
+}
+
+/// Rewrites `function` so that no instruction can trap natively (see the
+/// module docs), or refuses it.
+fn make_trap_free(function: &mut Function, abi: KernelAbi) -> Result<(), LowerError> {
+    let entry = function
+        .layout
+        .entry_block()
+        .ok_or_else(|| invalid("the kernel has no body"))?;
+    let status = *function
+        .dfg
+        .block_params(entry)
+        .get(abi.hidden(KernelAbi::STATUS))
+        .ok_or_else(|| invalid("the entry block lacks the hidden parameters"))?;
+    let insts: Vec<Inst> = function
+        .layout
+        .blocks()
+        .flat_map(|block| function.layout.block_insts(block))
+        .collect();
+    let mut trap_block = None;
+    for inst in insts {
+        match function.dfg.insts[inst].opcode() {
+            Opcode::Trap | Opcode::Trapz | Opcode::Trapnz => {
+                let code = function.dfg.insts[inst].trap_code();
+                // Other codes stay and are refused below.
+                if let Some(trap) = code.and_then(KernelTrap::from_trap_code) {
+                    let target =
+                        *trap_block.get_or_insert_with(|| append_trap_block(function, status));
+                    branch_to_trap(function, inst, trap, target)?;
+                }
+            }
+            Opcode::Udiv | Opcode::Urem | Opcode::Srem => guard_divisor(function, inst, false),
+            Opcode::Sdiv => guard_divisor(function, inst, true),
+            Opcode::FcvtToSint | Opcode::FcvtToUint => saturate(function, inst),
+            _ => {}
+        }
+    }
+    for block in function.layout.blocks() {
+        for inst in function.layout.block_insts(block) {
+            if let Some(reason) = native_hazard(function, inst) {
+                let opcode = function.dfg.insts[inst].opcode();
+                return Err(unsupported(
+                    opcode.to_string(),
+                    source_offset(function, inst),
+                    reason,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why `inst` may not reach native code, if it may not.
+fn native_hazard(function: &Function, inst: Inst) -> Option<String> {
+    let data = &function.dfg.insts[inst];
+    let opcode = data.opcode();
+    if let Some(code) = data.trap_code() {
+        return Some(format!(
+            "trap code `{code}` is not a KernelTrap (docs/kernels.md), and a native trap would \
+             end the process"
+        ));
+    }
+    match opcode {
+        Opcode::Debugtrap => Some("a debug trap would stop the process".into()),
+        Opcode::Call
+        | Opcode::CallIndirect
+        | Opcode::ReturnCall
+        | Opcode::ReturnCallIndirect
+        | Opcode::TryCall
+        | Opcode::TryCallIndirect
+        | Opcode::FuncAddr
+        | Opcode::SymbolValue
+        | Opcode::TlsValue
+        | Opcode::StackSwitch => {
+            Some("a kernel calls nothing and links to nothing (docs/kernels.md)".into())
+        }
+        // Divisions got a divisor that cannot fault (`guard_divisor`).
+        Opcode::Udiv | Opcode::Sdiv | Opcode::Urem | Opcode::Srem => None,
+        _ if opcode.can_trap() => Some("it traps natively, which would end the process".into()),
+        _ => None,
+    }
+}
+
+/// Appends the cold block every trap branches to, with parameters (code:
+/// i32, offset: i64): the first trap of the launch records both, then the
+/// thread returns.
+fn append_trap_block(function: &mut Function, status: ir::Value) -> Block {
+    let trap = function.dfg.make_block();
+    let code = function.dfg.append_block_param(trap, types::I32);
+    let offset = function.dfg.append_block_param(trap, types::I64);
+    let won = function.dfg.make_block();
+    let lost = function.dfg.make_block();
+    // The launcher guarantees an aligned, live status word.
+    let flags = MemFlagsData::trusted().with_endianness(Endianness::Little);
+    let mut pos = FuncCursor::new(function);
+    pos.insert_block(trap);
+    let zero = pos.ins().iconst(types::I32, 0);
+    let previous = pos.ins().atomic_cas(flags, status, zero, code);
+    pos.ins().brif(previous, lost, &[], won, &[]);
+    pos.insert_block(won);
+    pos.ins().store(flags, offset, status, 8);
+    pos.ins().return_(&[]);
+    pos.insert_block(lost);
+    pos.ins().return_(&[]);
+    for block in [trap, won, lost] {
+        function.layout.set_cold(block);
+    }
+    trap
+}
+
+/// Turns trap instruction `inst` into a branch to `target` with its code
+/// and source offset.
+fn branch_to_trap(
+    function: &mut Function,
+    inst: Inst,
+    trap: KernelTrap,
+    target: Block,
+) -> Result<(), LowerError> {
+    let offset = source_offset(function, inst);
+    let opcode = function.dfg.insts[inst].opcode();
+    let mut pos = FuncCursor::new(function).at_inst(inst);
+    let code = pos.ins().iconst(types::I32, i64::from(trap.code()));
+    // Source offsets are u32s.
+    let offset = pos.ins().iconst(types::I64, offset as i64);
+    let args = [BlockArg::Value(code), BlockArg::Value(offset)];
+    if opcode == Opcode::Trap {
+        function.replace(inst).jump(target, &args);
+        return Ok(());
+    }
+    let condition = function.dfg.inst_args(inst)[0];
+    let next = function
+        .layout
+        .next_inst(inst)
+        .ok_or_else(|| invalid(format!("`{opcode}` ends a block")))?;
+    let rest = function.dfg.make_block();
+    function.layout.split_block(rest, next);
+    if opcode == Opcode::Trapnz {
+        function
+            .replace(inst)
+            .brif(condition, target, &args, rest, &[]);
+    } else {
+        function
+            .replace(inst)
+            .brif(condition, rest, &[], target, &args);
+    }
+    Ok(())
+}
+
+/// Replaces the divisor of division `inst` by 1 where the hardware would
+/// fault: 0, and `-1` with a dividend of `MIN` for signed division. The
+/// translator's traps run first, so this never changes a result.
+fn guard_divisor(function: &mut Function, inst: Inst, signed_division: bool) {
+    let &[dividend, divisor] = function.dfg.inst_args(inst) else {
+        return;
+    };
+    let ty = function.dfg.value_type(divisor);
+    if !ty.is_int() || ty.bits() > 64 {
+        return;
+    }
+    let mut pos = FuncCursor::new(function).at_inst(inst);
+    let mut fault = pos.ins().icmp_imm_s(IntCC::Equal, divisor, 0);
+    if signed_division {
+        let min = i64::MIN >> (64 - ty.bits());
+        let is_min = pos.ins().icmp_imm_s(IntCC::Equal, dividend, min);
+        let is_minus_one = pos.ins().icmp_imm_s(IntCC::Equal, divisor, -1);
+        let overflow = pos.ins().band(is_min, is_minus_one);
+        fault = pos.ins().bor(fault, overflow);
+    }
+    let one = pos.ins().iconst(ty, 1);
+    let safe = pos.ins().select(fault, one, divisor);
+    function.dfg.inst_args_mut(inst)[1] = safe;
+}
+
+/// Makes a trapping float-to-int conversion saturate; the translator's
+/// range checks run first, so this never changes a result.
+fn saturate(function: &mut Function, inst: Inst) {
+    let &[value] = function.dfg.inst_args(inst) else {
+        return;
+    };
+    let ty = function.dfg.value_type(function.dfg.first_result(inst));
+    if function.dfg.insts[inst].opcode() == Opcode::FcvtToSint {
+        function.replace(inst).fcvt_to_sint_sat(ty, value);
+    } else {
+        function.replace(inst).fcvt_to_uint_sat(ty, value);
+    }
+}
+
+/// Compiles the kernel and its trampoline for this host.
+fn compile(
+    name: &str,
+    function: Function,
+    wasm_params: &[Type],
+) -> Result<(JITModule, Trampoline), LowerError> {
+    let mut module = jit_module()?;
+    // Cranelift's JIT panics on some failures (an unresolvable libcall);
+    // that must not take down the embedding.
+    let built = panic::catch_unwind(AssertUnwindSafe(|| {
+        define(&mut module, name, function, wasm_params)
+    }));
+    let entry = match built {
+        Ok(Ok(entry)) => entry,
+        Ok(Err(e)) => {
+            // SAFETY: nothing of the module was called or handed out.
+            unsafe { module.free_memory() };
+            return Err(e);
+        }
+        Err(payload) => {
+            let why = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic");
+            return Err(unsupported(
+                "native code",
+                0,
+                format!("Cranelift's JIT failed: {why}"),
+            ));
+        }
+    };
+    // SAFETY: `entry` is the finalized trampoline, defined with the host's
+    // default calling convention (the C one) and the signature
+    // `(pointer, pointer) -> ()`, which is `Trampoline`.
+    let trampoline = unsafe { mem::transmute::<*const u8, Trampoline>(entry) };
+    Ok((module, trampoline))
+}
+
+/// A JIT module for the host's ISA, optimizing for speed.
+fn jit_module() -> Result<JITModule, LowerError> {
+    let host = |why: String| unsupported("native code", 0, format!("this host: {why}"));
+    let mut flags = settings::builder();
+    for (flag, value) in [
+        ("opt_level", "speed"),
+        // cranelift-jit needs both: code and libcalls may be far apart.
+        ("use_colocated_libcalls", "false"),
+        ("is_pic", "false"),
+    ] {
+        flags
+            .set(flag, value)
+            .map_err(|e| host(format!("Cranelift flag {flag}={value}: {e}")))?;
+    }
+    let isa = cranelift_native::builder()
+        .map_err(|why| host(why.to_owned()))?
+        .finish(settings::Flags::new(flags))
+        .map_err(|e| host(e.to_string()))?;
+    Ok(JITModule::new(JITBuilder::with_isa(
+        isa,
+        default_libcall_names(),
+    )))
+}
+
+/// Defines the kernel and its trampoline and finalizes them; the
+/// trampoline's address.
+fn define(
+    module: &mut JITModule,
+    name: &str,
+    mut function: Function,
+    wasm_params: &[Type],
+) -> Result<*const u8, LowerError> {
+    // docs/kernels.md says SystemV, but only our trampoline calls it.
+    function.signature.call_conv = module.isa().default_call_conv();
+    let kernel = module
+        .declare_function(name, Linkage::Local, &function.signature)
+        .map_err(module_error)?;
+    function.name = UserFuncName::user(0, kernel.as_u32());
+    let mut ctx = Context::for_function(function);
+    module
+        .define_function(kernel, &mut ctx)
+        .map_err(module_error)?;
+    ctx.clear();
+    let trampoline = define_trampoline(module, &mut ctx, kernel, wasm_params)?;
+    module.finalize_definitions().map_err(module_error)?;
+    Ok(module.get_finalized_function(trampoline))
+}
+
+/// Defines the [`Trampoline`] of `kernel`.
+fn define_trampoline(
+    module: &mut JITModule,
+    ctx: &mut Context,
+    kernel: FuncId,
+    wasm_params: &[Type],
+) -> Result<FuncId, LowerError> {
+    let config = module.target_config();
+    let pointer = config.pointer_type();
+    let mut sig = module.make_signature();
+    sig.params
+        .extend([AbiParam::new(pointer), AbiParam::new(pointer)]);
+    let id = module
+        .declare_anonymous_function(&sig)
+        .map_err(module_error)?;
+    ctx.func.signature = sig;
+    ctx.func.name = UserFuncName::user(0, id.as_u32());
+    let callee = module.declare_func_in_func(kernel, &mut ctx.func);
+    let mut builder_ctx = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(&mut ctx.func, &mut builder_ctx);
+    let block = b.create_block();
+    b.append_block_params_for_function_params(block);
+    b.switch_to_block(block);
+    b.seal_block(block);
+    let (args, intrinsics) = (b.block_params(block)[0], b.block_params(block)[1]);
+    // Both arrays are the host's, aligned and live for the call.
+    let flags = MemFlagsData::trusted();
+    let slots = wasm_params
+        .iter()
+        .copied()
+        .chain([types::I64; LAUNCH_HIDDEN_PARAMS]);
+    let mut values = Vec::with_capacity(wasm_params.len() + KernelAbi::HIDDEN_PARAMS);
+    // At most 64 + 4 slots and 12 intrinsics: the offsets fit an i32.
+    for (i, ty) in slots.enumerate() {
+        let slot = b.ins().load(types::I64, flags, args, (8 * i) as i32);
+        let value = match ty {
+            types::I32 => b.ins().ireduce(types::I32, slot),
+            types::F32 => {
+                let bits = b.ins().ireduce(types::I32, slot);
+                b.ins().bitcast(types::F32, MemFlagsData::new(), bits)
+            }
+            types::F64 => b.ins().bitcast(types::F64, MemFlagsData::new(), slot),
+            _ => slot,
+        };
+        values.push(value);
+    }
+    for i in 0..Intrinsic::ALL.len() {
+        values.push(b.ins().load(types::I32, flags, intrinsics, (4 * i) as i32));
+    }
+    b.ins().call(callee, &values);
+    b.ins().return_(&[]);
+    b.finalize(config);
+    module.define_function(id, ctx).map_err(module_error)?;
+    Ok(id)
+}
+
+fn module_error(e: ModuleError) -> LowerError {
+    match e {
+        // The translator's (or this module's) bug; say where.
+        ModuleError::Compilation(CodegenError::Verifier(errors)) => {
+            invalid(format!("the kernel's CLIF does not verify: {errors}"))
+        }
+        other => unsupported(
+            "native code",
+            0,
+            format!("Cranelift could not compile the kernel for this host: {other}"),
+        ),
+    }
+}
+
+/// `CpuKernel` crosses threads: the driver calls host kernels from several
+/// workers at once.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<CpuKernel>();
+};
+
+#[cfg(test)]
+mod tests {
+    use cranelift_codegen::{
+        ir::{AbiParam, Signature, SourceLoc},
+        isa::CallConv,
+        settings,
+    };
+    use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+
+    use super::*;
+
+    /// `(x: i32, hidden...)`: `trapz x` at 0x10, `sdiv` by `x`, then an
+    /// unconditional `unreachable` at 0x20.
+    fn two_traps() -> (Function, KernelAbi) {
+        let abi = KernelAbi { wasm_params: 1 };
+        let mut sig = Signature::new(CallConv::SystemV);
+        sig.params.push(AbiParam::new(types::I32));
+        sig.params.extend([AbiParam::new(types::I64); 4]);
+        sig.params.extend([AbiParam::new(types::I32); 12]);
+        let mut function = Function::with_name_signature(UserFuncName::user(0, 0), sig);
+        let mut ctx = FunctionBuilderContext::new();
+        let mut b = FunctionBuilder::new(&mut function, &mut ctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let x = b.block_params(entry)[0];
+        b.set_srcloc(SourceLoc::new(0x10));
+        b.ins()
+            .trapz(x, KernelTrap::IntegerDivideByZero.trap_code());
+        b.set_srcloc(SourceLoc::default());
+        let _ = b.ins().sdiv(x, x);
+        b.set_srcloc(SourceLoc::new(0x20));
+        b.ins().trap(KernelTrap::Unreachable.trap_code());
+        b.seal_all_blocks();
+        let flags = settings::Flags::new(settings::builder());
+        let isa = cranelift_native::builder()
+            .expect("a host ISA")
+            .finish(flags)
+            .expect("host ISA flags");
+        b.finalize(isa.frontend_config());
+        (function, abi)
+    }
+
+    #[test]
+    fn the_rewrite_leaves_no_trap_and_verifies() {
+        let (mut function, abi) = two_traps();
+        make_trap_free(&mut function, abi).expect("rewrite");
+        let flags = settings::Flags::new(settings::builder());
+        cranelift_codegen::verify_function(&function, &flags)
+            .unwrap_or_else(|e| panic!("{e}\n{}", function.display()));
+        let text = function.display().to_string();
+        println!("{text}");
+        let opcodes: Vec<Opcode> = function
+            .layout
+            .blocks()
+            .flat_map(|block| function.layout.block_insts(block))
+            .map(|inst| function.dfg.insts[inst].opcode())
+            .collect();
+        assert!(
+            !opcodes
+                .iter()
+                .any(|op| op.can_trap() && *op != Opcode::Sdiv),
+            "{text}"
+        );
+        // One shared trap block: one compare-and-swap, one offset store.
+        let count = |op| opcodes.iter().filter(|&&o| o == op).count();
+        assert_eq!(count(Opcode::AtomicCas), 1, "{text}");
+        assert_eq!(count(Opcode::Store), 1, "{text}");
+        assert_eq!(count(Opcode::Select), 1, "the divisor guard: {text}");
+    }
+}
