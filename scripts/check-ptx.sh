@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Assembles every .ptx file in the repo with ptxas for sm_75, sm_80 and sm_90.
+# Assembles every .ptx file in the repo with ptxas for sm_75, sm_80 and sm_90,
+# then the PTX lowerer's output: `cargo test -p tensorwasm-core --features
+# lower --test ptx` lowers its test kernels once per target (sm_75 and sm_80
+# with PTX ISA 7.0, sm_90 with 7.8) into target/ptx-out/<kernel>.sm_XX.ptx,
+# and each file is assembled for the target its `.target` line names.
 # ptxas runs without a GPU; it comes from the PyPI wheel nvidia-cuda-nvcc-cu12
 # (installed under target/tools/ when not on PATH or in $PTXAS).
 set -euo pipefail
@@ -29,3 +33,22 @@ while IFS= read -r -d '' f; do
   count=$((count + 1))
 done < <(find . -name '*.ptx' -not -path './target/*' -not -path './.device-pack/*' -print0)
 echo "$count PTX file(s) assembled for sm_75, sm_80, sm_90"
+
+# The op table's and lowerer's unit tests (docs/op-table.md must match the
+# table), then the lowerer's kernels, emitted afresh so no stale file is
+# assembled.
+cargo test -q -p tensorwasm-core --features lower --lib -- lower::table lower::ptx
+rm -rf target/ptx-out
+cargo test -q -p tensorwasm-core --features lower --test ptx
+lowered=0
+for f in target/ptx-out/*.ptx; do
+  [ -e "$f" ] || continue
+  arch=$(sed -n 's/^\.target \(sm_[0-9a-z]*\).*/\1/p' "$f" | head -n1)
+  "$ptxas" -arch="$arch" "$f" -o "$tmp/out.cubin"
+  lowered=$((lowered + 1))
+done
+if [ "$lowered" -eq 0 ]; then
+  echo "no PTX in target/ptx-out: the lowerer's tests wrote none" >&2
+  exit 1
+fi
+echo "$lowered lowered kernel(s) in target/ptx-out assembled, each for its .target"

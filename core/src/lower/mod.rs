@@ -4,6 +4,7 @@
 //! hidden parameters, trap codes, intrinsics, errors and the [`Lowerer`]
 //! trait); it touches no driver.
 
+pub mod ptx;
 pub mod table;
 pub mod translate;
 

@@ -1,0 +1,751 @@
+//! The PTX lowerer: a kernel's CLIF (`docs/kernels.md`) to PTX text, one
+//! `.visible .entry` per kernel. What each instruction becomes is the op
+//! table's business (`table`, `docs/op-table.md`); this module owns only
+//! the walk: registers, parameters, block arguments, branches and trap
+//! sites. It touches no driver and does not load what it emits.
+//!
+//! # The kernel's shape
+//!
+//! - **Parameters.** `.param`s are the Wasm parameters (`NAME_p0`, ...,
+//!   `.u32`/`.u64`/`.f32`/`.f64`) then `NAME_mem_base`, `NAME_mem_len`,
+//!   `NAME_status`, `NAME_fuel` (`.u64`), in that order. The twelve
+//!   intrinsic parameters are not `.param`s: each reads its special
+//!   register ([`Intrinsic::ptx_register`], `%tid.x`, ...). `mem_base` and
+//!   `status` are converted to global addresses (`cvta.to.global`) once, so
+//!   every access can be `ld.global` / `st.global`.
+//! - **Registers.** One virtual register per CLIF value, named after it:
+//!   `v7` is `%r7` (`i8`/`i16`/`i32`, `.b32`), `%rd7` (`i64`), `%f7` (`f32`)
+//!   or `%fd7` (`f64`), so the PTX reads against the CLIF printed above each
+//!   instruction as a comment. Rules' scratch registers are `%tr`, `%trd`,
+//!   `%tf`, `%tfd`, `%tp` (predicates): ptxas allocates the real ones.
+//! - **Blocks** are labels `BLOCKn`, in layout order. Block parameters are
+//!   registers like any value; a branch assigns them. An unconditional
+//!   `jump` moves its arguments in place, then branches; a conditional edge
+//!   with arguments (`brif`, `br_table`) branches to a stub `EDGEi_k` that
+//!   moves them and branches on. The moves are parallel: a source that is
+//!   also a destination (`jump b(v2, v1)` into `b(v1, v2)`) is copied to a
+//!   scratch register before any move writes, and its move reads the copy,
+//!   so no move reads a register another already wrote.
+//! - **`br_table`** bounds-checks the index against the table's length
+//!   (out of range: the default) and then `brx.idx`es into a
+//!   `.branchtargets` list (PTX ISA 6.0); an empty table is a `bra` to the
+//!   default.
+//! - **Traps.** Each `trap` / `trapz` / `trapnz` branches to a stub of its
+//!   own (`TRAPk`, after the last block): `atom.global.cas.b32` puts the
+//!   [`KernelTrap`] code into the status word if it was still 0; the thread
+//!   whose CAS won writes the instruction's source location (the Wasm byte
+//!   offset) as the `u64` after it; then the thread returns. Never PTX
+//!   `trap`, which would poison the context: other threads run on.
+//!
+//! # The rules, and why they are right
+//!
+//! The table has the text of every rule; in short:
+//!
+//! - Integer arithmetic wraps (`add.s32`, `mul.lo`); division and
+//!   remainder map to `div` / `rem` because the translator traps on a zero
+//!   divisor and on `INT_MIN / -1` before them. `srem` selects 0 when the
+//!   divisor is -1, since Wasm defines `INT_MIN % -1 = 0` without a trap.
+//! - Shifts mask their amount (`and 31` / `and 63`): Wasm takes it modulo
+//!   the width, PTX would clamp it. 32-bit rotates are funnel shifts of the
+//!   value with itself (`shf.l.wrap`, whose `.wrap` takes the amount mod
+//!   32); 64-bit rotates are `(a << n) | (a >> (-n & 63))`.
+//! - `clz` is PTX `clz` (32 / 64 for 0, as Wasm), `ctz` is `clz` of the
+//!   bit-reversed value (`brev`), `popcnt` is `popc`.
+//! - Comparisons `setp` then `selp 1, 0`: `i8` results are 0 / 1 in a
+//!   `.b32`. CLIF's unordered float conditions (`ne`, `ult`, ...) are PTX's
+//!   `neu`, `ltu`, ...; PTX `ne` is CLIF's ordered `one`.
+//! - Float arithmetic always names its rounding (`add.rn`, `mul.rn`,
+//!   `div.rn`, `sqrt.rn`): ptxas never contracts an `.rn` add and multiply
+//!   into an `fma`, and Wasm rounds every operation. No `.ftz`: subnormals
+//!   are kept.
+//! - `fneg`, `fabs`, `fcopysign` are bit operations on the sign bit, so NaN
+//!   payloads pass through unchanged as Wasm requires.
+//! - `fmin` / `fmax`: PTX `min` / `max` return the other input when one is
+//!   NaN (IEEE minNum); Wasm wants NaN. The rule selects the canonical NaN
+//!   when `setp.nan` says either input is NaN, and for equal inputs (which
+//!   is how `-0` and `+0` compare) ORs (min) or ANDs (max) their bits, so
+//!   `min(-0, +0) = -0` and `max(-0, +0) = +0`. On sm_80 and up `.f32` uses
+//!   `min.NaN` / `max.NaN` (canonical NaN when either input is NaN), keeping
+//!   only the signed-zero fix.
+//! - `ceil`, `floor`, `trunc`, `nearest` are `cvt.rpi`, `cvt.rmi`,
+//!   `cvt.rzi`, `cvt.rni` (round to integral; `rni` is ties-to-even).
+//! - Float to integer: PTX `cvt.rzi` saturates to the integer's range and
+//!   turns NaN into 0, which is exactly Wasm's `trunc_sat`; the trapping
+//!   `trunc` gets the same instruction because the translator has already
+//!   trapped on NaN and out-of-range inputs. Integer to float is `cvt.rn`;
+//!   `fpromote` is the exact `cvt.f64.f32`, `fdemote` `cvt.rn.f32.f64`.
+//! - Memory: the address `mem_base + ea` carries no alignment promise, and
+//!   a misaligned `ld.global` faults. An access of N > 1 bytes checks
+//!   `addr & (N - 1)`: aligned, one `ld.global` / `st.global`; otherwise N
+//!   byte accesses assembled little endian with shifts (`mov.b64 {lo, hi}`
+//!   packs or splits 64-bit values). Narrow loads zero- or sign-extend as
+//!   their opcode says.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt::Write;
+
+use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
+use cranelift_codegen::ir::{Block, BlockCall, Function, Inst, InstructionData, Type, Value};
+
+use super::table::{self, Status, TRAP_SITE};
+use super::{Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer};
+
+/// Lowers kernels to PTX text for one GPU generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PtxLowerer {
+    /// The compute capability to target, `(8, 0)` for `sm_80`.
+    pub sm: (u32, u32),
+    /// The PTX ISA version to declare (one the driver accepts), `(8, 0)`.
+    pub isa: (u32, u32),
+}
+
+/// A version pair: a compute capability or a PTX ISA version.
+type Version = (u32, u32);
+
+/// The oldest PTX ISA version that knows each target.
+const MIN_ISA: &[(Version, Version)] = &[
+    ((7, 0), (6, 0)),
+    ((7, 2), (6, 1)),
+    ((7, 5), (6, 3)),
+    ((8, 0), (7, 0)),
+    ((8, 6), (7, 1)),
+    ((8, 7), (7, 4)),
+    ((8, 9), (7, 8)),
+    ((9, 0), (7, 8)),
+    ((10, 0), (8, 6)),
+    ((10, 1), (8, 6)),
+    ((10, 3), (8, 8)),
+    ((12, 0), (8, 7)),
+    ((12, 1), (8, 8)),
+];
+
+impl PtxLowerer {
+    /// The oldest PTX ISA version that can target compute capability `sm`
+    /// (`None`: a target this lowerer does not know).
+    pub fn min_isa(sm: (u32, u32)) -> Option<(u32, u32)> {
+        MIN_ISA.iter().find(|(s, _)| *s == sm).map(|&(_, isa)| isa)
+    }
+
+    /// The compute capability as `10 * major + minor` (80 for sm_80), as
+    /// the op table's [`Alt`](table::Alt) rules name it.
+    pub fn sm_number(&self) -> u32 {
+        self.sm.0 * 10 + self.sm.1
+    }
+
+    fn check_target(&self) -> Result<(), LowerError> {
+        let (major, minor) = self.sm;
+        let Some(min) = Self::min_isa(self.sm) else {
+            return Err(LowerError::Invalid(format!(
+                "unknown PTX target sm_{major}{minor}: the PTX lowerer knows sm_70 to sm_121"
+            )));
+        };
+        if self.isa < min {
+            return Err(LowerError::Invalid(format!(
+                "PTX ISA {}.{} cannot target sm_{major}{minor}; it needs {}.{} or later",
+                self.isa.0, self.isa.1, min.0, min.1
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Lowerer for PtxLowerer {
+    type Output = String;
+
+    fn lower(&self, name: &str, kernel: &Function, abi: KernelAbi) -> Result<String, LowerError> {
+        self.check_target()?;
+        check_name(name)?;
+        check_signature(kernel, abi)?;
+        table::check(kernel)?;
+        let mut emitter = Emitter {
+            target: self,
+            func: kernel,
+            name,
+            body: String::new(),
+            values: [0; 4],
+            scratch: [0; 4],
+            preds: 0,
+            traps: Vec::new(),
+        };
+        emitter.prologue(abi)?;
+        for block in kernel.layout.blocks() {
+            let _ = writeln!(emitter.body, "{}:", block_label(block));
+            for inst in kernel.layout.block_insts(block) {
+                emitter.inst(inst)?;
+            }
+        }
+        emitter.trap_sites()?;
+        Ok(emitter.finish(abi))
+    }
+}
+
+/// PTX identifiers: a letter or `_`, then letters, digits, `_`.
+fn check_name(name: &str) -> Result<(), LowerError> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if first_ok && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        Ok(())
+    } else {
+        Err(LowerError::Invalid(format!(
+            "`{name}` is not a PTX entry name (a letter or _, then letters, digits, _)"
+        )))
+    }
+}
+
+/// The kernel's CLIF signature must be `docs/kernels.md`'s.
+fn check_signature(func: &Function, abi: KernelAbi) -> Result<(), LowerError> {
+    let params = &func.signature.params;
+    if params.len() != abi.total_params() || !func.signature.returns.is_empty() {
+        return Err(LowerError::Invalid(format!(
+            "the kernel's signature has {} parameters and {} results; the kernel ABI wants {} \
+             ({} Wasm + {} hidden) and none",
+            params.len(),
+            func.signature.returns.len(),
+            abi.total_params(),
+            abi.wasm_params,
+            KernelAbi::HIDDEN_PARAMS
+        )));
+    }
+    for (i, param) in params.iter().enumerate() {
+        let ty = param.value_type;
+        let want_ok = if i < abi.wasm_params {
+            [I32, I64, F32, F64].contains(&ty)
+        } else if i < abi.hidden(KernelAbi::INTRINSICS) {
+            ty == I64
+        } else {
+            ty == I32
+        };
+        if !want_ok {
+            return Err(LowerError::Invalid(format!(
+                "kernel parameter {i} has type {ty}, which the kernel ABI does not allow there"
+            )));
+        }
+    }
+    let entry = func
+        .layout
+        .entry_block()
+        .ok_or_else(|| LowerError::Invalid(String::from("the kernel has no blocks")))?;
+    if func.dfg.block_params(entry).len() != params.len() {
+        return Err(LowerError::Invalid(String::from(
+            "the entry block's parameters do not match the signature",
+        )));
+    }
+    Ok(())
+}
+
+fn block_label(block: Block) -> String {
+    format!("BLOCK{}", block.as_u32())
+}
+
+/// The register files values live in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    B32,
+    B64,
+    F32,
+    F64,
+}
+
+impl Class {
+    const ALL: [Class; 4] = [Class::B32, Class::B64, Class::F32, Class::F64];
+
+    fn of(ty: Type) -> Option<Class> {
+        match ty {
+            I8 | I16 | I32 => Some(Class::B32),
+            I64 => Some(Class::B64),
+            F32 => Some(Class::F32),
+            F64 => Some(Class::F64),
+            _ => None,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Value registers: `%r7` is `v7`.
+    fn value_prefix(self) -> &'static str {
+        ["%r", "%rd", "%f", "%fd"][self.index()]
+    }
+
+    /// Scratch registers of rules and parallel moves.
+    fn scratch_prefix(self) -> &'static str {
+        ["%tr", "%trd", "%tf", "%tfd"][self.index()]
+    }
+
+    fn decl(self) -> &'static str {
+        [".b32", ".b64", ".f32", ".f64"][self.index()]
+    }
+
+    fn mov(self) -> &'static str {
+        ["mov.b32", "mov.b64", "mov.f32", "mov.f64"][self.index()]
+    }
+
+    fn param(self) -> &'static str {
+        [".u32", ".u64", ".f32", ".f64"][self.index()]
+    }
+}
+
+struct TrapSite {
+    label: String,
+    trap: KernelTrap,
+    offset: u32,
+}
+
+struct Emitter<'a> {
+    target: &'a PtxLowerer,
+    func: &'a Function,
+    name: &'a str,
+    body: String,
+    /// Value registers to declare per class (highest value number + 1).
+    values: [u32; 4],
+    /// Scratch registers to declare per class.
+    scratch: [u32; 4],
+    /// Scratch predicates to declare.
+    preds: u32,
+    traps: Vec<TrapSite>,
+}
+
+/// The hidden parameters' `.param` names, in [`KernelAbi`] order.
+const HIDDEN: [&str; 4] = ["mem_base", "mem_len", "status", "fuel"];
+
+impl Emitter<'_> {
+    fn reg(&mut self, value: Value) -> Result<String, LowerError> {
+        let dfg = &self.func.dfg;
+        let value = dfg.resolve_aliases(value);
+        let ty = dfg.value_type(value);
+        let class = Class::of(ty).ok_or_else(|| {
+            LowerError::Invalid(format!(
+                "{value} has type {ty}, which no PTX register holds"
+            ))
+        })?;
+        let n = value.as_u32();
+        let count = &mut self.values[class.index()];
+        *count = (*count).max(n + 1);
+        Ok(format!("{}{n}", class.value_prefix()))
+    }
+
+    fn scratch_reg(&mut self, class: Class, n: u32) -> String {
+        let count = &mut self.scratch[class.index()];
+        *count = (*count).max(n + 1);
+        format!("{}{n}", class.scratch_prefix())
+    }
+
+    fn line(&mut self, line: &str) {
+        let is_label = line
+            .split_whitespace()
+            .next()
+            .is_some_and(|t| t.ends_with(':'));
+        if is_label {
+            let _ = writeln!(self.body, "{line}");
+        } else {
+            let _ = writeln!(self.body, "    {line}");
+        }
+    }
+
+    /// Loads the parameters into the entry block's parameter registers.
+    fn prologue(&mut self, abi: KernelAbi) -> Result<(), LowerError> {
+        let func = self.func;
+        let entry = func
+            .layout
+            .entry_block()
+            .ok_or_else(|| LowerError::Invalid(String::from("the kernel has no blocks")))?;
+        let params = func.dfg.block_params(entry);
+        let name = self.name;
+        for (i, &v) in params.iter().enumerate().take(abi.wasm_params) {
+            let class = Class::of(func.dfg.value_type(v))
+                .ok_or_else(|| LowerError::Invalid(format!("parameter {i} has no PTX type")))?;
+            let reg = self.reg(v)?;
+            let kind = class.param();
+            self.line(&format!("ld.param{kind} {reg}, [{name}_p{i}];"));
+        }
+        for (k, hidden) in HIDDEN.iter().enumerate() {
+            let reg = self.reg(params[abi.hidden(k)])?;
+            if k == KernelAbi::STATUS {
+                // The trap sites use %status; the CLIF value gets a copy.
+                self.line(&format!("ld.param.u64 %status, [{name}_{hidden}];"));
+                self.line("cvta.to.global.u64 %status, %status;");
+                self.line(&format!("mov.b64 {reg}, %status;"));
+            } else {
+                self.line(&format!("ld.param.u64 {reg}, [{name}_{hidden}];"));
+                if k == KernelAbi::MEM_BASE {
+                    self.line(&format!("cvta.to.global.u64 {reg}, {reg};"));
+                }
+            }
+        }
+        for which in Intrinsic::ALL {
+            let reg = self.reg(params[abi.intrinsic(which)])?;
+            self.line(&format!("mov.u32 {reg}, {};", which.ptx_register()));
+        }
+        Ok(())
+    }
+
+    /// Moves `srcs` into `dsts` as if all at once (see the module docs).
+    fn parallel_move(&mut self, dsts: &[Value], srcs: &[Value]) -> Result<Vec<String>, LowerError> {
+        let mut moves = Vec::new();
+        for (&d, &s) in dsts.iter().zip(srcs) {
+            let class = Class::of(self.func.dfg.value_type(d)).ok_or_else(|| {
+                LowerError::Invalid(format!("block parameter {d} has no PTX type"))
+            })?;
+            let (dr, sr) = (self.reg(d)?, self.reg(s)?);
+            if dr != sr {
+                moves.push((dr, sr, class));
+            }
+        }
+        // A source that is also a destination is copied to a scratch
+        // register before any move writes; every other source is never
+        // written by these moves, so it can be read in place.
+        let mut lines = Vec::new();
+        let mut used = [0u32; 4];
+        let mut saved: Vec<(String, String)> = Vec::new();
+        for (_, s, class) in &moves {
+            let clobbered = moves.iter().any(|(d, _, _)| d == s);
+            if clobbered && !saved.iter().any(|(src, _)| src == s) {
+                let t = self.scratch_reg(*class, used[class.index()]);
+                used[class.index()] += 1;
+                lines.push(format!("{} {t}, {s};", class.mov()));
+                saved.push((s.clone(), t));
+            }
+        }
+        for (d, s, class) in &moves {
+            let from = saved.iter().find(|(src, _)| src == s).map_or(s, |(_, t)| t);
+            lines.push(format!("{} {d}, {from};", class.mov()));
+        }
+        Ok(lines)
+    }
+
+    /// The moves an edge makes, and its target block.
+    fn edge(&mut self, call: BlockCall) -> Result<(Block, Vec<String>), LowerError> {
+        let dfg = &self.func.dfg;
+        let block = call.block(&dfg.value_lists);
+        let params = dfg.block_params(block).to_vec();
+        let mut args = Vec::new();
+        for arg in call.args(&dfg.value_lists) {
+            args.push(arg.as_value().ok_or_else(|| {
+                LowerError::Invalid(String::from(
+                    "a block argument that is not a value (try_call)",
+                ))
+            })?);
+        }
+        if args.len() != params.len() {
+            return Err(LowerError::Invalid(format!(
+                "a branch passes {} arguments to {block}, which has {} parameters",
+                args.len(),
+                params.len()
+            )));
+        }
+        let moves = self.parallel_move(&params, &args)?;
+        Ok((block, moves))
+    }
+
+    /// A conditional edge's label: the block's, or a stub (appended to
+    /// `stubs`) that moves the arguments first.
+    fn edge_target(
+        &mut self,
+        call: BlockCall,
+        stub: String,
+        stubs: &mut Vec<String>,
+    ) -> Result<String, LowerError> {
+        let (block, moves) = self.edge(call)?;
+        if moves.is_empty() {
+            return Ok(block_label(block));
+        }
+        stubs.push(format!("{stub}:"));
+        stubs.extend(moves);
+        stubs.push(format!("bra {};", block_label(block)));
+        Ok(stub)
+    }
+
+    fn inst(&mut self, inst: Inst) -> Result<(), LowerError> {
+        let func = self.func;
+        let dfg = &func.dfg;
+        let key = table::Key::of(dfg, inst);
+        let rule = match table::row_for(func, inst).map(|r| r.status) {
+            Some(Status::Ptx(rule)) => rule,
+            _ => {
+                return Err(LowerError::Invalid(format!(
+                    "{} has no PTX rule (table::check should have refused it)",
+                    key.name()
+                )));
+            }
+        };
+        let _ = writeln!(self.body, "    // {}", dfg.display_inst(inst));
+        let i = inst.as_u32();
+        let mut slots: Vec<(&str, String)> = Vec::new();
+        if let Some(&result) = dfg.inst_results(inst).first() {
+            slots.push(("d", self.reg(result)?));
+        }
+        for (name, &arg) in ["a", "b", "c"].into_iter().zip(dfg.inst_args(inst)) {
+            slots.push((name, self.reg(arg)?));
+        }
+        let mut stubs = Vec::new();
+        match dfg.insts[inst] {
+            InstructionData::UnaryImm { imm, .. } => {
+                slots.push(("imm", int_literal(imm.bits(), key.ty)));
+            }
+            InstructionData::UnaryIeee32 { imm, .. } => {
+                slots.push(("imm", format!("0f{:08X}", imm.bits())));
+            }
+            InstructionData::UnaryIeee64 { imm, .. } => {
+                slots.push(("imm", format!("0d{:016X}", imm.bits())));
+            }
+            InstructionData::Load { offset, .. } | InstructionData::Store { offset, .. } => {
+                slots.push(("off", i32::from(offset).to_string()));
+            }
+            InstructionData::Jump { destination, .. } => {
+                let (block, moves) = self.edge(destination)?;
+                for line in moves {
+                    self.line(&line);
+                }
+                slots.push(("dest", block_label(block)));
+            }
+            InstructionData::Brif { blocks, .. } => {
+                for (k, (name, call)) in ["then", "else"].into_iter().zip(blocks).enumerate() {
+                    let label = self.edge_target(call, format!("EDGE{i}_{k}"), &mut stubs)?;
+                    slots.push((name, label));
+                }
+            }
+            InstructionData::BranchTable { table, .. } => {
+                let jt = &dfg.jump_tables[table];
+                let default =
+                    self.edge_target(jt.default_block(), format!("EDGE{i}_d"), &mut stubs)?;
+                if jt.as_slice().is_empty() {
+                    self.line(&format!("bra {default};"));
+                    for line in stubs {
+                        self.line(&line);
+                    }
+                    return Ok(());
+                }
+                let mut targets = Vec::new();
+                for (k, &call) in jt.as_slice().iter().enumerate() {
+                    targets.push(self.edge_target(call, format!("EDGE{i}_{k}"), &mut stubs)?);
+                }
+                slots.push(("default", default));
+                slots.push(("n", jt.as_slice().len().to_string()));
+                slots.push(("table", format!("TABLE{i}")));
+                slots.push(("targets", targets.join(", ")));
+            }
+            InstructionData::Trap { code, .. } | InstructionData::CondTrap { code, .. } => {
+                let loc = func.srcloc(inst);
+                let offset = if loc.is_default() { 0 } else { loc.bits() };
+                let trap = KernelTrap::from_trap_code(code).ok_or_else(|| {
+                    LowerError::Invalid(format!(
+                        "trap code {code} at offset {offset:#x} is not a KernelTrap (docs/kernels.md)"
+                    ))
+                })?;
+                let label = format!("TRAP{}", self.traps.len());
+                self.traps.push(TrapSite {
+                    label: label.clone(),
+                    trap,
+                    offset,
+                });
+                slots.push(("trap", label));
+            }
+            _ => {}
+        }
+        let template = rule.template(self.target.sm_number());
+        self.expand(template, &slots, &format!("L{i}"))?;
+        for line in stubs {
+            self.line(&line);
+        }
+        Ok(())
+    }
+
+    fn trap_sites(&mut self) -> Result<(), LowerError> {
+        let sites = core::mem::take(&mut self.traps);
+        for (k, site) in sites.iter().enumerate() {
+            let _ = writeln!(self.body, "{}:", site.label);
+            let _ = writeln!(
+                self.body,
+                "    // {} at offset {:#x}",
+                site.trap, site.offset
+            );
+            let slots = [
+                ("status", String::from("%status")),
+                ("code", site.trap.code().to_string()),
+                ("offset", site.offset.to_string()),
+            ];
+            self.expand(TRAP_SITE, &slots, &format!("T{k}"))?;
+        }
+        Ok(())
+    }
+
+    /// Writes a template with its placeholders filled (see `table`).
+    fn expand(
+        &mut self,
+        template: &[&str],
+        slots: &[(&str, String)],
+        scope: &str,
+    ) -> Result<(), LowerError> {
+        for line in template {
+            let mut out = String::new();
+            let mut rest = *line;
+            while let Some(open) = rest.find('{') {
+                out.push_str(&rest[..open]);
+                let after = &rest[open + 1..];
+                let name = after.find('}').map(|close| &after[..close]).filter(|n| {
+                    !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                });
+                match name {
+                    Some(name) => {
+                        out.push_str(&self.fill(name, slots, scope)?);
+                        rest = &after[name.len() + 1..];
+                    }
+                    None => {
+                        out.push('{');
+                        rest = after;
+                    }
+                }
+            }
+            out.push_str(rest);
+            self.line(&out);
+        }
+        Ok(())
+    }
+
+    fn fill(
+        &mut self,
+        name: &str,
+        slots: &[(&str, String)],
+        scope: &str,
+    ) -> Result<String, LowerError> {
+        if let Some((_, value)) = slots.iter().find(|(slot, _)| *slot == name) {
+            return Ok(value.clone());
+        }
+        let digits = name.find(|c: char| c.is_ascii_digit());
+        let numbered = digits.and_then(|at| Some((&name[..at], name[at..].parse::<u32>().ok()?)));
+        match numbered {
+            Some(("r", n)) => Ok(self.scratch_reg(Class::B32, n)),
+            Some(("rd", n)) => Ok(self.scratch_reg(Class::B64, n)),
+            Some(("f", n)) => Ok(self.scratch_reg(Class::F32, n)),
+            Some(("fd", n)) => Ok(self.scratch_reg(Class::F64, n)),
+            Some(("p", n)) => {
+                self.preds = self.preds.max(n + 1);
+                Ok(format!("%tp{n}"))
+            }
+            Some(("L", n)) => Ok(format!("{scope}_{n}")),
+            _ => Err(LowerError::Invalid(format!(
+                "op table template placeholder {{{name}}} has nothing to fill it here"
+            ))),
+        }
+    }
+
+    fn finish(self, abi: KernelAbi) -> String {
+        let name = self.name;
+        let (major, minor) = self.target.sm;
+        let (isa_major, isa_minor) = self.target.isa;
+        let mut out = String::new();
+        let _ = write!(
+            out,
+            "// Generated by tensorwasm-core's PtxLowerer (core/src/lower/ptx.rs) from the\n\
+             // kernel's CLIF: docs/kernels.md is the contract, docs/op-table.md the rules.\n\
+             // Parameters: the Wasm parameters, then mem_base, mem_len, status, fuel.\n\n\
+             .version {isa_major}.{isa_minor}\n\
+             .target sm_{major}{minor}\n\
+             .address_size 64\n\n\
+             .visible .entry {name}(\n"
+        );
+        let mut params = Vec::new();
+        for (i, param) in self
+            .func
+            .signature
+            .params
+            .iter()
+            .take(abi.wasm_params)
+            .enumerate()
+        {
+            let kind = Class::of(param.value_type).map_or(".u64", Class::param);
+            params.push(format!("    .param {kind} {name}_p{i}"));
+        }
+        for hidden in HIDDEN {
+            params.push(format!("    .param .u64 {name}_{hidden}"));
+        }
+        let _ = write!(out, "{}\n)\n{{\n", params.join(",\n"));
+        if self.preds > 0 {
+            let _ = writeln!(out, "    .reg .pred  %tp<{}>;", self.preds);
+        }
+        for class in Class::ALL {
+            let i = class.index();
+            if self.values[i] > 0 {
+                let _ = writeln!(
+                    out,
+                    "    .reg {}   {}<{}>;",
+                    class.decl(),
+                    class.value_prefix(),
+                    self.values[i]
+                );
+            }
+            if self.scratch[i] > 0 {
+                let _ = writeln!(
+                    out,
+                    "    .reg {}   {}<{}>;",
+                    class.decl(),
+                    class.scratch_prefix(),
+                    self.scratch[i]
+                );
+            }
+        }
+        out.push_str("    .reg .b64   %status;\n\n");
+        out.push_str(&self.body);
+        out.push_str("}\n");
+        out
+    }
+}
+
+/// An integer constant as PTX hex, its bits masked to the type's width.
+fn int_literal(bits: i64, ty: Type) -> String {
+    let bits = bits as u64;
+    match ty.bits() {
+        8 => format!("0x{:02X}", bits & 0xFF),
+        16 => format!("0x{:04X}", bits & 0xFFFF),
+        32 => format!("0x{:08X}", bits & 0xFFFF_FFFF),
+        _ => format!("0x{bits:016X}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_are_masked_hex() {
+        assert_eq!(int_literal(-1, I32), "0xFFFFFFFF");
+        assert_eq!(int_literal(-1, I64), "0xFFFFFFFFFFFFFFFF");
+        assert_eq!(int_literal(42, I32), "0x0000002A");
+    }
+
+    #[test]
+    fn targets_need_their_isa() {
+        let ok = PtxLowerer {
+            sm: (9, 0),
+            isa: (7, 8),
+        };
+        assert!(ok.check_target().is_ok());
+        let old = PtxLowerer {
+            sm: (9, 0),
+            isa: (7, 0),
+        };
+        assert!(matches!(old.check_target(), Err(LowerError::Invalid(_))));
+        let unknown = PtxLowerer {
+            sm: (6, 1),
+            isa: (8, 0),
+        };
+        assert!(matches!(
+            unknown.check_target(),
+            Err(LowerError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn names_are_ptx_identifiers() {
+        assert!(check_name("vector_add").is_ok());
+        assert!(check_name("_k2").is_ok());
+        assert!(check_name("2k").is_err());
+        assert!(check_name("a-b").is_err());
+        assert!(check_name("").is_err());
+    }
+}
