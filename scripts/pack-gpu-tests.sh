@@ -99,6 +99,8 @@ done
 runs=(
   "examples/vector_add.wat 16777216"
   "examples/device_buffers.wat 16777216 8"
+  "examples/wasm_kernels.wat 16777216"
+  "examples/wasm_kernels.wat --invoke traps"
 )
 if [ -f examples/vector_add_guest.wasm ]; then
   runs+=("examples/vector_add_guest.wasm 16777216"

@@ -2,12 +2,14 @@
 //! and the `tensorwasm` command.
 //!
 //! - [`memory`]: guest linear memory in the driver's managed memory.
+//! - [`kernel`]: Wasm kernels: translation cache and per-driver lowering.
 //! - [`wasi_cuda`]: the guest API (`docs/ABI.md`) and its per-guest context.
 //! - [`runtime`]: engine + linker + stores for one driver, ready to run guests.
 //! - [`run`]: the `tensorwasm run` command.
 //! - [`twins`]: host twins of the shipped PTX kernels, for the CPU driver.
 //! - this file: driver discovery (which drivers work here, and why not).
 
+pub mod kernel;
 pub mod memory;
 pub mod run;
 pub mod runtime;

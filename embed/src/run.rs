@@ -4,7 +4,7 @@
 
 use std::{fmt, path::PathBuf};
 
-use tensorwasm_core::{DriverKind, GpuDriver, ManagedAllocator};
+use tensorwasm_core::{DriverKind, ManagedAllocator};
 use tensorwasm_cpu::CpuDriver;
 use tensorwasm_cuda::CudaDriver;
 use wasmtime::{Val, ValType};
@@ -104,7 +104,7 @@ fn run_on<D>(
     cuda_unavailable: Option<String>,
 ) -> Result<RunReport, RunError>
 where
-    D: GpuDriver + ManagedAllocator + Clone + 'static,
+    D: crate::kernel::KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
 {
     let free = driver

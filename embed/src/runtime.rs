@@ -7,9 +7,10 @@
 use std::sync::Arc;
 
 use tensorwasm_core::{GpuDriver, ManagedAllocator};
-use wasmtime::{Config, Engine, Instance, Linker, Module, Store};
+use wasmtime::{Config, Engine, Instance, Linker, Store};
 
 use crate::{
+    kernel::{GuestModule, KernelCache, KernelTarget},
     memory::{ManagedMemoryCreator, configure_engine},
     wasi_cuda::{self, WasiCudaCtx, WasiCudaLimits},
 };
@@ -30,11 +31,12 @@ where
     linker: Linker<GuestState<D>>,
     creator: Option<Arc<ManagedMemoryCreator<D>>>,
     limits: WasiCudaLimits,
+    kernels: Arc<KernelCache<D>>,
 }
 
 impl<D> GuestRuntime<D>
 where
-    D: GpuDriver + ManagedAllocator + Clone + 'static,
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
 {
     /// Guests whose linear memory is `driver`'s managed memory, at most
@@ -67,6 +69,7 @@ where
             linker,
             creator,
             limits: WasiCudaLimits::default(),
+            kernels: Arc::default(),
         })
     }
 
@@ -97,9 +100,16 @@ where
         self.creator.as_ref()
     }
 
-    /// Compiles a guest from Wasm binary or text.
-    pub fn compile(&self, bytes: impl AsRef<[u8]>) -> wasmtime::Result<Module> {
-        Module::new(&self.engine, bytes)
+    /// Compiles a guest from Wasm binary or text (keeping the binary, from
+    /// which its Wasm kernels are translated).
+    pub fn compile(&self, bytes: impl AsRef<[u8]>) -> wasmtime::Result<GuestModule> {
+        GuestModule::new(&self.engine, bytes.as_ref())
+    }
+
+    /// The cache of this runtime's Wasm kernels (translated, lowered and
+    /// loaded once per module and function).
+    pub fn kernel_cache(&self) -> &Arc<KernelCache<D>> {
+        &self.kernels
     }
 
     /// A store for one guest, with its own context and stream.
@@ -110,12 +120,17 @@ where
         Ok(Store::new(&self.engine, GuestState { cuda }))
     }
 
-    /// Instantiates `module` in `store`.
+    /// Instantiates `module` in `store`; the guest may turn the module's
+    /// functions into kernels (`kernel_get`).
     pub async fn instantiate(
         &self,
         store: &mut Store<GuestState<D>>,
-        module: &Module,
+        module: &GuestModule,
     ) -> wasmtime::Result<Instance> {
+        store
+            .data_mut()
+            .cuda
+            .set_kernel_source(module.source().clone(), Arc::clone(&self.kernels));
         self.linker.instantiate_async(store, module).await
     }
 }

@@ -182,3 +182,68 @@ fn many_guests_wait_on_one_executor() {
         );
     }
 }
+
+const WASM_KERNELS: &str = include_str!("../../examples/wasm_kernels.wat");
+
+/// Vector add and SAXPY written as Wasm functions, lowered to PTX, on 16M
+/// random floats, every element checked by the guest against wasmtime's own
+/// arithmetic; the second run pays no lowering.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn wasm_kernels_on_16m_random_floats() {
+    let _serial = serial();
+    let rt = runtime(1 << 30);
+    let (mut store, instance) = instantiate(&rt, WASM_KERNELS);
+    let run = instance
+        .get_typed_func::<i32, i32>(&mut store, "run")
+        .unwrap();
+    let status = futures::executor::block_on(run.call_async(&mut store, N as i32)).unwrap();
+    assert_eq!(status, 0, "guest: {}", store.data().cuda.last_error());
+    assert_eq!(rt.kernel_cache().lowerings(), 2, "two kernels lowered");
+    let status = futures::executor::block_on(run.call_async(&mut store, 1 << 20)).unwrap();
+    assert_eq!(status, 0, "guest: {}", store.data().cuda.last_error());
+    assert_eq!(
+        rt.kernel_cache().lowerings(),
+        2,
+        "the second run lowers nothing"
+    );
+}
+
+/// An out-of-bounds store traps and writes nothing outside the guest's
+/// memory; an endless loop ends out of fuel; after either, the next launch
+/// on the same context runs and is right.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn wasm_kernel_traps_leave_the_context_healthy() {
+    let _serial = serial();
+    let rt = runtime(1 << 30);
+    let (mut store, instance) = instantiate(&rt, WASM_KERNELS);
+    let traps = instance
+        .get_typed_func::<(), i32>(&mut store, "traps")
+        .unwrap();
+    let status = futures::executor::block_on(traps.call_async(&mut store, ())).unwrap();
+    assert_eq!(status, 0, "guest: {}", store.data().cuda.last_error());
+    let text = store.data().cuda.last_error().to_string();
+    assert!(text.contains("out of fuel"), "{text}");
+    // The out-of-bounds kernel tried to store 7 at memory.size * 64 KiB + 4i.
+    // The guest memory is a managed region reserved at 1 GiB, so the bytes
+    // past its exposed size are mapped memory a stray store would have hit.
+    let memory = instance.get_memory(&mut store, "memory").unwrap();
+    let (base, size) = (memory.data_ptr(&store), memory.data_size(&store));
+    // SAFETY: the region's capacity (1 GiB) is far above `size`, and managed
+    // memory is host-readable at its device address.
+    let past = unsafe { std::slice::from_raw_parts(base.add(size), 1 << 16) };
+    assert!(
+        past.iter().all(|b| *b == 0),
+        "nothing written past the memory"
+    );
+    // And a PTX guest on the same device runs after them.
+    let (mut other, instance) = instantiate(&rt, VECTOR_ADD);
+    let run = instance
+        .get_typed_func::<i32, i32>(&mut other, "run")
+        .unwrap();
+    assert_eq!(
+        futures::executor::block_on(run.call_async(&mut other, 1 << 20)).unwrap(),
+        0
+    );
+}

@@ -379,6 +379,7 @@ fn module_function_and_launch_limits_are_elimit() {
         modules: 2,
         functions: 3,
         launches: 2,
+        ..WasiCudaLimits::default()
     });
     let mut g = f.guest();
     let (module, function) = g.load_vadd();

@@ -43,11 +43,13 @@ pub enum Errno {
     ELIMIT = 13,
     /// Any other driver failure.
     EDRIVER = 14,
+    /// A Wasm kernel trapped (out of bounds, division by zero, out of fuel...).
+    ETRAP = 15,
 }
 
 /// Every errno with its name and meaning, in code order: the table in
 /// `docs/ABI.md`, as data.
-const TABLE: [(Errno, &str, &str); 14] = [
+const TABLE: [(Errno, &str, &str); 15] = [
     (Errno::EINVAL, "EINVAL", "an argument is outside its domain"),
     (
         Errno::EFAULT,
@@ -94,11 +96,12 @@ const TABLE: [(Errno, &str, &str); 14] = [
     ),
     (Errno::ELIMIT, "ELIMIT", "a per-guest limit is reached"),
     (Errno::EDRIVER, "EDRIVER", "any other driver failure"),
+    (Errno::ETRAP, "ETRAP", "a Wasm kernel trapped"),
 ];
 
 impl Errno {
     /// Every errno, in code order.
-    pub const ALL: [Errno; 14] = [
+    pub const ALL: [Errno; 15] = [
         Errno::EINVAL,
         Errno::EFAULT,
         Errno::EALIGN,
@@ -113,6 +116,7 @@ impl Errno {
         Errno::ENOTADDR,
         Errno::ELIMIT,
         Errno::EDRIVER,
+        Errno::ETRAP,
     ];
 
     /// The code a `wasi_cuda` import returns for this failure.
@@ -120,7 +124,7 @@ impl Errno {
         self as i32
     }
 
-    /// The row of [`TABLE`] for this errno (codes are 1..=14, rows 0..=13).
+    /// The row of [`TABLE`] for this errno (codes are 1..=15, rows 0..=14).
     fn row(self) -> (Errno, &'static str, &'static str) {
         let index = usize::try_from(self.code() - 1).unwrap_or(0);
         TABLE.get(index).copied().unwrap_or(TABLE[0])
@@ -274,6 +278,7 @@ mod tests {
             (12, "ENOTADDR"),
             (13, "ELIMIT"),
             (14, "EDRIVER"),
+            (15, "ETRAP"),
         ];
         for (errno, (code, name)) in Errno::ALL.iter().zip(expected) {
             assert_eq!(errno.code(), code);
@@ -290,7 +295,7 @@ mod tests {
 
     #[test]
     fn unknown_codes_are_none() {
-        for code in [0, -1, 15, 16, i32::MIN, i32::MAX] {
+        for code in [0, -1, 16, 17, i32::MIN, i32::MAX] {
             assert_eq!(Errno::from_code(code), None, "code {code}");
         }
     }

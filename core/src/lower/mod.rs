@@ -279,8 +279,12 @@ pub trait Lowerer {
 
     /// Lowers `kernel` (made by the translator, following
     /// `docs/kernels.md`), whose symbol is `name`.
-    fn lower(&self, name: &str, kernel: &Function, abi: KernelAbi)
-    -> Result<Self::Output, LowerError>;
+    fn lower(
+        &self,
+        name: &str,
+        kernel: &Function,
+        abi: KernelAbi,
+    ) -> Result<Self::Output, LowerError>;
 }
 
 #[cfg(test)]

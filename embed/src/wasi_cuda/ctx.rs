@@ -18,7 +18,12 @@ use tensorwasm_core::{
     dispatch::{DispatchFuture, dispatch},
 };
 
-use crate::memory::{GuestMemoryLookup, GuestRegionInfo};
+use tensorwasm_core::lower::{KernelTrap, LowerError, translate::WasmType};
+
+use crate::{
+    kernel::{KernelCache, KernelError, KernelSource, KernelTarget},
+    memory::{GuestMemoryLookup, GuestRegionInfo},
+};
 
 /// How many objects of each kind one guest may hold at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +36,9 @@ pub struct WasiCudaLimits {
     pub functions: usize,
     /// Launches not yet waited for.
     pub launches: usize,
+    /// Fuel of each thread of a Wasm kernel launch: every loop iteration
+    /// spends one; a thread that runs out traps with "out of fuel".
+    pub kernel_fuel: u64,
 }
 
 impl Default for WasiCudaLimits {
@@ -40,6 +48,7 @@ impl Default for WasiCudaLimits {
             modules: 256,
             functions: 4096,
             launches: 65536,
+            kernel_fuel: 1 << 24,
         }
     }
 }
@@ -48,12 +57,22 @@ impl Default for WasiCudaLimits {
 pub(crate) struct FunctionEntry<D: GpuDriver> {
     function: D::Function,
     _module: Arc<D::Module>,
+    /// For a Wasm kernel: its name and Wasm parameter types.
+    kernel: Option<KernelInfo>,
+}
+
+/// What a launch of a Wasm kernel checks its arguments against.
+pub(crate) struct KernelInfo {
+    name: String,
+    params: Vec<WasmType>,
 }
 
 /// A launch not yet waited for: everything the kernel may touch, kept alive
 /// until the guest has seen it finish (`wait` or `sync`) or the context
 /// synchronizes its stream on drop.
 pub(crate) struct LaunchEntry<D: GpuDriver> {
+    /// A Wasm kernel's status slot (the launch handle's slot) and name.
+    pub(crate) kernel: Option<(usize, String)>,
     _buffers: Vec<Arc<D::DeviceBuffer>>,
     _function: Arc<FunctionEntry<D>>,
     _memory: Option<GuestRegionInfo>,
@@ -85,6 +104,13 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     pub(crate) launches: HandleTable<LaunchEntry<D>>,
     /// How long `wait` may spin on the stream's status before it suspends.
     wait_spin: Duration,
+    /// The guest module's Wasm, for `kernel_get`.
+    kernel_source: Option<KernelSource>,
+    kernels: Arc<KernelCache<D>>,
+    /// 16-byte trap status words of Wasm kernel launches, one per launch
+    /// slot, in managed memory (made on the first kernel launch).
+    status: Option<D::ManagedBuffer>,
+    kernel_fuel: u64,
     last_error: String,
 }
 
@@ -111,8 +137,19 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             functions: HandleTable::new(owner, HandleKind::Function, limits.functions),
             launches: HandleTable::new(owner, HandleKind::Launch, limits.launches),
             wait_spin: Duration::ZERO,
+            kernel_source: None,
+            kernels: Arc::default(),
+            status: None,
+            kernel_fuel: limits.kernel_fuel,
             last_error: String::new(),
         })
+    }
+
+    /// Lets the guest turn functions of `source` (its own module) into
+    /// kernels, made through `cache` (shared by the guests of one driver).
+    pub fn set_kernel_source(&mut self, source: KernelSource, cache: Arc<KernelCache<D>>) {
+        self.kernel_source = Some(source);
+        self.kernels = cache;
     }
 
     /// The driver this guest runs on.
@@ -424,6 +461,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         let handle = self.functions.insert(Arc::new(FunctionEntry {
             function,
             _module: module,
+            kernel: None,
         }))?;
         abi::write_u64(mem.bytes, out, handle.0)
     }
@@ -453,7 +491,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         let uses_guest_memory = args
             .iter()
             .any(|a| matches!(a, LaunchArg::Param(KernelParam::Ptr(_))));
-        let mut params = Vec::with_capacity(args.len());
+        let mut params = Vec::with_capacity(args.len() + 4);
         let mut buffers = Vec::new();
         for arg in args {
             match arg {
@@ -476,19 +514,58 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             block,
             shared_mem_bytes,
         };
+        if let Some(kernel) = &function.kernel {
+            check_kernel_args(kernel, &params, &buffers)?;
+            if !guest.device_addressable {
+                return Err(AbiError::new(
+                    Errno::ENOTADDR,
+                    "a Wasm kernel runs over the guest's memory, which the device cannot address",
+                ));
+            }
+            self.status_words()?;
+        }
+        let kernel = function.kernel.as_ref().map(|k| k.name.clone());
+        let is_kernel = kernel.is_some();
         let handle = self.launches.insert(LaunchEntry {
+            kernel: None,
             _buffers: buffers,
             _function: Arc::clone(&function),
-            _memory: if uses_guest_memory { region } else { None },
+            _memory: if uses_guest_memory || is_kernel {
+                region
+            } else {
+                None
+            },
         })?;
+        if let Some(name) = kernel {
+            let slot = usize::from(handle.slot());
+            let status = match self.status_word(slot) {
+                Ok(status) => status,
+                Err(e) => {
+                    let _ = self.launches.remove(handle);
+                    return Err(e);
+                }
+            };
+            if let Ok(entry) = self.launches.get_mut(handle) {
+                entry.kernel = Some((slot, name));
+            }
+            params.extend([
+                KernelParam::Ptr(guest.base),
+                KernelParam::I64(guest.len as i64),
+                KernelParam::Ptr(status),
+                KernelParam::I64(self.kernel_fuel as i64),
+            ]);
+        }
         // SAFETY: every pointer parameter was produced by the decoder inside
         // the guest's memory (device-addressable, checked) or by
         // `resolve_buffer_pointer` inside a live buffer; the launch entry
         // keeps both alive until the launch has finished, and the context
         // synchronizes its stream before it is dropped. The parameter count
         // (and, on CUDA, each size) is checked against the kernel by the
-        // driver. What the kernel's code does is the loaded module's
-        // responsibility: raw PTX and cubin are trusted code.
+        // driver. A Wasm kernel gets the guest memory's base and current
+        // length (every access it makes is checked against that length by
+        // the translated code) and its own status word. What raw PTX or a
+        // cubin does is the loaded module's responsibility: they are
+        // trusted code.
         let queued = unsafe {
             self.driver
                 .launch(&self.stream, &function.function, &config, &params)
@@ -498,6 +575,66 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             return Err(driver_error("launch", e));
         }
         abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// The status words of kernel launches, made (and zeroed) on first use.
+    fn status_words(&mut self) -> Result<&D::ManagedBuffer, AbiError> {
+        if self.status.is_none() {
+            let words = self
+                .driver
+                .alloc_managed(STATUS_WORDS * STATUS_BYTES)
+                .map_err(|e| driver_error("alloc_managed (kernel status words)", e))?;
+            self.driver
+                .memset(words.full(), 0)
+                .map_err(|e| driver_error("memset (kernel status words)", e))?;
+            self.status = Some(words);
+        }
+        self.status
+            .as_ref()
+            .ok_or_else(|| AbiError::new(Errno::EDRIVER, "no status words"))
+    }
+
+    /// The address of launch slot `slot`'s status word.
+    fn status_word(&mut self, slot: usize) -> Result<DevicePtr, AbiError> {
+        let words = self.status_words()?;
+        words
+            .range(slot * STATUS_BYTES, STATUS_BYTES)
+            .map(|r| r.ptr())
+            .ok_or_else(|| AbiError::new(Errno::ELIMIT, format!("no status word for slot {slot}")))
+    }
+
+    /// After a kernel launch finished: the trap it recorded, if any, with
+    /// the slot cleared for the next launch.
+    pub(crate) fn take_trap(&mut self, slot: usize, name: &str) -> Result<(), AbiError> {
+        let Some(words) = &self.status else {
+            return Ok(());
+        };
+        let Some(word) = words.range(slot * STATUS_BYTES, STATUS_BYTES) else {
+            return Ok(());
+        };
+        let at = word.ptr().0 as usize;
+        // SAFETY: the word lies in a live managed allocation of this context
+        // (checked by `range`), which the host may read and write at the
+        // same address; the launch that used it has finished (its stream
+        // reached the completion callback or was idle), and no other launch
+        // uses this slot until the launch handle is released.
+        let (code, offset) = unsafe {
+            let code = std::ptr::with_exposed_provenance::<u32>(at).read_volatile();
+            let offset = std::ptr::with_exposed_provenance::<u64>(at + 8).read_volatile();
+            if code != 0 {
+                std::ptr::with_exposed_provenance_mut::<u32>(at).write_volatile(0);
+                std::ptr::with_exposed_provenance_mut::<u64>(at + 8).write_volatile(0);
+            }
+            (code, offset)
+        };
+        if code == 0 {
+            return Ok(());
+        }
+        let what = KernelTrap::from_code(code).map_or("unknown trap", KernelTrap::description);
+        Err(AbiError::new(
+            Errno::ETRAP,
+            format!("kernel `{name}` trapped: {what} (code {code}) at offset {offset:#x}"),
+        ))
     }
 
     /// Where the guest's stream stands, without blocking: `Ok(true)` when
@@ -657,6 +794,48 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     }
 }
 
+impl<D: KernelTarget> WasiCudaCtx<D> {
+    /// Makes a kernel of the guest's own function `index` and writes its
+    /// function handle.
+    pub(crate) fn kernel_get(
+        &mut self,
+        mem: GuestMem<'_>,
+        index: u32,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        let Some(source) = &self.kernel_source else {
+            return Err(AbiError::new(
+                Errno::ENOTSUP,
+                "the host did not register this guest's module for Wasm kernels",
+            ));
+        };
+        let loaded = self
+            .kernels
+            .get(&self.driver, source, index)
+            .map_err(|e| match &e {
+                KernelError::Lower(LowerError::Unsupported(_)) => {
+                    AbiError::new(Errno::ENOTSUP, e.to_string())
+                }
+                KernelError::Lower(LowerError::Invalid(_)) => {
+                    AbiError::new(Errno::EINVAL, e.to_string())
+                }
+                KernelError::Driver { kind, .. } => {
+                    AbiError::new(Errno::from(*kind), e.to_string())
+                }
+            })?;
+        let handle = self.functions.insert(Arc::new(FunctionEntry {
+            function: loaded.function.clone(),
+            _module: Arc::clone(&loaded.module),
+            kernel: Some(KernelInfo {
+                name: loaded.name.clone(),
+                params: loaded.params.clone(),
+            }),
+        }))?;
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+}
+
 impl<D: GpuDriver> Drop for WasiCudaCtx<D> {
     fn drop(&mut self) {
         // Kernels may still be using the guest's buffers and memory: let them
@@ -669,6 +848,57 @@ impl<D: GpuDriver> Drop for WasiCudaCtx<D> {
 /// a bad one leaves nothing half done (the read has no effect).
 fn check_out_u64(mem: &[u8], out: u32) -> Result<(), AbiError> {
     abi::read_u64(mem, out).map(drop)
+}
+
+/// Launch slots with a status word (one per possible launch handle).
+const STATUS_WORDS: usize = abi::handle::MAX_TABLE_CAPACITY;
+/// A status word: `u32` trap code, `u32` reserved, `u64` offset.
+const STATUS_BYTES: usize = 16;
+
+/// A Wasm kernel's arguments are values of its Wasm parameter types (guest
+/// offsets are `i32` values, not pointer descriptors).
+fn check_kernel_args<B>(
+    kernel: &KernelInfo,
+    params: &[KernelParam],
+    buffers: &[B],
+) -> Result<(), AbiError> {
+    if !buffers.is_empty() || params.len() != kernel.params.len() {
+        return Err(AbiError::new(
+            Errno::EINVAL,
+            format!(
+                "kernel `{}` takes {} value argument(s) ({:?}); {} given{}",
+                kernel.name,
+                kernel.params.len(),
+                kernel.params,
+                params.len() + buffers.len(),
+                if buffers.is_empty() {
+                    ""
+                } else {
+                    ", and buffer pointers are not values"
+                }
+            ),
+        ));
+    }
+    for (i, (p, ty)) in params.iter().zip(&kernel.params).enumerate() {
+        let ok = matches!(
+            (p, ty),
+            (KernelParam::I32(_), WasmType::I32)
+                | (KernelParam::I64(_), WasmType::I64)
+                | (KernelParam::F32(_), WasmType::F32)
+                | (KernelParam::F64(_), WasmType::F64)
+        );
+        if !ok {
+            return Err(AbiError::new(
+                Errno::EINVAL,
+                format!(
+                    "argument {i} of kernel `{}` must be {ty:?}, got {p:?} (guest offsets are \
+                     passed as i32 values)",
+                    kernel.name
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn launch_failed<E: DriverError>(e: E) -> AbiError {

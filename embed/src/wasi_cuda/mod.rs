@@ -10,7 +10,13 @@ mod ctx;
 pub use ctx::{WasiCudaCtx, WasiCudaLimits};
 
 use ctx::GuestMem;
-use tensorwasm_core::{Dim3, GpuDriver, abi::Handle};
+use tensorwasm_core::{
+    Dim3, GpuDriver,
+    abi::Handle,
+    lower::{INTRINSIC_MODULE, Intrinsic},
+};
+
+use crate::kernel::KernelTarget;
 use wasmtime::{Caller, Extern, Linker};
 
 /// The import module name.
@@ -79,7 +85,7 @@ async fn quiesce<T, D: GpuDriver>(
 pub fn add_to_linker<T, D>(linker: &mut Linker<T>, get: GetCtx<T, D>) -> wasmtime::Result<()>
 where
     T: Send + 'static,
-    D: GpuDriver + 'static,
+    D: KernelTarget + 'static,
 {
     linker.func_wrap(
         MODULE,
@@ -231,6 +237,15 @@ where
     )?;
     linker.func_wrap(
         MODULE,
+        "kernel_get",
+        move |mut caller: Caller<'_, T>, index: i32, out: i32| -> i32 {
+            with_mem(&mut caller, get, "kernel_get", |ctx, mem| {
+                ctx.kernel_get(mem, index as u32, out as u32)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
         "function_release",
         move |mut caller: Caller<'_, T>, function: i64| -> i32 {
             with_ctx(&mut caller, get, "function_release", |ctx| {
@@ -290,9 +305,19 @@ where
                     Err(e) => return ctx.fail(CALL, e),
                 };
                 let status = quiesce(&mut caller, get, CALL).await;
+                let ctx = get(caller.data_mut());
+                // A Wasm kernel's trap, read (and its slot cleared) either way.
+                let trap = match &entry.kernel {
+                    Some((slot, name)) => ctx.take_trap(*slot, name),
+                    None => Ok(()),
+                };
                 // The kernel has finished (or failed): what it used may go.
                 drop(entry);
-                status.err().unwrap_or(0)
+                match (status, trap) {
+                    (Err(errno), _) => errno,
+                    (Ok(()), Err(e)) => ctx.fail(CALL, e),
+                    (Ok(()), Ok(())) => 0,
+                }
             })
         },
     )?;
@@ -300,9 +325,22 @@ where
         Box::new(async move {
             const CALL: &str = "sync";
             let failed = quiesce(&mut caller, get, CALL).await.err();
-            // Every launch queued before has finished: release them all.
-            drop(get(caller.data_mut()).launches.take_all());
-            failed.unwrap_or(0)
+            // Every launch queued before has finished: release them all,
+            // reading (and clearing) each Wasm kernel's trap status.
+            let ctx = get(caller.data_mut());
+            let mut trap = None;
+            for entry in ctx.launches.take_all() {
+                if let Some((slot, name)) = &entry.kernel
+                    && let Err(e) = ctx.take_trap(*slot, name)
+                {
+                    trap.get_or_insert(e);
+                }
+            }
+            match (failed, trap) {
+                (Some(errno), _) => errno,
+                (None, Some(e)) => ctx.fail(CALL, e),
+                (None, None) => 0,
+            }
         })
     })?;
     linker.func_wrap(
@@ -323,6 +361,22 @@ where
             })
         },
     )?;
+    // A kernel's position intrinsics mean something only inside a launched
+    // kernel (the translator turns them into the thread's indices); called
+    // from the guest's own code in wasmtime they trap with a message.
+    for intrinsic in Intrinsic::ALL {
+        let name = intrinsic.import_name();
+        linker.func_wrap(
+            INTRINSIC_MODULE,
+            name,
+            move |_: Caller<'_, T>| -> wasmtime::Result<i32> {
+                wasmtime::bail!(
+                    "{INTRINSIC_MODULE}.{name} was called outside a kernel: it is only \
+                     meaningful in a function launched as a Wasm kernel (wasi_cuda.kernel_get)"
+                )
+            },
+        )?;
+    }
     linker.func_wrap(
         MODULE,
         "last_error",

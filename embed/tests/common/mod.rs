@@ -8,12 +8,13 @@ use std::fmt::Write as _;
 
 use tensorwasm_core::abi::{ArgDescriptor, encode_args};
 use tensorwasm_cpu::CpuDriver;
+use tensorwasm_embed::kernel::GuestModule;
 use tensorwasm_embed::{
     runtime::{GuestRuntime, GuestState},
     twins,
     wasi_cuda::WasiCudaCtx,
 };
-use wasmtime::{Instance, Memory, Module, Store, Val};
+use wasmtime::{Instance, Memory, Store, Val};
 
 /// Capacity of the CPU driver of a [`Fixture`]: what `total_memory` says.
 pub const DEVICE_BYTES: u64 = 256 << 20;
@@ -174,7 +175,7 @@ pub struct Fixture {
     /// The runtime.
     pub runtime: GuestRuntime<CpuDriver>,
     /// The test guest.
-    pub module: Module,
+    pub module: GuestModule,
 }
 
 impl Fixture {
