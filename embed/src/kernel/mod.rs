@@ -18,7 +18,7 @@ use std::{
 };
 
 use tensorwasm_core::{
-    DriverError, ErrorKind, GpuDriver,
+    DeviceInfo, DriverError, ErrorKind, GpuDriver,
     lower::{
         LowerError, Lowerer,
         ptx::PtxLowerer,
@@ -133,14 +133,49 @@ pub trait KernelTarget: GpuDriver {
 
 impl KernelTarget for CudaDriver {
     fn load_kernel(&self, kernel: &TranslatedKernel) -> Result<Self::Module, KernelError> {
-        let sm = self.device().compute_capability.unwrap_or((7, 5));
-        // ISA 8.0 is accepted by every driver TensorWasm supports (12.2+)
-        // and covers every sm_XY it may run on up to sm_90.
-        let lowerer = PtxLowerer { sm, isa: (8, 0) };
+        let lowerer = ptx_target(self.device())?;
         let ptx = lowerer
             .lower(&kernel.name, &kernel.function, kernel.abi)
             .map_err(KernelError::Lower)?;
         self.load_ptx(&ptx).map_err(driver_error)
+    }
+}
+
+/// The PTX target for a device: its compute capability, and the oldest PTX
+/// ISA that can target it, provided the driver accepts that ISA.
+pub fn ptx_target(device: &DeviceInfo) -> Result<PtxLowerer, KernelError> {
+    let invalid = |why: String| KernelError::Lower(LowerError::Invalid(why));
+    let sm = device
+        .compute_capability
+        .ok_or_else(|| invalid("the device reports no compute capability".into()))?;
+    let isa = PtxLowerer::min_isa(sm).ok_or_else(|| {
+        invalid(format!(
+            "sm_{}{} is a GPU the PTX lowerer does not know",
+            sm.0, sm.1
+        ))
+    })?;
+    if let Some(max) = device.driver_version.and_then(driver_max_isa)
+        && isa > max
+    {
+        return Err(invalid(format!(
+            "sm_{}{} needs PTX ISA {}.{}, newer than the {}.{} this driver accepts",
+            sm.0, sm.1, isa.0, isa.1, max.0, max.1
+        )));
+    }
+    Ok(PtxLowerer { sm, isa })
+}
+
+/// The newest PTX ISA a CUDA driver of version `(major, minor)` accepts
+/// (CUDA's release notes); `None` for versions this table does not know,
+/// which are then trusted.
+pub fn driver_max_isa((major, minor): (u32, u32)) -> Option<(u32, u32)> {
+    match (major, minor) {
+        (12, 0..=5) => Some((8, minor)),
+        (12, 6) => Some((8, 5)),
+        (12, 8) => Some((8, 7)),
+        (12, 9) => Some((8, 8)),
+        (13, m) => Some((9, m)),
+        _ => None,
     }
 }
 
@@ -217,5 +252,37 @@ impl<D: KernelTarget> KernelCache<D> {
     /// How many kernels this cache has translated, lowered and loaded.
     pub fn lowerings(&self) -> u64 {
         self.lowerings.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(sm: (u32, u32), driver: (u32, u32)) -> DeviceInfo {
+        let mut info = CpuDriver::with_capacity(1 << 20).unwrap().device().clone();
+        info.compute_capability = Some(sm);
+        info.driver_version = Some(driver);
+        info
+    }
+
+    #[test]
+    fn ptx_targets_follow_the_device_and_the_driver() {
+        let h100 = ptx_target(&device((9, 0), (13, 0))).unwrap();
+        assert_eq!((h100.sm, h100.isa), ((9, 0), (7, 8)));
+        let t4 = ptx_target(&device((7, 5), (12, 2))).unwrap();
+        assert_eq!((t4.sm, t4.isa), ((7, 5), (6, 3)));
+        // sm_120 needs ISA 8.7, which a 12.4 driver does not accept.
+        let old = ptx_target(&device((12, 0), (12, 4)));
+        assert!(matches!(
+            old,
+            Err(KernelError::Lower(LowerError::Invalid(_)))
+        ));
+        assert!(
+            ptx_target(&device((6, 1), (13, 0))).is_err(),
+            "unknown target"
+        );
+        assert_eq!(driver_max_isa((12, 9)), Some((8, 8)));
+        assert_eq!(driver_max_isa((11, 8)), None);
     }
 }
