@@ -41,10 +41,13 @@ pub enum Errno {
     ELIMIT = 13,
     /// Any other driver failure; the message says which call and code.
     EDRIVER = 14,
+    /// A Wasm kernel trapped; the message names the kernel, the trap and its
+    /// offset in the module.
+    ETRAP = 15,
 }
 
 /// Every errno with its name, in code order: the ABI's table, as data.
-const TABLE: [(Errno, &str); 14] = [
+const TABLE: [(Errno, &str); 15] = [
     (Errno::EINVAL, "EINVAL"),
     (Errno::EFAULT, "EFAULT"),
     (Errno::EALIGN, "EALIGN"),
@@ -59,10 +62,11 @@ const TABLE: [(Errno, &str); 14] = [
     (Errno::ENOTADDR, "ENOTADDR"),
     (Errno::ELIMIT, "ELIMIT"),
     (Errno::EDRIVER, "EDRIVER"),
+    (Errno::ETRAP, "ETRAP"),
 ];
 
 impl Errno {
-    /// The code the import returns for this failure (1..=14).
+    /// The code the import returns for this failure (1..=15).
     pub const fn code(self) -> i32 {
         self as i32
     }
@@ -128,7 +132,13 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_names_match_the_abi_table() {
-        for (code, name) in [(1, "EINVAL"), (5, "EBADH"), (9, "EIMAGE"), (14, "EDRIVER")] {
+        for (code, name) in [
+            (1, "EINVAL"),
+            (5, "EBADH"),
+            (9, "EIMAGE"),
+            (14, "EDRIVER"),
+            (15, "ETRAP"),
+        ] {
             let errno = Errno::from_code(code).unwrap();
             assert_eq!(errno.code(), code);
             assert_eq!(errno.name(), name);

@@ -188,6 +188,21 @@ pub fn module_unload(module: u64) -> Result<(), Error> {
     check(unsafe { sys::module_unload(module as i64) })
 }
 
+/// `kernel_get`: a kernel made of this module's function `index` (Wasm
+/// function index space, imports first); its function handle.
+pub fn kernel_get(index: u32) -> Result<u64, Error> {
+    let mut function = 0u64;
+    // SAFETY: the host writes the out-pointer, a live, 8-aligned `u64`.
+    check(unsafe { sys::kernel_get(index as i32, guest_ptr(&raw mut function)) })?;
+    Ok(function)
+}
+
+/// `function_release`: releases a function handle.
+pub fn function_release(function: u64) -> Result<(), Error> {
+    // SAFETY: the import takes a value and touches no guest memory.
+    check(unsafe { sys::function_release(function as i64) })
+}
+
 /// `function_get`: the kernel `name` of a module; its handle.
 pub fn function_get(module: u64, name: &str) -> Result<u64, Error> {
     let mut function = 0u64;

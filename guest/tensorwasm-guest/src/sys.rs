@@ -74,6 +74,11 @@ unsafe extern "C" {
     pub fn module_unload(module: i64) -> i32;
     /// Looks up a kernel by name and writes the function handle.
     pub fn function_get(module: i64, name_ptr: i32, name_len: i32, out_function_ptr: i32) -> i32;
+    /// Makes a kernel of the guest's own function `function_index` and
+    /// writes its function handle.
+    pub fn kernel_get(function_index: i32, out_function_ptr: i32) -> i32;
+    /// Releases a function handle.
+    pub fn function_release(function: i64) -> i32;
 
     /// Queues a kernel on the guest's stream and writes a launch handle.
     pub fn launch(
