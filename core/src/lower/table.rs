@@ -664,36 +664,56 @@ macro_rules! float_rows {
             ptx(
                 Opcode::Fadd,
                 $ty,
-                "",
-                &[concat!("add.rn.", $f, " {d}, {a}, {b};")],
+                "canonical_nan",
+                &[
+                    concat!("add.rn.", $f, " {d}, {a}, {b};"),
+                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
+                ],
             )
             .note("explicit .rn: ptxas never fuses it into an fma (Wasm rounds each op)"),
             ptx(
                 Opcode::Fsub,
                 $ty,
-                "",
-                &[concat!("sub.rn.", $f, " {d}, {a}, {b};")],
+                "canonical_nan",
+                &[
+                    concat!("sub.rn.", $f, " {d}, {a}, {b};"),
+                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
+                ],
             )
             .note("explicit .rn: never fused"),
             ptx(
                 Opcode::Fmul,
                 $ty,
-                "",
-                &[concat!("mul.rn.", $f, " {d}, {a}, {b};")],
+                "canonical_nan",
+                &[
+                    concat!("mul.rn.", $f, " {d}, {a}, {b};"),
+                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
+                ],
             )
             .note("explicit .rn: never fused"),
             ptx(
                 Opcode::Fdiv,
                 $ty,
-                "",
-                &[concat!("div.rn.", $f, " {d}, {a}, {b};")],
+                "canonical_nan",
+                &[
+                    concat!("div.rn.", $f, " {d}, {a}, {b};"),
+                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
+                ],
             )
             .note("IEEE division, correctly rounded (not div.approx / div.full)"),
             ptx(
                 Opcode::Sqrt,
                 $ty,
-                "",
-                &[concat!("sqrt.rn.", $f, " {d}, {a};")],
+                "canonical_nan",
+                &[
+                    concat!("sqrt.rn.", $f, " {d}, {a};"),
+                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
+                ],
             )
             .note("IEEE square root, correctly rounded"),
             ptx(
@@ -724,29 +744,45 @@ macro_rules! float_rows {
             ptx(
                 Opcode::Ceil,
                 $ty,
-                "",
-                &[concat!("cvt.rpi.", $f, ".", $f, " {d}, {a};")],
+                "canonical_nan",
+                &[
+                    concat!("cvt.rpi.", $f, ".", $f, " {d}, {a};"),
+                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
+                ],
             )
             .note("round to integral toward +inf; keeps the sign of zero, NaN stays NaN"),
             ptx(
                 Opcode::Floor,
                 $ty,
-                "",
-                &[concat!("cvt.rmi.", $f, ".", $f, " {d}, {a};")],
+                "canonical_nan",
+                &[
+                    concat!("cvt.rmi.", $f, ".", $f, " {d}, {a};"),
+                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
+                ],
             )
             .note("round to integral toward -inf"),
             ptx(
                 Opcode::Trunc,
                 $ty,
-                "",
-                &[concat!("cvt.rzi.", $f, ".", $f, " {d}, {a};")],
+                "canonical_nan",
+                &[
+                    concat!("cvt.rzi.", $f, ".", $f, " {d}, {a};"),
+                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
+                ],
             )
             .note("round to integral toward zero"),
             ptx(
                 Opcode::Nearest,
                 $ty,
-                "",
-                &[concat!("cvt.rni.", $f, ".", $f, " {d}, {a};")],
+                "canonical_nan",
+                &[
+                    concat!("cvt.rni.", $f, ".", $f, " {d}, {a};"),
+                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
+                ],
             )
             .note("round to integral, ties to even (Wasm nearest)"),
         ]
@@ -806,9 +842,9 @@ macro_rules! fminmax {
     };
 }
 
-/// On sm_80 and up, `.f32` uses `min.NaN` / `max.NaN` (PTX ISA 7.0), which
-/// give the canonical NaN when either input is NaN, so only signed zeros
-/// need fixing. PTX has no `.NaN` form for `.f64`.
+/// Every target uses the same rule: `min.NaN` / `max.NaN` (sm_80+) return
+/// PTX's canonical NaN, `0x7FFFFFFF`, not Wasm's `0x7FC00000`, so they are
+/// not used (measured on an H100).
 const FMIN_FMAX: &[Row] = &[
     fminmax!(
         Fmin,
@@ -821,15 +857,6 @@ const FMIN_FMAX: &[Row] = &[
         "f",
         "0f7FC00000"
     )
-    .alt(
-        80,
-        &[
-            "min.NaN.f32 {f0}, {a}, {b};",
-            "setp.eq.f32 {p0}, {a}, {b};",
-            "or.b32 {f1}, {a}, {b};",
-            "selp.f32 {d}, {f1}, {f0}, {p0};",
-        ],
-    )
     .note("NaN in: canonical NaN; min(-0, +0) = -0 (equal inputs OR their bits)"),
     fminmax!(
         Fmax,
@@ -841,15 +868,6 @@ const FMIN_FMAX: &[Row] = &[
         "32",
         "f",
         "0f7FC00000"
-    )
-    .alt(
-        80,
-        &[
-            "max.NaN.f32 {f0}, {a}, {b};",
-            "setp.eq.f32 {p0}, {a}, {b};",
-            "and.b32 {f1}, {a}, {b};",
-            "selp.f32 {d}, {f1}, {f0}, {p0};",
-        ],
     )
     .note("NaN in: canonical NaN; max(-0, +0) = +0 (equal inputs AND their bits)"),
     fminmax!(
@@ -918,15 +936,33 @@ const CONVERSIONS: &[Row] = &[
         .from(I64)
         .note("low 32 bits"),
     // Float widths.
-    ptx(Opcode::Fpromote, F64, "", &["cvt.f64.f32 {d}, {a};"])
-        .from(F32)
-        .note("exact; subnormals kept (no .ftz)"),
-    ptx(Opcode::Fdemote, F32, "", &["cvt.rn.f32.f64 {d}, {a};"])
-        .from(F64)
-        .note("round to nearest even"),
-    // Float to integer. PTX float-to-int cvt saturates and turns NaN into 0
-    // (PTX ISA, cvt); the trapping forms are range-checked by the
-    // translator first, so the same instruction serves both.
+    ptx(
+        Opcode::Fpromote,
+        F64,
+        "canonical_nan",
+        &[
+            "cvt.f64.f32 {d}, {a};",
+            "testp.notanumber.f64 {p0}, {d};",
+            "@{p0} mov.f64 {d}, 0d7FF8000000000000;",
+        ],
+    )
+    .from(F32)
+    .note("exact; subnormals kept (no .ftz); a NaN becomes Wasm's canonical NaN"),
+    ptx(
+        Opcode::Fdemote,
+        F32,
+        "canonical_nan",
+        &[
+            "cvt.rn.f32.f64 {d}, {a};",
+            "testp.notanumber.f32 {p0}, {d};",
+            "@{p0} mov.f32 {d}, 0f7FC00000;",
+        ],
+    )
+    .from(F64)
+    .note("round to nearest even; a NaN becomes Wasm's canonical NaN"),
+    // Float to integer. PTX float-to-int cvt saturates; NaN is not 0 for
+    // every width on sm_90 (measured), so the saturating forms set it; the
+    // trapping forms are range- and NaN-checked by the translator first.
     ptx(Opcode::FcvtToSint, I32, "", &["cvt.rzi.s32.f32 {d}, {a};"])
         .from(F32)
         .note("NaN and out-of-range inputs trapped by the translator first"),
@@ -942,59 +978,91 @@ const CONVERSIONS: &[Row] = &[
     ptx(
         Opcode::FcvtToSintSat,
         I32,
-        "",
-        &["cvt.rzi.s32.f32 {d}, {a};"],
+        "sat_nan_zero",
+        &[
+            "setp.nan.f32 {p0}, {a}, {a};",
+            "cvt.rzi.s32.f32 {d}, {a};",
+            "@{p0} mov.b32 {d}, 0;",
+        ],
     )
     .from(F32)
-    .note("PTX float-to-int cvt clamps to the range and maps NaN to 0: Wasm trunc_sat"),
+    .note("PTX cvt clamps to the range; NaN is set to 0 explicitly (on sm_90 cvt.rzi of NaN gives 0 only for f32 to 32-bit, INT_MIN otherwise): Wasm trunc_sat"),
     ptx(
         Opcode::FcvtToSintSat,
         I32,
-        "",
-        &["cvt.rzi.s32.f64 {d}, {a};"],
+        "sat_nan_zero",
+        &[
+            "setp.nan.f64 {p0}, {a}, {a};",
+            "cvt.rzi.s32.f64 {d}, {a};",
+            "@{p0} mov.b32 {d}, 0;",
+        ],
     )
     .from(F64),
     ptx(
         Opcode::FcvtToSintSat,
         I64,
-        "",
-        &["cvt.rzi.s64.f32 {d}, {a};"],
+        "sat_nan_zero",
+        &[
+            "setp.nan.f32 {p0}, {a}, {a};",
+            "cvt.rzi.s64.f32 {d}, {a};",
+            "@{p0} mov.b64 {d}, 0;",
+        ],
     )
     .from(F32),
     ptx(
         Opcode::FcvtToSintSat,
         I64,
-        "",
-        &["cvt.rzi.s64.f64 {d}, {a};"],
+        "sat_nan_zero",
+        &[
+            "setp.nan.f64 {p0}, {a}, {a};",
+            "cvt.rzi.s64.f64 {d}, {a};",
+            "@{p0} mov.b64 {d}, 0;",
+        ],
     )
     .from(F64),
     ptx(
         Opcode::FcvtToUintSat,
         I32,
-        "",
-        &["cvt.rzi.u32.f32 {d}, {a};"],
+        "sat_nan_zero",
+        &[
+            "setp.nan.f32 {p0}, {a}, {a};",
+            "cvt.rzi.u32.f32 {d}, {a};",
+            "@{p0} mov.b32 {d}, 0;",
+        ],
     )
     .from(F32)
-    .note("clamps (negative to 0), NaN to 0"),
+    .note("clamps (negative to 0); NaN set to 0 explicitly"),
     ptx(
         Opcode::FcvtToUintSat,
         I32,
-        "",
-        &["cvt.rzi.u32.f64 {d}, {a};"],
+        "sat_nan_zero",
+        &[
+            "setp.nan.f64 {p0}, {a}, {a};",
+            "cvt.rzi.u32.f64 {d}, {a};",
+            "@{p0} mov.b32 {d}, 0;",
+        ],
     )
     .from(F64),
     ptx(
         Opcode::FcvtToUintSat,
         I64,
-        "",
-        &["cvt.rzi.u64.f32 {d}, {a};"],
+        "sat_nan_zero",
+        &[
+            "setp.nan.f32 {p0}, {a}, {a};",
+            "cvt.rzi.u64.f32 {d}, {a};",
+            "@{p0} mov.b64 {d}, 0;",
+        ],
     )
     .from(F32),
     ptx(
         Opcode::FcvtToUintSat,
         I64,
-        "",
-        &["cvt.rzi.u64.f64 {d}, {a};"],
+        "sat_nan_zero",
+        &[
+            "setp.nan.f64 {p0}, {a}, {a};",
+            "cvt.rzi.u64.f64 {d}, {a};",
+            "@{p0} mov.b64 {d}, 0;",
+        ],
     )
     .from(F64),
     // Integer to float: round to nearest even.
@@ -2012,23 +2080,13 @@ mod tests {
     }
 
     #[test]
-    fn sm80_templates_only_for_f32_min_max() {
-        let fmin = lookup(Opcode::Fmin, F32).expect("fmin.f32");
-        let Status::Ptx(rule) = fmin.status else {
-            panic!("fmin.f32 is PTX")
-        };
-        assert_eq!(rule.template(75), rule.ptx);
-        assert!(rule.template(80)[0].starts_with("min.NaN.f32"));
-        let fmin64 = lookup(Opcode::Fmin, F64).expect("fmin.f64");
-        let Status::Ptx(rule) = fmin64.status else {
-            panic!("fmin.f64 is PTX")
-        };
-        assert!(rule.alt.is_none(), "PTX has no min.NaN.f64");
-        let alts: Vec<_> = rows()
+    fn no_sm80_templates_since_min_nan_is_not_wasm_nan() {
+        // min.NaN / max.NaN give PTX's canonical NaN (0x7FFFFFFF), not
+        // Wasm's: every target uses the setp.nan rule.
+        let alts = rows()
             .filter(|r| matches!(r.status, Status::Ptx(Rule { alt: Some(_), .. })))
-            .map(|r| (r.opcode, r.ty))
-            .collect();
-        assert_eq!(alts, [(Opcode::Fmin, F32), (Opcode::Fmax, F32)]);
+            .count();
+        assert_eq!(alts, 0);
     }
 
     #[test]
