@@ -206,6 +206,10 @@ impl Row {
         self
     }
 
+    /// A variant of the rule for `min_sm` and newer targets. No row has
+    /// one today (`min.NaN` was one, until the H100 showed it returns
+    /// PTX's NaN, not Wasm's); kept, with its test, for the next one.
+    #[cfg_attr(not(test), allow(dead_code))]
     const fn alt(mut self, min_sm: u32, alt: &'static [&'static str]) -> Row {
         if let Status::Ptx(rule) = &mut self.status {
             rule.alt = Some(Alt { min_sm, ptx: alt });
@@ -2077,6 +2081,18 @@ mod tests {
                 assert!(a.cond.is_some(), "{a:?} should name its condition");
             }
         }
+    }
+
+    #[test]
+    fn an_alt_rule_applies_from_its_target_on() {
+        let row = ptx(Opcode::Fadd, F32, "plain", &["add.rn.f32 {d}, {a}, {b};"])
+            .alt(80, &["add.rn.ftz.f32 {d}, {a}, {b};"]);
+        let Status::Ptx(rule) = row.status else {
+            panic!("a PTX row")
+        };
+        assert_eq!(rule.template(75), rule.ptx);
+        assert_eq!(rule.template(80), ["add.rn.ftz.f32 {d}, {a}, {b};"]);
+        assert_eq!(rule.template(90), ["add.rn.ftz.f32 {d}, {a}, {b};"]);
     }
 
     #[test]
