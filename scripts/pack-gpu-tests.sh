@@ -12,9 +12,9 @@
 # of tensorwasm-embed only the `gpu` and `kernel_ops` test targets are packed
 # (the others run in CI and each carries a whole wasmtime). The example guests
 # go along too (examples/*.wat, and the Rust guest if guest/ has been built),
-# and the benchmark binary when PACK_BENCH=1; `.device-pack/run.sh` then runs
-# `tensorwasm run` on each example guest, and `.device-pack/bench.sh` the
-# benchmark.
+# and the benchmark binaries (guest_overhead, wasm_kernels) when
+# PACK_BENCH=1; `.device-pack/run.sh` then runs `tensorwasm run` on each
+# example guest, and `.device-pack/bench.sh` the benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=${GPU_TEST_PACKAGES:-"tensorwasm-cuda tensorwasm-embed"}
@@ -50,23 +50,34 @@ rust_guest=guest/target/wasm32-unknown-unknown/release/vector_add_guest.wasm
 if [ -f "$rust_guest" ]; then cp "$rust_guest" "$pack/examples/"; fi
 if [ "${PACK_BENCH:-0}" = 1 ]; then
   mkdir -p "$pack/bench"
-  cargo bench -p tensorwasm-embed --bench guest_overhead --no-run --message-format=json \
+  cargo bench -p tensorwasm-embed --bench guest_overhead --bench wasm_kernels --no-run --message-format=json \
     | python3 -c '
 import json, shutil, sys
+benches = ("guest_overhead", "wasm_kernels")
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "guest_overhead":
-        shutil.copy(m["executable"], "'"$pack"'/bench/guest_overhead")
-        print("packed bench guest_overhead")
+    name = m.get("target", {}).get("name")
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and name in benches:
+        shutil.copy(m["executable"], "'"$pack"'/bench/" + name)
+        print("packed bench", name)
 '
   cat > "$pack/bench.sh" <<'BENCH'
 #!/usr/bin/env bash
-# Runs the packed benchmark on the device machine; results go to $OUT.
+# Runs the packed benchmarks on the device machine; results go to $OUT.
 cd "$(dirname "$0")"
+# One after the other (BENCHES picks some: BENCHES=wasm_kernels); each writes
+# its JSON to $OUT and its printed table to $OUT/<name>.txt. Exits with the
+# first failing benchmark's status (2: no CUDA device).
 export OUT=${OUT:-/tmp/tensorwasm-bench-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-bench/guest_overhead "$@" 2>&1 | tee "$OUT/guest_overhead.txt"
+status=0
+for name in ${BENCHES:-guest_overhead wasm_kernels}; do
+  bench/"$name" "$@" 2>&1 | tee "$OUT/$name.txt"
+  s=${PIPESTATUS[0]}
+  if [ "$status" = 0 ] && [ "$s" != 0 ]; then status=$s; fi
+done
+exit $status
 BENCH
   chmod +x "$pack/bench.sh"
 fi
