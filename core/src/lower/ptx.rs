@@ -172,12 +172,67 @@ impl Lowerer for PtxLowerer {
         emitter.prologue(abi)?;
         for block in kernel.layout.blocks() {
             let _ = writeln!(emitter.body, "{}:", block_label(block));
-            for inst in kernel.layout.block_insts(block) {
+            for inst in schedule(kernel, block) {
                 emitter.inst(inst)?;
             }
         }
         emitter.trap_sites()?;
         Ok(emitter.finish(abi))
+    }
+}
+
+/// The order a block's instructions are emitted in: the CLIF order, except
+/// that pure arithmetic (no memory access, no trap, no other effect) is
+/// emitted just before its first use in the block (and the rest before the
+/// block's terminator). A GPU warp stalls at the first instruction that
+/// needs a pending load; sinking `x * alpha` below the next load lets both
+/// loads be in flight at once (SAXPY). Only effect-free instructions move,
+/// and never above an operand's definition, so the result and every trap
+/// (with its order) are unchanged.
+fn schedule(func: &Function, block: Block) -> Vec<Inst> {
+    let insts: Vec<Inst> = func.layout.block_insts(block).collect();
+    let pure = |inst: Inst| {
+        let op = func.dfg.insts[inst].opcode();
+        !(op.is_terminator()
+            || op.is_branch()
+            || op.can_load()
+            || op.can_store()
+            || op.can_trap()
+            || op.is_call()
+            || op.other_side_effects()
+            || func.dfg.inst_results(inst).is_empty())
+    };
+    let mut order = Vec::with_capacity(insts.len());
+    let mut deferred: Vec<Inst> = Vec::new();
+    for inst in insts {
+        if pure(inst) {
+            deferred.push(inst);
+            continue;
+        }
+        if func.dfg.insts[inst].opcode().is_terminator() {
+            // Everything still deferred may be used in other blocks.
+            order.append(&mut deferred);
+        } else {
+            release_operands(func, inst, &mut deferred, &mut order);
+        }
+        order.push(inst);
+    }
+    order.append(&mut deferred);
+    order
+}
+
+/// Moves the deferred instructions that define `inst`'s operands (and,
+/// first, those their own operands need) into `order`.
+fn release_operands(func: &Function, inst: Inst, deferred: &mut Vec<Inst>, order: &mut Vec<Inst>) {
+    for &arg in func.dfg.inst_args(inst) {
+        let Some(def) = func.dfg.value_def(arg).inst() else {
+            continue;
+        };
+        if let Some(at) = deferred.iter().position(|d| *d == def) {
+            deferred.remove(at);
+            release_operands(func, def, deferred, order);
+            order.push(def);
+        }
     }
 }
 
