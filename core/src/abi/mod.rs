@@ -10,12 +10,14 @@
 //! - [`guest`]: ranges, out-pointers and strings in guest linear memory.
 //! - [`args`]: launch argument descriptors, decoded and encoded.
 //! - [`device_info`]: the 128-byte `device_info` record.
+//! - [`tensor`]: built-in tensor-op descriptors, decoded and checked.
 
 pub mod args;
 pub mod device_info;
 pub mod errno;
 pub mod guest;
 pub mod handle;
+pub mod tensor;
 
 pub use args::{
     ARG_DESCRIPTOR_SIZE, ArgDescriptor, ArgTag, GuestMemoryRef, LaunchArg, MAX_ARG_ALIGN,
