@@ -30,10 +30,12 @@ rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
 step "tests (CPU driver; GPU tests are ignored here)"
 cargo test --workspace
 
-# loom models of core::dispatch; own target dir, since --cfg loom rebuilds every crate.
+# loom models of core::dispatch and core::quota; own target dir, since --cfg loom rebuilds every crate.
 step "loom models (tensorwasm-core, --cfg loom)"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p tensorwasm-core --test loom_dispatch --release
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p tensorwasm-core --test loom_quota --release
 
 step "tensorwasm-core for thumbv7em-none-eabihf (no_std), with and without defmt"
 rustup target add thumbv7em-none-eabihf >/dev/null 2>&1 || true

@@ -11,6 +11,8 @@
 //!   guest-memory access and the launch-argument decoder (`docs/ABI.md`).
 //! - [`dispatch`](mod@dispatch): [`Completer`] and [`DispatchFuture`], the
 //!   completion state machine behind launch waits.
+//! - [`quota`]: per-tenant quota accounting: [`TenantQuota`], the
+//!   [`QuotaLedger`] and the RAII [`Charge`]s that hold a share of it.
 //! - [`sync`]: where atomics and locks come from (loom's under `cfg(loom)`).
 //! - `lower` (feature `lower`): Wasm kernels — a guest function translated
 //!   to Cranelift IR and lowered to PTX (`docs/kernels.md`).
@@ -34,6 +36,7 @@ pub mod launch;
 pub mod lower;
 pub mod managed;
 pub mod memory;
+pub mod quota;
 pub mod sync;
 
 pub use device::{DeviceInfo, DriverKind, MemInfo, MemoryKind, PointerInfo};
@@ -43,3 +46,7 @@ pub use error::{DriverError, ErrorKind};
 pub use launch::{Dim3, KernelParam, LaunchConfig, LaunchConfigError, MAX_KERNEL_PARAMS};
 pub use managed::{ManagedAllocator, ManagedRegion, MemorySnapshot, RegionError};
 pub use memory::{Advice, DevicePtr, DeviceRange, PrefetchOutcome, PrefetchTarget};
+pub use quota::{
+    Charge, OwnedCharge, OwnedReservation, QuotaError, QuotaLedger, QuotaSnapshot, Reservation,
+    Resource, TenantQuota,
+};

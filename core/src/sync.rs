@@ -2,6 +2,7 @@
 //! `cfg(loom)` these are loom's model types, so the loom tests in
 //! `core/tests/` check the real code; otherwise `core`/`alloc` atomics and a
 //! `spin` lock. Code elsewhere in core must not name `core::sync` or `spin`.
+//! On targets without 64-bit atomics, `AtomicU64` is a locked `u64` here.
 
 #[cfg(loom)]
 pub use loom::sync::{Arc, atomic::*};
@@ -10,6 +11,11 @@ pub use loom::sync::{Arc, atomic::*};
 pub use alloc::sync::Arc;
 #[cfg(not(loom))]
 pub use core::sync::atomic::*;
+
+// Targets without 64-bit atomics (thumbv7em) get a locked `u64` in its place,
+// so code that counts in `u64` (the quota ledger) builds everywhere.
+#[cfg(all(not(loom), not(target_has_atomic = "64")))]
+pub use locked_u64::AtomicU64;
 
 use core::fmt;
 use core::ops::{Deref, DerefMut};
@@ -96,6 +102,93 @@ impl<T: fmt::Debug> fmt::Debug for MutexGuard<'_, T> {
     }
 }
 
+/// `AtomicU64` for targets that have no 64-bit atomics: the value behind a
+/// [`Mutex`] (a spin lock, which needs only 32-bit atomics). Built for tests
+/// on every target, so the host's unit tests check it too.
+#[cfg(all(not(loom), any(test, not(target_has_atomic = "64"))))]
+mod locked_u64 {
+    use super::{Mutex, Ordering};
+
+    /// A `u64` with the part of `core::sync::atomic::AtomicU64`'s API that
+    /// core uses, each operation done under a lock.
+    ///
+    /// Every operation is one critical section, so read-modify-writes are
+    /// atomic and each acts as at least `AcqRel` (the lock's acquire and
+    /// release), whatever `Ordering` is passed; the orderings are accepted
+    /// only so callers read the same as with the real atomic.
+    #[derive(Debug, Default)]
+    pub struct AtomicU64 {
+        value: Mutex<u64>,
+    }
+
+    impl AtomicU64 {
+        /// A counter holding `value`.
+        pub fn new(value: u64) -> Self {
+            AtomicU64 {
+                value: Mutex::new(value),
+            }
+        }
+
+        /// The value now.
+        pub fn load(&self, _order: Ordering) -> u64 {
+            *self.value.lock()
+        }
+
+        /// Replaces the value.
+        pub fn store(&self, value: u64, _order: Ordering) {
+            *self.value.lock() = value;
+        }
+
+        /// Stores `new` if the value is `current`; returns the value before,
+        /// `Ok` if it was `current`, `Err` (and nothing stored) otherwise.
+        pub fn compare_exchange(
+            &self,
+            current: u64,
+            new: u64,
+            _success: Ordering,
+            _failure: Ordering,
+        ) -> Result<u64, u64> {
+            let mut value = self.value.lock();
+            if *value == current {
+                *value = new;
+                Ok(current)
+            } else {
+                Err(*value)
+            }
+        }
+
+        /// As [`compare_exchange`](Self::compare_exchange); a lock never
+        /// fails spuriously.
+        pub fn compare_exchange_weak(
+            &self,
+            current: u64,
+            new: u64,
+            success: Ordering,
+            failure: Ordering,
+        ) -> Result<u64, u64> {
+            self.compare_exchange(current, new, success, failure)
+        }
+
+        /// Adds `delta` (wrapping, as the atomic does); returns the value
+        /// before.
+        pub fn fetch_add(&self, delta: u64, _order: Ordering) -> u64 {
+            let mut value = self.value.lock();
+            let before = *value;
+            *value = before.wrapping_add(delta);
+            before
+        }
+
+        /// Subtracts `delta` (wrapping, as the atomic does); returns the
+        /// value before.
+        pub fn fetch_sub(&self, delta: u64, _order: Ordering) -> u64 {
+            let mut value = self.value.lock();
+            let before = *value;
+            *value = before.wrapping_sub(delta);
+            before
+        }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -108,5 +201,28 @@ mod tests {
             *guard += 5;
         }
         assert_eq!(*shared.lock(), 12);
+    }
+
+    #[test]
+    fn locked_u64_behaves_as_the_atomic() {
+        let locked = locked_u64::AtomicU64::new(5);
+        let real = AtomicU64::new(5);
+        let o = Ordering::SeqCst;
+        assert_eq!(locked.fetch_add(7, o), real.fetch_add(7, o));
+        assert_eq!(locked.fetch_sub(u64::MAX, o), real.fetch_sub(u64::MAX, o));
+        assert_eq!(locked.load(o), real.load(o));
+        assert_eq!(
+            locked.compare_exchange(1, 2, o, o),
+            real.compare_exchange(1, 2, o, o)
+        );
+        let now = real.load(o);
+        assert_eq!(
+            locked.compare_exchange_weak(now, 9, o, o),
+            Ok(now),
+            "a lock never fails spuriously"
+        );
+        locked.store(u64::MAX, o);
+        assert_eq!(locked.fetch_add(1, o), u64::MAX);
+        assert_eq!(locked.load(o), 0);
     }
 }

@@ -45,11 +45,15 @@ pub enum Errno {
     EDRIVER = 14,
     /// A Wasm kernel trapped (out of bounds, division by zero, out of fuel...).
     ETRAP = 15,
+    /// A tenant quota would be exceeded.
+    EQUOTA = 16,
+    /// The tenant's policy forbids this call, e.g. loading raw PTX.
+    EPERM = 17,
 }
 
 /// Every errno with its name and meaning, in code order: the table in
 /// `docs/ABI.md`, as data.
-const TABLE: [(Errno, &str, &str); 15] = [
+const TABLE: [(Errno, &str, &str); 17] = [
     (Errno::EINVAL, "EINVAL", "an argument is outside its domain"),
     (
         Errno::EFAULT,
@@ -97,11 +101,17 @@ const TABLE: [(Errno, &str, &str); 15] = [
     (Errno::ELIMIT, "ELIMIT", "a per-guest limit is reached"),
     (Errno::EDRIVER, "EDRIVER", "any other driver failure"),
     (Errno::ETRAP, "ETRAP", "a Wasm kernel trapped"),
+    (Errno::EQUOTA, "EQUOTA", "a tenant quota would be exceeded"),
+    (
+        Errno::EPERM,
+        "EPERM",
+        "the tenant's policy forbids this call",
+    ),
 ];
 
 impl Errno {
     /// Every errno, in code order.
-    pub const ALL: [Errno; 15] = [
+    pub const ALL: [Errno; 17] = [
         Errno::EINVAL,
         Errno::EFAULT,
         Errno::EALIGN,
@@ -117,6 +127,8 @@ impl Errno {
         Errno::ELIMIT,
         Errno::EDRIVER,
         Errno::ETRAP,
+        Errno::EQUOTA,
+        Errno::EPERM,
     ];
 
     /// The code a `wasi_cuda` import returns for this failure.
@@ -124,7 +136,7 @@ impl Errno {
         self as i32
     }
 
-    /// The row of [`TABLE`] for this errno (codes are 1..=15, rows 0..=14).
+    /// The row of [`TABLE`] for this errno (codes are 1..=17, rows 0..=16).
     fn row(self) -> (Errno, &'static str, &'static str) {
         let index = usize::try_from(self.code() - 1).unwrap_or(0);
         TABLE.get(index).copied().unwrap_or(TABLE[0])
@@ -279,6 +291,8 @@ mod tests {
             (13, "ELIMIT"),
             (14, "EDRIVER"),
             (15, "ETRAP"),
+            (16, "EQUOTA"),
+            (17, "EPERM"),
         ];
         for (errno, (code, name)) in Errno::ALL.iter().zip(expected) {
             assert_eq!(errno.code(), code);
@@ -295,7 +309,7 @@ mod tests {
 
     #[test]
     fn unknown_codes_are_none() {
-        for code in [0, -1, 16, 17, i32::MIN, i32::MAX] {
+        for code in [0, -1, 18, 19, i32::MIN, i32::MAX] {
             assert_eq!(Errno::from_code(code), None, "code {code}");
         }
     }

@@ -44,10 +44,15 @@ pub enum Errno {
     /// A Wasm kernel trapped; the message names the kernel, the trap and its
     /// offset in the module.
     ETRAP = 15,
+    /// A tenant quota would be exceeded; the message names the resource, the
+    /// amount requested, what is in use and the limit.
+    EQUOTA = 16,
+    /// The tenant's policy forbids this call, e.g. loading raw PTX.
+    EPERM = 17,
 }
 
 /// Every errno with its name, in code order: the ABI's table, as data.
-const TABLE: [(Errno, &str); 15] = [
+const TABLE: [(Errno, &str); 17] = [
     (Errno::EINVAL, "EINVAL"),
     (Errno::EFAULT, "EFAULT"),
     (Errno::EALIGN, "EALIGN"),
@@ -63,17 +68,19 @@ const TABLE: [(Errno, &str); 15] = [
     (Errno::ELIMIT, "ELIMIT"),
     (Errno::EDRIVER, "EDRIVER"),
     (Errno::ETRAP, "ETRAP"),
+    (Errno::EQUOTA, "EQUOTA"),
+    (Errno::EPERM, "EPERM"),
 ];
 
 impl Errno {
-    /// The code the import returns for this failure (1..=15).
+    /// The code the import returns for this failure (1..=17).
     pub const fn code(self) -> i32 {
         self as i32
     }
 
     /// The errno's name as `docs/ABI.md` writes it, e.g. `"EFAULT"`.
     pub const fn name(self) -> &'static str {
-        // Codes are 1..=14 and the table is in code order.
+        // Codes are 1..=17 and the table is in code order.
         TABLE[(self.code() - 1) as usize].1
     }
 
@@ -138,6 +145,8 @@ mod tests {
             (9, "EIMAGE"),
             (14, "EDRIVER"),
             (15, "ETRAP"),
+            (16, "EQUOTA"),
+            (17, "EPERM"),
         ] {
             let errno = Errno::from_code(code).unwrap();
             assert_eq!(errno.code(), code);
@@ -150,7 +159,7 @@ mod tests {
 
     #[test]
     fn success_and_unknown_codes_are_not_errnos() {
-        for code in [0, -1, 16, i32::MIN, i32::MAX] {
+        for code in [0, -1, 18, i32::MIN, i32::MAX] {
             assert_eq!(Errno::from_code(code), None, "code {code}");
         }
     }
