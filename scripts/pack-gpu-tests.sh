@@ -9,7 +9,7 @@
 # The runner runs every packed test binary with --include-ignored, then
 # `tensorwasm devices`, and writes one log per binary plus summary.txt to $OUT.
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
-# of tensorwasm-embed only the `gpu` and `kernel_ops` test targets are packed
+# of tensorwasm-embed only the `gpu`, `kernel_ops` and `tensor_ops` test targets are packed
 # (the others run in CI and each carries a whole wasmtime). The example guests
 # go along too (examples/*.wat, and the Rust guest if guest/ has been built),
 # and the benchmark binaries (guest_overhead, wasm_kernels) when
@@ -36,7 +36,7 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]

@@ -9,6 +9,7 @@
 //! - [`twins`]: host twins of the shipped PTX kernels, for the CPU driver.
 //! - this file: driver discovery (which drivers work here, and why not).
 
+pub mod builtins;
 pub mod kernel;
 pub mod memory;
 pub mod run;

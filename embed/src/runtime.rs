@@ -10,6 +10,7 @@ use tensorwasm_core::{GpuDriver, ManagedAllocator};
 use wasmtime::{Config, Engine, Instance, Linker, Store};
 
 use crate::{
+    builtins::BuiltinCache,
     kernel::{GuestModule, KernelCache, KernelTarget},
     memory::{ManagedMemoryCreator, configure_engine},
     wasi_cuda::{self, WasiCudaCtx, WasiCudaLimits},
@@ -32,6 +33,7 @@ where
     creator: Option<Arc<ManagedMemoryCreator<D>>>,
     limits: WasiCudaLimits,
     kernels: Arc<KernelCache<D>>,
+    builtins: Arc<BuiltinCache<D>>,
 }
 
 impl<D> GuestRuntime<D>
@@ -70,6 +72,7 @@ where
             creator,
             limits: WasiCudaLimits::default(),
             kernels: Arc::default(),
+            builtins: Arc::default(),
         })
     }
 
@@ -112,11 +115,17 @@ where
         &self.kernels
     }
 
+    /// The built-in tensor kernels loaded on this runtime's driver.
+    pub fn builtin_cache(&self) -> &Arc<BuiltinCache<D>> {
+        &self.builtins
+    }
+
     /// A store for one guest, with its own context and stream.
     pub fn store(&self) -> wasmtime::Result<Store<GuestState<D>>> {
         let lookup = self.creator.as_ref().map(|c| c.lookup());
-        let cuda = WasiCudaCtx::new(self.driver.clone(), lookup, self.limits)
+        let mut cuda = WasiCudaCtx::new(self.driver.clone(), lookup, self.limits)
             .map_err(|e| wasmtime::format_err!("creating the guest's stream: {e}"))?;
+        cuda.set_builtin_cache(Arc::clone(&self.builtins));
         Ok(Store::new(&self.engine, GuestState { cuda }))
     }
 

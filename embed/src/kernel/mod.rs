@@ -27,6 +27,7 @@ use tensorwasm_core::{
 };
 use tensorwasm_cpu::CpuDriver;
 use tensorwasm_cuda::CudaDriver;
+use tensorwasm_kernels::ptx::PtxFile;
 
 /// A compiled guest module with the Wasm bytes its kernels are translated
 /// from. Derefs to the wasmtime module.
@@ -111,7 +112,7 @@ impl fmt::Display for KernelError {
         match self {
             KernelError::Lower(e) => e.fmt(f),
             KernelError::Driver { message, .. } => {
-                write!(f, "loading the lowered kernel failed: {message}")
+                write!(f, "loading the kernel failed: {message}")
             }
         }
     }
@@ -126,9 +127,16 @@ fn driver_error<E: DriverError>(e: E) -> KernelError {
 
 /// A driver that can run Wasm kernels: it lowers a translated kernel to its
 /// own code and loads it as a module with one function named after it.
+///
+/// It also loads the built-in tensor kernels (docs/tensor-ops.md): the PTX
+/// build of a kernel file for the device on CUDA, their host kernels on the
+/// CPU driver.
 pub trait KernelTarget: GpuDriver {
     /// Lowers and loads `kernel`.
     fn load_kernel(&self, kernel: &TranslatedKernel) -> Result<Self::Module, KernelError>;
+
+    /// Loads the built-in kernels of `file`.
+    fn load_builtins(&self, file: PtxFile) -> Result<Self::Module, KernelError>;
 }
 
 impl KernelTarget for CudaDriver {
@@ -138,6 +146,24 @@ impl KernelTarget for CudaDriver {
             .lower(&kernel.name, &kernel.function, kernel.abi)
             .map_err(KernelError::Lower)?;
         self.load_ptx(&ptx).map_err(driver_error)
+    }
+
+    fn load_builtins(&self, file: PtxFile) -> Result<Self::Module, KernelError> {
+        let (major, minor) = self.device().compute_capability.ok_or_else(|| {
+            KernelError::Lower(LowerError::Invalid(
+                "the device reports no compute capability".into(),
+            ))
+        })?;
+        let sm = major * 10 + minor;
+        let build =
+            tensorwasm_kernels::ptx::build_for(file, sm).ok_or_else(|| KernelError::Driver {
+                kind: ErrorKind::NotSupported,
+                message: format!(
+                    "the built-in {} kernels need sm_75 or newer; this device is sm_{sm}",
+                    file.stem()
+                ),
+            })?;
+        self.load_ptx(build.text).map_err(driver_error)
     }
 }
 
@@ -185,6 +211,11 @@ impl KernelTarget for CpuDriver {
             .lower(&kernel.name, &kernel.function, kernel.abi)
             .map_err(KernelError::Lower)?;
         Ok(self.host_module([(kernel.name.as_str(), compiled.host_kernel())]))
+    }
+
+    fn load_builtins(&self, _file: PtxFile) -> Result<Self::Module, KernelError> {
+        // One module of every host kernel serves each file.
+        Ok(self.host_module(crate::builtins::cpu::host_kernels(self)))
     }
 }
 

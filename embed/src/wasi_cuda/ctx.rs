@@ -21,6 +21,7 @@ use tensorwasm_core::{
 use tensorwasm_core::lower::{KernelTrap, LowerError, translate::WasmType};
 
 use crate::{
+    builtins::BuiltinCache,
     kernel::{KernelCache, KernelError, KernelSource, KernelTarget},
     memory::{GuestMemoryLookup, GuestRegionInfo},
 };
@@ -59,6 +60,17 @@ pub(crate) struct FunctionEntry<D: GpuDriver> {
     _module: Arc<D::Module>,
     /// For a Wasm kernel: its name and Wasm parameter types.
     kernel: Option<KernelInfo>,
+}
+
+impl<D: GpuDriver> FunctionEntry<D> {
+    /// A built-in kernel's entry point in its loaded module.
+    pub(crate) fn builtin(function: D::Function, module: Arc<D::Module>) -> Self {
+        FunctionEntry {
+            function,
+            _module: module,
+            kernel: None,
+        }
+    }
 }
 
 /// What a launch of a Wasm kernel checks its arguments against.
@@ -107,6 +119,8 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     /// The guest module's Wasm, for `kernel_get`.
     kernel_source: Option<KernelSource>,
     kernels: Arc<KernelCache<D>>,
+    /// The built-in tensor kernels loaded on this driver.
+    builtins: Arc<BuiltinCache<D>>,
     /// 16-byte trap status words of Wasm kernel launches, one per launch
     /// slot, in managed memory (made on the first kernel launch).
     status: Option<D::ManagedBuffer>,
@@ -139,6 +153,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             wait_spin: Duration::ZERO,
             kernel_source: None,
             kernels: Arc::default(),
+            builtins: Arc::default(),
             status: None,
             kernel_fuel: limits.kernel_fuel,
             last_error: String::new(),
@@ -150,6 +165,11 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     pub fn set_kernel_source(&mut self, source: KernelSource, cache: Arc<KernelCache<D>>) {
         self.kernel_source = Some(source);
         self.kernels = cache;
+    }
+
+    /// Shares `cache` of built-in kernels (one per driver is enough).
+    pub fn set_builtin_cache(&mut self, cache: Arc<BuiltinCache<D>>) {
+        self.builtins = cache;
     }
 
     /// The driver this guest runs on.
@@ -795,6 +815,60 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
 }
 
 impl<D: KernelTarget> WasiCudaCtx<D> {
+    /// Checks a built-in tensor op's descriptor, queues its kernel and
+    /// writes the launch handle.
+    pub(crate) fn tensor_op(
+        &mut self,
+        mem: GuestMem<'_>,
+        desc_ptr: u32,
+        desc_len: u32,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        let (guest, region) = self.guest_ref(&mem);
+        let mut held = Vec::new();
+        let buffers = &self.buffers;
+        let op =
+            abi::tensor::decode_tensor_op(mem.bytes, &guest, desc_ptr, desc_len, &mut |handle| {
+                let buf = Arc::clone(buffers.get(handle)?);
+                let at = (buf.device_ptr(), buf.len() as u64);
+                held.push(buf);
+                Ok(at)
+            })?;
+        let plan = tensorwasm_kernels::table::plan(&op)?;
+        let function = self
+            .builtins
+            .function(&self.driver, plan.kernel)
+            .map_err(|e| kernel_error(&e))?;
+        let config = LaunchConfig {
+            grid: plan.grid,
+            block: plan.block,
+            shared_mem_bytes: 0,
+        };
+        let handle = self.launches.insert(LaunchEntry {
+            kernel: None,
+            _buffers: held,
+            _function: Arc::clone(&function),
+            _memory: region,
+        })?;
+        // SAFETY: every pointer parameter is an operand that
+        // `decode_tensor_op` checked to lie, with the whole extent its shape
+        // and strides give, inside the guest's device-addressable memory or
+        // a live buffer; `plan` derives the kernel's sizes from the same
+        // checked shapes, and the kernels touch nothing outside those
+        // extents (docs/tensor-ops.md). The launch entry keeps the buffers
+        // and the memory alive until the launch has finished.
+        let queued = unsafe {
+            self.driver
+                .launch(&self.stream, &function.function, &config, &plan.params)
+        };
+        if let Err(e) = queued {
+            let _ = self.launches.remove(handle);
+            return Err(driver_error("launch (built-in kernel)", e));
+        }
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
     /// Makes a kernel of the guest's own function `index` and writes its
     /// function handle.
     pub(crate) fn kernel_get(
@@ -813,17 +887,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         let loaded = self
             .kernels
             .get(&self.driver, source, index)
-            .map_err(|e| match &e {
-                KernelError::Lower(LowerError::Unsupported(_)) => {
-                    AbiError::new(Errno::ENOTSUP, e.to_string())
-                }
-                KernelError::Lower(LowerError::Invalid(_)) => {
-                    AbiError::new(Errno::EINVAL, e.to_string())
-                }
-                KernelError::Driver { kind, .. } => {
-                    AbiError::new(Errno::from(*kind), e.to_string())
-                }
-            })?;
+            .map_err(|e| kernel_error(&e))?;
         let handle = self.functions.insert(Arc::new(FunctionEntry {
             function: loaded.function.clone(),
             _module: Arc::clone(&loaded.module),
@@ -899,6 +963,17 @@ fn check_kernel_args<B>(
         }
     }
     Ok(())
+}
+
+/// A kernel that could not be made or loaded, as the guest sees it.
+fn kernel_error(e: &KernelError) -> AbiError {
+    match e {
+        KernelError::Lower(LowerError::Unsupported(_)) => {
+            AbiError::new(Errno::ENOTSUP, e.to_string())
+        }
+        KernelError::Lower(LowerError::Invalid(_)) => AbiError::new(Errno::EINVAL, e.to_string()),
+        KernelError::Driver { kind, .. } => AbiError::new(Errno::from(*kind), e.to_string()),
+    }
 }
 
 fn launch_failed<E: DriverError>(e: E) -> AbiError {

@@ -7,6 +7,7 @@
 
 mod ctx;
 
+pub(crate) use ctx::FunctionEntry;
 pub use ctx::{WasiCudaCtx, WasiCudaLimits};
 
 use ctx::GuestMem;
@@ -241,6 +242,15 @@ where
         move |mut caller: Caller<'_, T>, index: i32, out: i32| -> i32 {
             with_mem(&mut caller, get, "kernel_get", |ctx, mem| {
                 ctx.kernel_get(mem, index as u32, out as u32)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "tensor_op",
+        move |mut caller: Caller<'_, T>, desc_ptr: i32, desc_len: i32, out: i32| -> i32 {
+            with_mem(&mut caller, get, "tensor_op", |ctx, mem| {
+                ctx.tensor_op(mem, desc_ptr as u32, desc_len as u32, out as u32)
             })
         },
     )?;

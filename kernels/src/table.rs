@@ -1,0 +1,551 @@
+//! The table of built-in kernels: for each PTX entry point, the op it runs,
+//! its operands, its launch geometry, the architectures it is built for,
+//! and its CPU oracle; and [`plan`], which turns a checked
+//! [`TensorOp`] into the launch of one entry (docs/tensor-ops.md is the
+//! contract the CUDA C and this table share).
+
+use tensorwasm_core::{
+    DevicePtr, Dim3, KernelParam,
+    abi::{
+        AbiError,
+        tensor::{BinaryOp, Gemm, GemmPrecision, ReduceOp, TensorOp, UnaryOp},
+    },
+};
+
+use crate::ptx::PtxFile;
+
+/// How an entry's grid follows from the op's sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Geometry {
+    /// `(ceil(N / bn), ceil(M / bm), batch)`: one block per output tile.
+    GemmTiles {
+        /// Tile rows.
+        bm: u32,
+        /// Tile columns.
+        bn: u32,
+    },
+    /// `(outer * inner)`: one block per output element.
+    PerOutput,
+    /// `(rows)`: one block per row.
+    PerRow,
+    /// `(clamp(ceil(n / per_block), 1, max_blocks))`, a grid-stride loop.
+    GridStride {
+        /// Elements one block covers per pass.
+        per_block: u64,
+        /// The most blocks launched.
+        max_blocks: u64,
+    },
+    /// `(ceil(cols / tile), ceil(rows / tile), batch)`.
+    TransposeTiles {
+        /// Tile edge.
+        tile: u32,
+    },
+}
+
+/// One built-in kernel: a PTX entry point and what it computes.
+#[derive(Clone, Copy, Debug)]
+pub struct BuiltinKernel {
+    /// The PTX entry point (and the CPU driver's host kernel of the same
+    /// name).
+    pub entry: &'static str,
+    /// The op, for docs and errors.
+    pub op: &'static str,
+    /// Operand dtypes and shapes.
+    pub operands: &'static str,
+    /// The source (and PTX module) it is in.
+    pub file: PtxFile,
+    /// The oldest architecture it is built for (`major * 10 + minor`);
+    /// every newer build of its file has it too.
+    pub min_sm: u32,
+    /// Threads per block.
+    pub block: Dim3,
+    /// The grid rule.
+    pub geometry: Geometry,
+    /// The float64 reference it is tested against (`crate::oracle`).
+    pub oracle: &'static str,
+}
+
+const fn block(x: u32, y: u32) -> Dim3 {
+    Dim3 { x, y, z: 1 }
+}
+
+const GEMM_TILES: Geometry = Geometry::GemmTiles { bm: 128, bn: 128 };
+const ELEMENTWISE: Geometry = Geometry::GridStride {
+    per_block: 1024,
+    max_blocks: 65536,
+};
+
+/// Every built-in kernel.
+pub static KERNELS: &[BuiltinKernel] = &[
+    BuiltinKernel {
+        entry: "tw_gemm_f32",
+        op: "gemm",
+        operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]",
+        file: PtxFile::Gemm,
+        min_sm: 75,
+        block: block(256, 1),
+        geometry: GEMM_TILES,
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_tf32",
+        op: "gemm (precision 1)",
+        operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]; inputs rounded to TF32",
+        file: PtxFile::Gemm,
+        min_sm: 80,
+        block: block(256, 1),
+        geometry: GEMM_TILES,
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_bf16",
+        op: "gemm",
+        operands: "A bf16 [b?,M,K], B bf16 [b?,K,N], C f32 [b?,M,N]",
+        file: PtxFile::Gemm,
+        min_sm: 80,
+        block: block(256, 1),
+        geometry: GEMM_TILES,
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_f16",
+        op: "gemm",
+        operands: "A f16 [b?,M,K], B f16 [b?,K,N], C f32 [b?,M,N]",
+        file: PtxFile::Gemm,
+        min_sm: 80,
+        block: block(256, 1),
+        geometry: GEMM_TILES,
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_reduce_sum_f32",
+        op: "reduce_sum",
+        operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        block: block(256, 1),
+        geometry: Geometry::PerOutput,
+        oracle: "oracle::reduce",
+    },
+    BuiltinKernel {
+        entry: "tw_reduce_max_f32",
+        op: "reduce_max",
+        operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        block: block(256, 1),
+        geometry: Geometry::PerOutput,
+        oracle: "oracle::reduce",
+    },
+    BuiltinKernel {
+        entry: "tw_reduce_mean_f32",
+        op: "reduce_mean",
+        operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        block: block(256, 1),
+        geometry: Geometry::PerOutput,
+        oracle: "oracle::reduce",
+    },
+    BuiltinKernel {
+        entry: "tw_softmax_f32",
+        op: "softmax",
+        operands: "X f32 [.., C], Y f32 like X",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        block: block(256, 1),
+        geometry: Geometry::PerRow,
+        oracle: "oracle::softmax",
+    },
+    BuiltinKernel {
+        entry: "tw_layernorm_f32",
+        op: "layernorm",
+        operands: "X f32 [.., C], gamma f32 [C], beta f32 [C], Y f32 like X",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        block: block(256, 1),
+        geometry: Geometry::PerRow,
+        oracle: "oracle::layernorm",
+    },
+    BuiltinKernel {
+        entry: "tw_add_f32",
+        op: "add",
+        operands: "A f32, B f32 (A's shape or a suffix of it), Y f32 like A",
+        file: PtxFile::Elementwise,
+        min_sm: 75,
+        block: block(256, 1),
+        geometry: ELEMENTWISE,
+        oracle: "oracle::add",
+    },
+    BuiltinKernel {
+        entry: "tw_mul_f32",
+        op: "mul",
+        operands: "A f32, B f32 (A's shape or a suffix of it), Y f32 like A",
+        file: PtxFile::Elementwise,
+        min_sm: 75,
+        block: block(256, 1),
+        geometry: ELEMENTWISE,
+        oracle: "oracle::mul",
+    },
+    BuiltinKernel {
+        entry: "tw_relu_f32",
+        op: "relu",
+        operands: "X f32, Y f32 like X",
+        file: PtxFile::Elementwise,
+        min_sm: 75,
+        block: block(256, 1),
+        geometry: ELEMENTWISE,
+        oracle: "oracle::relu",
+    },
+    BuiltinKernel {
+        entry: "tw_gelu_f32",
+        op: "gelu",
+        operands: "X f32, Y f32 like X",
+        file: PtxFile::Elementwise,
+        min_sm: 75,
+        block: block(256, 1),
+        geometry: ELEMENTWISE,
+        oracle: "oracle::gelu",
+    },
+    BuiltinKernel {
+        entry: "tw_transpose_f32",
+        op: "transpose",
+        operands: "X f32 [b?,R,C], Y f32 [b?,C,R]",
+        file: PtxFile::Elementwise,
+        min_sm: 75,
+        block: block(32, 8),
+        geometry: Geometry::TransposeTiles { tile: 32 },
+        oracle: "oracle::transpose",
+    },
+];
+
+/// The table's row for `entry`.
+pub fn kernel(entry: &str) -> Option<&'static BuiltinKernel> {
+    KERNELS.iter().find(|k| k.entry == entry)
+}
+
+/// One launch of a built-in kernel.
+#[derive(Clone, Debug)]
+pub struct LaunchPlan {
+    /// The kernel.
+    pub kernel: &'static BuiltinKernel,
+    /// Blocks.
+    pub grid: Dim3,
+    /// Threads per block.
+    pub block: Dim3,
+    /// The entry's parameters, in order.
+    pub params: Vec<KernelParam>,
+}
+
+/// Grid limits every CUDA device since sm_30 has.
+const MAX_GRID_X: u64 = (1 << 31) - 1;
+const MAX_GRID_YZ: u64 = 65535;
+
+fn too_big(what: &str, value: u64, max: u64) -> AbiError {
+    AbiError::limit(format!(
+        "{what} {value} is more than a built-in kernel's launch allows ({max})"
+    ))
+}
+
+fn grid_x(what: &str, blocks: u64) -> Result<u32, AbiError> {
+    if blocks > MAX_GRID_X {
+        return Err(too_big(what, blocks, MAX_GRID_X));
+    }
+    Ok(blocks as u32)
+}
+
+fn grid_yz(what: &str, blocks: u64) -> Result<u32, AbiError> {
+    if blocks > MAX_GRID_YZ {
+        return Err(too_big(what, blocks, MAX_GRID_YZ));
+    }
+    Ok(blocks as u32)
+}
+
+/// A size passed as the kernel's `int`.
+fn int(what: &str, value: u64) -> Result<KernelParam, AbiError> {
+    i32::try_from(value)
+        .map(KernelParam::I32)
+        .map_err(|_| too_big(what, value, i32::MAX as u64))
+}
+
+/// A size passed as the kernel's `long long` (every checked size fits).
+fn long(what: &str, value: u64) -> Result<KernelParam, AbiError> {
+    i64::try_from(value)
+        .map(KernelParam::I64)
+        .map_err(|_| too_big(what, value, i64::MAX as u64))
+}
+
+fn ptr(p: DevicePtr) -> KernelParam {
+    KernelParam::Ptr(p)
+}
+
+fn entry(name: &str) -> &'static BuiltinKernel {
+    match kernel(name) {
+        Some(k) => k,
+        // The names below are the table's own; a test checks every one.
+        None => unreachable!("built-in kernel {name} is not in the table"),
+    }
+}
+
+/// The launch that runs `op`: its kernel, geometry and parameters. Sizes
+/// past what the kernels' `int` parameters or the grid allow are
+/// `ELIMIT`; nothing else about `op` is checked again (the descriptor
+/// decoder did that).
+pub fn plan(op: &TensorOp) -> Result<LaunchPlan, AbiError> {
+    match *op {
+        TensorOp::Gemm(ref g) => plan_gemm(g),
+        TensorOp::Reduce {
+            op,
+            x,
+            y,
+            outer,
+            n,
+            inner,
+        } => {
+            let k = entry(match op {
+                ReduceOp::Sum => "tw_reduce_sum_f32",
+                ReduceOp::Max => "tw_reduce_max_f32",
+                ReduceOp::Mean => "tw_reduce_mean_f32",
+            });
+            let outputs = outer * inner;
+            Ok(LaunchPlan {
+                kernel: k,
+                grid: Dim3::linear(grid_x("outputs", outputs)?),
+                block: k.block,
+                params: vec![
+                    ptr(x),
+                    ptr(y),
+                    int("outer", outer)?,
+                    int("n", n)?,
+                    int("inner", inner)?,
+                ],
+            })
+        }
+        TensorOp::Softmax { x, y, rows, cols } => {
+            let k = entry("tw_softmax_f32");
+            Ok(LaunchPlan {
+                kernel: k,
+                grid: Dim3::linear(grid_x("rows", rows)?),
+                block: k.block,
+                params: vec![ptr(x), ptr(y), int("rows", rows)?, int("cols", cols)?],
+            })
+        }
+        TensorOp::LayerNorm {
+            x,
+            gamma,
+            beta,
+            y,
+            rows,
+            cols,
+            eps,
+        } => {
+            let k = entry("tw_layernorm_f32");
+            Ok(LaunchPlan {
+                kernel: k,
+                grid: Dim3::linear(grid_x("rows", rows)?),
+                block: k.block,
+                params: vec![
+                    ptr(x),
+                    ptr(gamma),
+                    ptr(beta),
+                    ptr(y),
+                    int("rows", rows)?,
+                    int("cols", cols)?,
+                    KernelParam::F32(eps),
+                ],
+            })
+        }
+        TensorOp::Binary {
+            op,
+            a,
+            b,
+            y,
+            n,
+            b_period,
+        } => {
+            let k = entry(match op {
+                BinaryOp::Add => "tw_add_f32",
+                BinaryOp::Mul => "tw_mul_f32",
+            });
+            Ok(LaunchPlan {
+                kernel: k,
+                grid: grid_stride(k, n),
+                block: k.block,
+                params: vec![
+                    ptr(a),
+                    ptr(b),
+                    ptr(y),
+                    long("n", n)?,
+                    long("b_period", b_period)?,
+                ],
+            })
+        }
+        TensorOp::Unary { op, x, y, n } => {
+            let k = entry(match op {
+                UnaryOp::Relu => "tw_relu_f32",
+                UnaryOp::Gelu => "tw_gelu_f32",
+            });
+            Ok(LaunchPlan {
+                kernel: k,
+                grid: grid_stride(k, n),
+                block: k.block,
+                params: vec![ptr(x), ptr(y), long("n", n)?],
+            })
+        }
+        TensorOp::Transpose {
+            x,
+            y,
+            batch,
+            rows,
+            cols,
+        } => {
+            let k = entry("tw_transpose_f32");
+            let Geometry::TransposeTiles { tile } = k.geometry else {
+                unreachable!("transpose's geometry is its tiles")
+            };
+            let tile = u64::from(tile);
+            Ok(LaunchPlan {
+                kernel: k,
+                grid: Dim3 {
+                    x: grid_x("column tiles", cols.div_ceil(tile))?,
+                    y: grid_yz("row tiles", rows.div_ceil(tile))?,
+                    z: grid_yz("batch", batch)?,
+                },
+                block: k.block,
+                params: vec![ptr(x), ptr(y), int("rows", rows)?, int("cols", cols)?],
+            })
+        }
+    }
+}
+
+fn grid_stride(k: &BuiltinKernel, n: u64) -> Dim3 {
+    let Geometry::GridStride {
+        per_block,
+        max_blocks,
+    } = k.geometry
+    else {
+        unreachable!("elementwise kernels use grid-stride loops")
+    };
+    Dim3::linear(n.div_ceil(per_block).clamp(1, max_blocks) as u32)
+}
+
+fn plan_gemm(g: &Gemm) -> Result<LaunchPlan, AbiError> {
+    let k = entry(match g.precision {
+        GemmPrecision::F32 => "tw_gemm_f32",
+        GemmPrecision::Tf32 => "tw_gemm_tf32",
+        GemmPrecision::Bf16 => "tw_gemm_bf16",
+        GemmPrecision::F16 => "tw_gemm_f16",
+    });
+    let Geometry::GemmTiles { bm, bn } = k.geometry else {
+        unreachable!("GEMMs use output tiles")
+    };
+    Ok(LaunchPlan {
+        kernel: k,
+        grid: Dim3 {
+            x: grid_x("column tiles", g.n.div_ceil(u64::from(bn)))?,
+            y: grid_yz("row tiles", g.m.div_ceil(u64::from(bm)))?,
+            z: grid_yz("batch", g.batch)?,
+        },
+        block: k.block,
+        params: vec![
+            ptr(g.a),
+            ptr(g.b),
+            ptr(g.c),
+            int("M", g.m)?,
+            int("N", g.n)?,
+            int("K", g.k)?,
+            long("lda", g.lda)?,
+            long("ldb", g.ldb)?,
+            long("ldc", g.ldc)?,
+            long("A's batch stride", g.stride_a)?,
+            long("B's batch stride", g.stride_b)?,
+            long("C's batch stride", g.stride_c)?,
+            KernelParam::F32(g.alpha),
+            KernelParam::F32(g.beta),
+        ],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ptx::{BUILDS, build_for};
+
+    #[test]
+    fn every_entry_is_in_every_build_of_its_file_from_its_oldest_architecture() {
+        for k in KERNELS {
+            for b in BUILDS.iter().filter(|b| b.file == k.file) {
+                let declared = b.text.contains(&format!(".entry {}(", k.entry));
+                assert_eq!(
+                    declared,
+                    b.sm >= k.min_sm,
+                    "{} in {}.sm_{}",
+                    k.entry,
+                    k.file.stem(),
+                    b.sm
+                );
+            }
+            assert!(build_for(k.file, k.min_sm).is_some(), "{}", k.entry);
+        }
+    }
+
+    #[test]
+    fn entries_are_unique_and_gemm_grids_cover_the_output() {
+        for (i, k) in KERNELS.iter().enumerate() {
+            assert!(
+                KERNELS[..i].iter().all(|o| o.entry != k.entry),
+                "{}",
+                k.entry
+            );
+        }
+        let g = Gemm {
+            precision: GemmPrecision::Bf16,
+            batch: 3,
+            m: 129,
+            n: 4097,
+            k: 17,
+            a: DevicePtr(0x1000),
+            b: DevicePtr(0x2000),
+            c: DevicePtr(0x3000),
+            lda: 17,
+            ldb: 4097,
+            ldc: 4097,
+            stride_a: 0,
+            stride_b: 17 * 4097,
+            stride_c: 129 * 4097,
+            alpha: 1.0,
+            beta: 0.0,
+        };
+        let p = plan(&TensorOp::Gemm(g)).unwrap();
+        assert_eq!(p.kernel.entry, "tw_gemm_bf16");
+        assert_eq!((p.grid.x, p.grid.y, p.grid.z), (33, 2, 3));
+        assert_eq!(p.params.len(), 14);
+        let big = Gemm { m: 1 << 40, ..g };
+        assert_eq!(
+            plan(&TensorOp::Gemm(big)).unwrap_err().errno,
+            tensorwasm_core::abi::Errno::ELIMIT
+        );
+    }
+
+    #[test]
+    fn elementwise_grids_are_clamped_and_transpose_tiles_round_up() {
+        let relu = |n| TensorOp::Unary {
+            op: UnaryOp::Relu,
+            x: DevicePtr(0),
+            y: DevicePtr(0),
+            n,
+        };
+        assert_eq!(plan(&relu(1)).unwrap().grid.x, 1);
+        assert_eq!(plan(&relu(1025)).unwrap().grid.x, 2);
+        assert_eq!(plan(&relu(1 << 40)).unwrap().grid.x, 65536);
+        let t = TensorOp::Transpose {
+            x: DevicePtr(0),
+            y: DevicePtr(0),
+            batch: 2,
+            rows: 33,
+            cols: 1,
+        };
+        let p = plan(&t).unwrap();
+        assert_eq!((p.grid.x, p.grid.y, p.grid.z), (1, 2, 2));
+    }
+}
