@@ -9,9 +9,11 @@
 # The runner runs every packed test binary with --include-ignored, then
 # `tensorwasm devices`, and writes one log per binary plus summary.txt to $OUT.
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
-# of tensorwasm-embed only the `gpu`, `kernel_ops` and `tensor_ops` test targets are packed
-# (the others run in CI and each carries a whole wasmtime). The example guests
-# go along too (examples/*.wat, and the Rust guest if guest/ has been built),
+# of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops` and `mlp_guest` test
+# targets are packed (the others run in CI and each carries a whole wasmtime).
+# The example guests go along too (examples/*.wat, and the Rust guests if
+# guest/ has been built; run.sh points the `mlp_guest` tests at the packed
+# mlp.wasm through MLP_GUEST_WASM, since guest/target is not carried),
 # and the benchmark binaries (guest_overhead, wasm_kernels) when
 # PACK_BENCH=1; `.device-pack/run.sh` then runs `tensorwasm run` on each
 # example guest, and `.device-pack/bench.sh` the benchmarks.
@@ -36,7 +38,7 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]
@@ -48,6 +50,8 @@ mkdir -p "$pack/examples"
 cp examples/*.wat "$pack/examples/"
 rust_guest=guest/target/wasm32-unknown-unknown/release/vector_add_guest.wasm
 if [ -f "$rust_guest" ]; then cp "$rust_guest" "$pack/examples/"; fi
+mlp_guest=guest/target/wasm32-unknown-unknown/release/mlp.wasm
+if [ -f "$mlp_guest" ]; then cp "$mlp_guest" "$pack/examples/"; fi
 if [ "${PACK_BENCH:-0}" = 1 ]; then
   mkdir -p "$pack/bench"
   cargo bench -p tensorwasm-embed --bench guest_overhead --bench wasm_kernels --no-run --message-format=json \
@@ -98,6 +102,8 @@ summary="$out/summary.txt"
   echo "cuda (nvidia-smi): $(nvidia-smi | grep -o 'CUDA Version: [0-9.]*')"
 } > "$summary"
 status=0
+# The mlp_guest tests load the MLP guest from guest/target unless told.
+if [ -f examples/mlp.wasm ]; then export MLP_GUEST_WASM="$PWD/examples/mlp.wasm"; fi
 for t in bin/*--*; do
   name=$(basename "$t")
   start=$(date +%s.%N)
@@ -116,6 +122,10 @@ runs=(
 if [ -f examples/vector_add_guest.wasm ]; then
   runs+=("examples/vector_add_guest.wasm 16777216"
          "examples/vector_add_guest.wasm --invoke device_buffers 16777216")
+fi
+if [ -f examples/mlp.wasm ]; then
+  runs+=("examples/mlp.wasm --invoke run 64"
+         "examples/mlp.wasm --invoke run_bf16 64")
 fi
 for spec in "${runs[@]}"; do
   if out_text=$(bin/tensorwasm run $spec --driver cuda 2>&1) && [ "$(echo "$out_text" | tail -1)" = 0 ]; then r=PASS; else r=FAIL; status=1; fi

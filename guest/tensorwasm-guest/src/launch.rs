@@ -256,13 +256,7 @@ impl<'a> Launch<'a> {
         // launch listed in `scope.pending` before `'scope` ends; the handle
         // is listed before anything can fail.
         let handle = unsafe { self.queue()? };
-        let epoch = SYNC_EPOCH.load(Ordering::Relaxed);
-        scope.pending.borrow_mut().push((handle, epoch));
-        Ok(PendingLaunch {
-            handle: Some(handle),
-            epoch,
-            pending: &scope.pending,
-        })
+        Ok(scope.adopt(handle))
     }
 }
 
@@ -279,7 +273,21 @@ pub struct Scope<'scope, 'env: 'scope> {
     env: PhantomData<&'env mut &'env ()>,
 }
 
-impl Scope<'_, '_> {
+impl<'scope> Scope<'scope, '_> {
+    /// Lists a queued launch, so that [`scope`] waits for it before it
+    /// returns, and hands out its [`PendingLaunch`]. Every submit path
+    /// (kernels, built-in tensor ops) ends here right after queueing, before
+    /// anything can fail.
+    pub(crate) fn adopt(&'scope self, handle: u64) -> PendingLaunch<'scope> {
+        let epoch = SYNC_EPOCH.load(Ordering::Relaxed);
+        self.pending.borrow_mut().push((handle, epoch));
+        PendingLaunch {
+            handle: Some(handle),
+            epoch,
+            pending: &self.pending,
+        }
+    }
+
     /// Waits for every listed launch; the first failure.
     fn wait_all(&self) -> Result<(), Error> {
         let pending = core::mem::take(&mut *self.pending.borrow_mut());

@@ -12,6 +12,9 @@
 //!   ([`Buffer`], [`Module`]), [`Device`], and kernel launches ([`Launch`],
 //!   [`scope`], [`PendingLaunch`]) whose borrows keep guest slices alive and
 //!   untouched while a kernel uses them.
+//! - [`tensor`]: the host's built-in tensor ops (GEMM, reductions, softmax,
+//!   layer norm, elementwise ops, transpose) on typed views of guest slices
+//!   or buffers, launched and waited for like kernels.
 //!
 //! Every [`Error`] carries the host's `last_error` text for the failed call.
 //!
@@ -40,6 +43,7 @@ extern crate alloc;
 
 pub mod result;
 pub mod sys;
+pub mod tensor;
 
 mod buffer;
 mod device;

@@ -256,6 +256,31 @@ pub unsafe fn launch(
     Ok(launch)
 }
 
+/// `tensor_op`: queues the built-in tensor kernel that `desc` describes (a
+/// 32-byte header and 96-byte operands, `docs/ABI.md`); the launch handle.
+///
+/// # Safety
+///
+/// Every guest-memory operand (location 0) names guest memory that the
+/// kernel reads (inputs) or writes (the last operand, the output) until the
+/// launch is waited for (`wait` or `sync`): each operand's whole extent. The
+/// caller must keep that memory alive, must not write an input's extent, and
+/// must not touch the output's, until then.
+pub unsafe fn tensor_op(desc: &[u8]) -> Result<u64, Error> {
+    let mut launch = 0u64;
+    // SAFETY: the host reads the descriptor (live for the call) and writes
+    // the out-pointer, a live, 8-aligned `u64`; the memory the operands name
+    // is the caller's to keep (see above).
+    check(unsafe {
+        sys::tensor_op(
+            guest_ptr(desc.as_ptr()),
+            guest_len(desc.len()),
+            guest_ptr(&raw mut launch),
+        )
+    })?;
+    Ok(launch)
+}
+
 /// `wait`: blocks until the launch has finished; its result.
 pub fn wait(launch: u64) -> Result<(), Error> {
     // SAFETY: the call touches no guest memory.

@@ -44,6 +44,56 @@ pub struct ArgDescriptor {
 const _: () = assert!(core::mem::size_of::<ArgDescriptor>() == 24);
 const _: () = assert!(core::mem::align_of::<ArgDescriptor>() == 8);
 
+/// `tensor_op` descriptor: the header's length in bytes.
+pub const TENSOR_HEADER_LEN: usize = 32;
+/// `tensor_op` descriptor: one operand's length in bytes.
+pub const TENSOR_OPERAND_LEN: usize = 96;
+/// `tensor_op` descriptor: the most operands an op takes (layernorm).
+pub const TENSOR_MAX_OPERANDS: usize = 4;
+/// `tensor_op` descriptor: the highest operand rank.
+pub const TENSOR_MAX_RANK: usize = 4;
+
+/// `tensor_op` header `op`: `C = alpha * A @ B + beta * C`.
+pub const TENSOR_OP_GEMM: u32 = 1;
+/// `tensor_op` header `op`: sum over `axis`.
+pub const TENSOR_OP_REDUCE_SUM: u32 = 2;
+/// `tensor_op` header `op`: maximum over `axis`.
+pub const TENSOR_OP_REDUCE_MAX: u32 = 3;
+/// `tensor_op` header `op`: mean over `axis`.
+pub const TENSOR_OP_REDUCE_MEAN: u32 = 4;
+/// `tensor_op` header `op`: softmax over the last axis.
+pub const TENSOR_OP_SOFTMAX: u32 = 5;
+/// `tensor_op` header `op`: layer norm over the last axis.
+pub const TENSOR_OP_LAYERNORM: u32 = 6;
+/// `tensor_op` header `op`: elementwise `A + B`.
+pub const TENSOR_OP_ADD: u32 = 7;
+/// `tensor_op` header `op`: elementwise `A * B`.
+pub const TENSOR_OP_MUL: u32 = 8;
+/// `tensor_op` header `op`: `max(x, 0)`.
+pub const TENSOR_OP_RELU: u32 = 9;
+/// `tensor_op` header `op`: GELU, the exact erf form.
+pub const TENSOR_OP_GELU: u32 = 10;
+/// `tensor_op` header `op`: swap the last two axes.
+pub const TENSOR_OP_TRANSPOSE: u32 = 11;
+
+/// `tensor_op` header `precision`: the inputs' own arithmetic.
+pub const TENSOR_PRECISION_DEFAULT: u32 = 0;
+/// `tensor_op` header `precision`: f32 GEMM inputs may be rounded to TF32.
+pub const TENSOR_PRECISION_TF32: u32 = 1;
+
+/// `tensor_op` operand `location`: guest memory (`address` is an offset).
+pub const TENSOR_LOCATION_GUEST: u32 = 0;
+/// `tensor_op` operand `location`: a device buffer (`address` is its
+/// handle, `offset` a byte offset into it).
+pub const TENSOR_LOCATION_BUFFER: u32 = 1;
+
+/// `tensor_op` operand `dtype`: IEEE binary32.
+pub const TENSOR_DTYPE_F32: u32 = 1;
+/// `tensor_op` operand `dtype`: bfloat16.
+pub const TENSOR_DTYPE_BF16: u32 = 2;
+/// `tensor_op` operand `dtype`: IEEE binary16.
+pub const TENSOR_DTYPE_F16: u32 = 3;
+
 #[link(wasm_import_module = "wasi_cuda")]
 unsafe extern "C" {
     /// Writes the number of devices this guest may use (`u32`).
@@ -94,6 +144,10 @@ unsafe extern "C" {
         args_count: i32,
         out_launch_ptr: i32,
     ) -> i32;
+    /// Queues the built-in tensor kernel that the descriptor at
+    /// `desc_ptr .. desc_ptr + desc_len` (a 32-byte header, then 96-byte
+    /// operands) describes, and writes a launch handle.
+    pub fn tensor_op(desc_ptr: i32, desc_len: i32, out_launch_ptr: i32) -> i32;
     /// Blocks until a launch has finished, releases its handle, returns its result.
     pub fn wait(launch: i64) -> i32;
     /// Blocks until every launch has finished and releases every launch handle.
