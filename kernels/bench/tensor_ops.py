@@ -1,0 +1,810 @@
+#!/usr/bin/env python3
+"""Device-side check and benchmark of the built-in tensor kernels.
+
+    python3 kernels/bench/tensor_ops.py --out DIR [--skip-bench] [--only PATTERN]
+
+Loads the committed PTX (kernels/ptx/<file>.sm_<NN>.ptx, the newest build not
+newer than the device) through the CUDA driver API (ctypes on libcuda.so.1,
+in the context PyTorch made current), launches every entry with the grid and
+block of docs/tensor-ops.md on PyTorch's current stream, and
+
+1. checks every entry on random inputs (torch.randn, fresh per case; outputs
+   poisoned with NaN first) against a float64 reference computed by torch on
+   the GPU, printing PASS/FAIL per case (exit status 1 on any failure);
+2. times our kernels and PyTorch's side by side (CUDA events, warm-up, median
+   of repeats) and writes DIR/results.md and DIR/results.json, including the
+   kernels' resource report (cuFuncGetAttribute).
+
+Correctness criteria
+--------------------
+GEMM, with ref = alpha * A @ B + beta * C0 in float64:
+  * fro = ||C - ref||_F / ||ref||_F <= tol: f32 1e-5, tf32 1e-3, bf16/f16 1e-2
+    (ref from the exact inputs; for tf32 this includes the rounding of the
+    inputs to tf32);
+  * elem = max_ij |C - ref_seen|_ij / D_ij, D = |alpha| |A| @ |B| + |beta| |C0|,
+    where ref_seen is the float64 product of the operands as the kernel
+    multiplies them (tf32: inputs rounded to tf32, ties away from zero, as
+    cvt.rna.tf32.f32 does; otherwise the inputs themselves): what is left is
+    f32 accumulation error, so this catches a dropped or doubled term in any
+    single element: elem <= 1e-5 (f32) / 1e-4 (tensor cores; one missing term
+    at K = 4097 gives ~4e-4);
+  * every element of C inside the matrix was written (no NaN left from the
+    poison when beta == 0), and every element outside it (row padding of ldc,
+    the element before an offset pointer) is unchanged.
+reduce_sum / reduce_mean: |y - ref| <= 1e-5 * sum|x| (/ n for mean); reduce_max:
+  |y - ref| <= 1e-5 |ref|.
+softmax: max |y - ref| / |ref| <= 1e-5 (ref > 0 everywhere).
+layernorm: |y - ref| <= tol * (|gamma| (1 + |xhat|) + |beta|) (the size of the
+  terms of y: an error in the mean moves y by ~|gamma| even where xhat ~ 0)
+  with tol 1e-5, and 1e-4 for the shifted case x = 1000 + randn (f32 holds
+  1000 + x to ~3e-5; a one-pass E[x^2] - E[x]^2 variance is off by ~1e-1 there,
+  a plain two-pass one by ~1e-3).
+add/mul/gelu: |y - ref| <= 1e-5 |ref| (+ 1e-12); add: <= 1e-5 (|a| + |b|); the
+  gelu reference is 0.5 x erfc(-x / sqrt 2) in float64;
+relu, transpose: exact.
+"""
+
+import argparse
+import ctypes
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PTX_DIR = os.path.join(ROOT, "kernels", "ptx")
+
+# ---------------------------------------------------------------------------
+# CUDA driver API through ctypes.
+
+CU_FUNC_ATTRIBUTE = {
+    "MAX_THREADS_PER_BLOCK": 0,
+    "SHARED_SIZE_BYTES": 1,
+    "LOCAL_SIZE_BYTES": 3,
+    "NUM_REGS": 4,
+}
+
+
+class Driver:
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        L = self.lib
+        vp = ctypes.c_void_p
+        L.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        L.cuCtxGetCurrent.argtypes = [ctypes.POINTER(vp)]
+        L.cuCtxSynchronize.argtypes = []
+        L.cuModuleLoadDataEx.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p, ctypes.c_uint,
+                                         ctypes.POINTER(ctypes.c_int), ctypes.POINTER(vp)]
+        L.cuModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
+        L.cuLaunchKernel.argtypes = [vp] + [ctypes.c_uint] * 7 + [vp, ctypes.POINTER(vp), ctypes.POINTER(vp)]
+        L.cuFuncGetAttribute.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, vp]
+
+    def check(self, r, what):
+        if r != 0:
+            s = ctypes.c_char_p()
+            self.lib.cuGetErrorString(r, ctypes.byref(s))
+            raise RuntimeError(f"{what}: CUDA error {r} ({s.value.decode() if s.value else '?'})")
+
+    def ctx(self):
+        c = ctypes.c_void_p()
+        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(c)), "cuCtxGetCurrent")
+        return c.value
+
+    def sync(self, what="cuCtxSynchronize"):
+        self.check(self.lib.cuCtxSynchronize(), what)
+
+    def load(self, path):
+        with open(path, "rb") as f:
+            data = f.read() + b"\0"
+        mod = ctypes.c_void_p()
+        log = ctypes.create_string_buffer(1 << 16)
+        opts = (ctypes.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER, ..._SIZE_BYTES
+        vals = (ctypes.c_void_p * 2)(ctypes.cast(log, ctypes.c_void_p).value, 1 << 16)
+        r = self.lib.cuModuleLoadDataEx(ctypes.byref(mod), data, 2, opts, vals)
+        if r != 0:
+            print(log.value.decode(errors="replace"), file=sys.stderr)
+        self.check(r, f"cuModuleLoadDataEx({os.path.basename(path)})")
+        return mod.value
+
+    def function(self, mod, name):
+        f = ctypes.c_void_p()
+        self.check(self.lib.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()), f"cuModuleGetFunction({name})")
+        return f.value
+
+    def attr(self, f, name):
+        v = ctypes.c_int()
+        self.check(self.lib.cuFuncGetAttribute(ctypes.byref(v), CU_FUNC_ATTRIBUTE[name], f), "cuFuncGetAttribute")
+        return v.value
+
+    def launch(self, f, grid, block, sig, args, stream):
+        assert len(sig) == len(args)
+        objs = []
+        for t, a in zip(sig, args):
+            if t == "p":
+                objs.append(ctypes.c_void_p(a))
+            elif t == "i":
+                assert -2**31 <= a < 2**31
+                objs.append(ctypes.c_int(a))
+            elif t == "q":
+                objs.append(ctypes.c_longlong(a))
+            elif t == "f":
+                objs.append(ctypes.c_float(a))
+            else:
+                raise ValueError(t)
+        params = (ctypes.c_void_p * len(objs))(*[ctypes.addressof(o) for o in objs])
+        self.check(self.lib.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
+                                           ctypes.c_void_p(stream), params, None), "cuLaunchKernel")
+
+
+ENTRIES = {
+    "gemm": ["tw_gemm_f32", "tw_gemm_tf32", "tw_gemm_bf16", "tw_gemm_f16"],
+    "reduce": ["tw_reduce_sum_f32", "tw_reduce_max_f32", "tw_reduce_mean_f32", "tw_softmax_f32",
+               "tw_layernorm_f32"],
+    "elementwise": ["tw_add_f32", "tw_mul_f32", "tw_relu_f32", "tw_gelu_f32", "tw_transpose_f32"],
+}
+SIGS = {
+    "gemm": "pppiiiqqqqqqff",
+    "reduce": "ppiii",
+    "softmax": "ppii",
+    "layernorm": "ppppiif",
+    "binary": "pppqq",
+    "unary": "ppq",
+    "transpose": "ppii",
+}
+
+
+class Kernels:
+    def __init__(self, drv):
+        self.drv = drv
+        major, minor = torch.cuda.get_device_capability()
+        cc = major * 10 + minor
+        self.sm = {}
+        self.fn = {}
+        self.files = {}
+        for stem, names in ENTRIES.items():
+            builds = sorted(int(f.split(".sm_")[1].split(".")[0]) for f in os.listdir(PTX_DIR)
+                            if f.startswith(stem + ".sm_") and f.endswith(".ptx")
+                            and f.split(".sm_")[1].split(".")[0].isdigit())
+            fit = [b for b in builds if b <= cc]
+            if not fit:
+                raise RuntimeError(f"no PTX build of {stem} for sm_{cc}")
+            sm = fit[-1]
+            path = os.path.join(PTX_DIR, f"{stem}.sm_{sm}.ptx")
+            t0 = time.time()
+            mod = drv.load(path)
+            print(f"loaded {os.path.relpath(path, ROOT)} ({time.time() - t0:.2f} s JIT)")
+            for n in names:
+                self.fn[n] = drv.function(mod, n)
+                self.files[n] = os.path.relpath(path, ROOT)
+
+    def stream(self):
+        return torch.cuda.current_stream().cuda_stream
+
+    def gemm(self, name, A, B, C, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, alpha, beta):
+        grid = (-(-N // 128), -(-M // 128), batch)
+        self.drv.launch(self.fn[name], grid, (256, 1, 1), SIGS["gemm"],
+                        [A, B, C, M, N, K, lda, ldb, ldc, sA, sB, sC, alpha, beta], self.stream())
+
+    def reduce(self, name, x, y, outer, n, inner):
+        self.drv.launch(self.fn[name], (outer * inner, 1, 1), (256, 1, 1), SIGS["reduce"],
+                        [x, y, outer, n, inner], self.stream())
+
+    def softmax(self, x, y, rows, cols):
+        self.drv.launch(self.fn["tw_softmax_f32"], (rows, 1, 1), (256, 1, 1), SIGS["softmax"],
+                        [x, y, rows, cols], self.stream())
+
+    def layernorm(self, x, g, b, y, rows, cols, eps):
+        self.drv.launch(self.fn["tw_layernorm_f32"], (rows, 1, 1), (256, 1, 1), SIGS["layernorm"],
+                        [x, g, b, y, rows, cols, eps], self.stream())
+
+    @staticmethod
+    def ew_grid(n):
+        return (min(max(-(-n // 1024), 1), 65536), 1, 1)
+
+    def binary(self, name, a, b, y, n, period):
+        self.drv.launch(self.fn[name], self.ew_grid(n), (256, 1, 1), SIGS["binary"], [a, b, y, n, period],
+                        self.stream())
+
+    def unary(self, name, x, y, n):
+        self.drv.launch(self.fn[name], self.ew_grid(n), (256, 1, 1), SIGS["unary"], [x, y, n], self.stream())
+
+    def transpose(self, x, y, rows, cols, batch):
+        grid = (-(-cols // 32), -(-rows // 32), batch)
+        self.drv.launch(self.fn["tw_transpose_f32"], grid, (32, 8, 1), SIGS["transpose"], [x, y, rows, cols],
+                        self.stream())
+
+
+# ---------------------------------------------------------------------------
+# Correctness.
+
+DEV = "cuda"
+RESULTS = []  # (name, ok, detail)
+
+
+def record(name, ok, detail):
+    RESULTS.append((name, bool(ok), detail))
+    print(f"{'PASS' if ok else 'FAIL'}  {name}  {detail}", flush=True)
+
+
+def flat(n, dtype, off=0, fill="randn"):
+    """A flat buffer of off + n elements and its view starting at element off."""
+    if fill == "randn":
+        buf = torch.randn(off + n, device=DEV, dtype=torch.float32).to(dtype)
+    else:
+        buf = torch.full((off + n,), float("nan"), device=DEV, dtype=dtype)
+    return buf, buf[off:]
+
+
+def bits_equal(a, b):
+    if a.dtype in (torch.float32,):
+        return torch.equal(a.view(torch.int32), b.view(torch.int32))
+    return torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+def tf32_rna(x):
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & -0x2000).view(torch.float32)
+
+
+TDTYPE = {"f32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+GEMM_TOL = {"f32": 1e-5, "tf32": 1e-3, "bf16": 1e-2, "f16": 1e-2}
+ELEM_TOL = {"f32": 1e-5, "tf32": 1e-4, "bf16": 1e-4, "f16": 1e-4}
+
+
+def gemm_case(k, dt, M, N, K, batch=1, lda=None, ldb=None, ldc=None, bcast=None, off=0, alpha=1.0, beta=0.0,
+              label=""):
+    tdt = TDTYPE[dt]
+    lda = lda or K
+    ldb = ldb or N
+    ldc = ldc or N
+    bA = 1 if bcast == "A" else batch
+    bB = 1 if bcast == "B" else batch
+    sA = 0 if bcast == "A" else M * lda
+    sB = 0 if bcast == "B" else K * ldb
+    sC = M * ldc
+    bufA, _ = flat(bA * M * lda + off, tdt)
+    bufB, _ = flat(bB * K * ldb + off, tdt)
+    if beta != 0.0:
+        bufC, _ = flat(batch * M * ldc + off, torch.float32)
+    else:
+        bufC, _ = flat(batch * M * ldc + off, torch.float32, fill="nan")
+    C0 = bufC.clone()
+    A = torch.as_strided(bufA, (bA, M, K), (M * lda, lda, 1), off)
+    B = torch.as_strided(bufB, (bB, K, N), (K * ldb, ldb, 1), off)
+    esz = bufA.element_size()
+    k.gemm(f"tw_gemm_{dt}", bufA.data_ptr() + off * esz, bufB.data_ptr() + off * esz,
+           bufC.data_ptr() + off * 4, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, alpha, beta)
+    k.drv.sync(f"gemm {dt}")
+    C = torch.as_strided(bufC, (batch, M, N), (sC, ldc, 1), off)
+    C0v = torch.as_strided(C0, (batch, M, N), (sC, ldc, 1), off).double()
+    Ad, Bd = A.double(), B.double()
+    ref = alpha * torch.matmul(Ad, Bd)
+    D = abs(alpha) * torch.matmul(Ad.abs(), Bd.abs())
+    if beta != 0.0:
+        ref = ref + beta * C0v
+        D = D + abs(beta) * C0v.abs()
+    if dt == "tf32":
+        As, Bs = tf32_rna(A.float()).double(), tf32_rna(B.float()).double()
+        ref_seen = alpha * torch.matmul(As, Bs) + (beta * C0v if beta != 0.0 else 0.0)
+    else:
+        ref_seen = ref
+    Cd = C.double()
+    finite = bool(torch.isfinite(C).all())
+    fro = float(torch.linalg.norm((Cd - ref).flatten()) / torch.linalg.norm(ref.flatten()).clamp_min(1e-300))
+    elem = float(((Cd - ref_seen).abs() / D.clamp_min(1e-300)).max())
+    touched = torch.zeros(bufC.numel(), dtype=torch.bool, device=DEV)
+    torch.as_strided(touched, (batch, M, N), (sC, ldc, 1), off).fill_(True)
+    outside_ok = bits_equal(bufC[~touched], C0[~touched])
+    ok = finite and fro <= GEMM_TOL[dt] and elem <= ELEM_TOL[dt] and outside_ok
+    desc = f"{label}gemm {dt} M={M} N={N} K={K} batch={batch} lda={lda} ldb={ldb} ldc={ldc}"
+    if bcast:
+        desc += f" bcast{bcast}"
+    if off:
+        desc += f" off+{off}"
+    if beta != 0.0 or alpha != 1.0:
+        desc += f" alpha={alpha} beta={beta}"
+    record(desc, ok, f"fro={fro:.2e} elem={elem:.2e} finite={finite} outside_untouched={outside_ok}")
+
+
+def check_gemm(k, label="", dtypes=("f32", "tf32", "bf16", "f16")):
+    cases = [
+        dict(M=1, N=1, K=1),
+        dict(M=17, N=1000, K=33),
+        dict(M=4097, N=17, K=1),
+        dict(M=1000, N=4097, K=17),
+        dict(M=17, N=17, K=4097),
+        dict(M=128, N=128, K=128),
+        dict(M=256, N=384, K=512),
+        dict(M=129, N=257, K=100),
+        dict(M=300, N=260, K=4097),
+        dict(M=512, N=512, K=1000, alpha=1.5, beta=-0.75),
+        dict(M=200, N=300, K=64, alpha=0.5, beta=2.0),
+        dict(M=256, N=256, K=256, batch=3, bcast="A"),
+        dict(M=100, N=200, K=50, batch=3, bcast="A"),
+        dict(M=256, N=128, K=96, batch=2, bcast="B"),
+        dict(M=256, N=256, K=256, batch=2),
+        dict(M=256, N=256, K=256, lda=257, ldb=259, ldc=261),
+        dict(M=300, N=200, K=150, lda=151, ldb=205, ldc=201),
+        dict(M=256, N=256, K=256, off=1),
+        dict(M=256, N=256, K=256, off=1, lda=257, batch=2, bcast="A", beta=1.0),
+        dict(M=1000, N=1000, K=1000, off=3),
+        dict(M=1024, N=1024, K=1024),
+    ]
+    for dt in dtypes:
+        for c in cases:
+            try:
+                gemm_case(k, dt, label=label, **c)
+            except Exception as e:  # noqa: BLE001
+                record(f"{label}gemm {dt} {c}", False, f"exception {e!r}")
+                raise
+
+
+def check_reduce(k):
+    shapes = [(4097,), (1,), (17, 1000, 33), (3, 4097, 5), (2, 3, 1), (1, 1, 1), (64, 8193), (5, 1, 7)]
+    for shape in shapes:
+        for axis in range(len(shape)):
+            for off in (0, 1):
+                numel = math.prod(shape)
+                buf, xv = flat(numel, torch.float32, off)
+                x = xv.view(shape)
+                outer = math.prod(shape[:axis])
+                n = shape[axis]
+                inner = math.prod(shape[axis + 1:])
+                xd = x.double()
+                for op in ("sum", "max", "mean"):
+                    ybuf, y = flat(outer * inner, torch.float32, 0, fill="nan")
+                    k.reduce(f"tw_reduce_{op}_f32", xv.data_ptr(), y.data_ptr(), outer, n, inner)
+                    k.drv.sync(f"reduce {op}")
+                    yd = y.double().view(outer, inner)
+                    x3 = xd.reshape(outer, n, inner)
+                    if op == "sum":
+                        ref = x3.sum(1)
+                        scale = x3.abs().sum(1)
+                    elif op == "mean":
+                        ref = x3.mean(1)
+                        scale = x3.abs().sum(1) / n
+                    else:
+                        ref = x3.amax(1)
+                        scale = ref.abs()
+                    err = float(((yd - ref).abs() / scale.clamp_min(1e-30)).max())
+                    ok = bool(torch.isfinite(yd).all()) and err <= 1e-5
+                    record(f"reduce_{op} shape={shape} axis={axis} off+{off}", ok, f"err={err:.2e}")
+
+
+def check_softmax(k):
+    for rows, cols in [(37, 1), (37, 17), (37, 1000), (37, 4097), (37, 4096), (9, 8192), (5, 8193), (3, 12289),
+                       (2, 20000), (1, 3)]:
+        for off in (0, 1):
+            _, x = flat(rows * cols, torch.float32, off)
+            _, y = flat(rows * cols, torch.float32, off, fill="nan")
+            k.softmax(x.data_ptr(), y.data_ptr(), rows, cols)
+            k.drv.sync("softmax")
+            ref = torch.softmax(x.double().view(rows, cols), dim=-1)
+            yd = y.double().view(rows, cols)
+            err = float(((yd - ref).abs() / ref.abs().clamp_min(1e-300)).max())
+            ok = bool(torch.isfinite(yd).all()) and err <= 1e-5
+            record(f"softmax rows={rows} cols={cols} off+{off}", ok, f"err={err:.2e}")
+
+
+def check_layernorm(k):
+    cases = [(37, 1), (37, 17), (37, 1000), (37, 4097), (37, 4096), (9, 8192), (5, 8193), (2, 20000), (1, 3)]
+    for rows, cols in cases:
+        for off in (0, 1):
+            for shift in (0.0, 1000.0):
+                if shift and off:
+                    continue
+                _, x = flat(rows * cols, torch.float32, off)
+                if shift:
+                    x.add_(shift)
+                _, g = flat(cols, torch.float32, off)
+                _, b = flat(cols, torch.float32, off)
+                _, y = flat(rows * cols, torch.float32, off, fill="nan")
+                eps = 1e-5
+                k.layernorm(x.data_ptr(), g.data_ptr(), b.data_ptr(), y.data_ptr(), rows, cols, eps)
+                k.drv.sync("layernorm")
+                xd = x.double().view(rows, cols)
+                mean = xd.mean(-1, keepdim=True)
+                var = ((xd - mean) ** 2).mean(-1, keepdim=True)
+                xhat = (xd - mean) / torch.sqrt(var + eps)
+                ref = xhat * g.double() + b.double()
+                scale = g.double().abs() * (1.0 + xhat.abs()) + b.double().abs()
+                yd = y.double().view(rows, cols)
+                err = float(((yd - ref).abs() / scale.clamp_min(1e-30)).max())
+                tol = 1e-4 if shift else 1e-5
+                ok = bool(torch.isfinite(yd).all()) and err <= tol
+                record(f"layernorm rows={rows} cols={cols} off+{off} shift={shift:g}", ok, f"err={err:.2e} tol={tol:g}")
+
+
+def check_elementwise(k):
+    for n, period in [(1, 1), (17, 17), (1000, 1000), (4097, 4097), (1 << 20, 1 << 20), ((1 << 20) + 3, (1 << 20) + 3),
+                      (1000 * 4097, 4097), (100 * 4096, 4096), (4097, 1), (64 * 1000, 1000), (3 * 17, 17)]:
+        for off in (0, 1):
+            _, a = flat(n, torch.float32, off)
+            _, b = flat(period, torch.float32, off)
+            bd = b.double().repeat(n // period)
+            for name in ("add", "mul"):
+                _, y = flat(n, torch.float32, off, fill="nan")
+                k.binary(f"tw_{name}_f32", a.data_ptr(), b.data_ptr(), y.data_ptr(), n, period)
+                k.drv.sync(name)
+                ad = a.double()
+                if name == "add":
+                    ref = ad + bd
+                    scale = ad.abs() + bd.abs()
+                else:
+                    ref = ad * bd
+                    scale = ref.abs()
+                yd = y.double()
+                err = float(((yd - ref).abs() / (scale + 1e-12)).max())
+                ok = bool(torch.isfinite(yd).all()) and err <= 1e-5
+                record(f"{name} n={n} b_period={period} off+{off}", ok, f"err={err:.2e}")
+    for n in (1, 17, 1000, 4097, (1 << 20) + 3):
+        for off in (0, 1):
+            _, x = flat(n, torch.float32, off)
+            x.mul_(3.0)
+            for name in ("relu", "gelu"):
+                _, y = flat(n, torch.float32, off, fill="nan")
+                k.unary(f"tw_{name}_f32", x.data_ptr(), y.data_ptr(), n)
+                k.drv.sync(name)
+                xd = x.double()
+                if name == "relu":
+                    ok = bits_equal(y, torch.relu(x))
+                    record(f"relu n={n} off+{off}", ok, "exact" if ok else "mismatch")
+                else:
+                    # erfc form: in float64 1 + erf(x / sqrt 2) cancels to 0 below x ~ -8.
+                    ref = 0.5 * xd * torch.special.erfc(-xd / math.sqrt(2.0))
+                    err = float(((y.double() - ref).abs() / (ref.abs() + 1e-12)).max())
+                    ok = bool(torch.isfinite(y).all()) and err <= 1e-5
+                    record(f"gelu n={n} off+{off} (x = 3 randn)", ok, f"err={err:.2e}")
+    for batch, rows, cols in [(1, 1, 1), (1, 17, 1000), (1, 4097, 33), (3, 5, 17), (2, 100, 64), (1, 1000, 4097)]:
+        for off in (0, 1):
+            _, x = flat(batch * rows * cols, torch.float32, off)
+            _, y = flat(batch * rows * cols, torch.float32, off, fill="nan")
+            k.transpose(x.data_ptr(), y.data_ptr(), rows, cols, batch)
+            k.drv.sync("transpose")
+            ref = x.view(batch, rows, cols).transpose(1, 2).contiguous()
+            ok = bits_equal(y.view(batch, cols, rows), ref)
+            record(f"transpose batch={batch} rows={rows} cols={cols} off+{off}", ok, "exact" if ok else "mismatch")
+
+
+# ---------------------------------------------------------------------------
+# Benchmarks.
+
+def timeit(fn, target_s=0.3, min_reps=5, max_reps=100):
+    """Median (ms), min, max and count of event-timed runs of fn. A sleep
+    kernel queued ahead keeps the GPU behind the host, so the host's launch
+    overhead (ctypes) stays out of each event pair."""
+    fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(2_000_000)
+    s.record()
+    fn()
+    e.record()
+    torch.cuda.synchronize()
+    est = max(s.elapsed_time(e), 1e-3) / 1e3
+    reps = int(min(max(target_s / est, min_reps), max_reps))
+    for _ in range(3):
+        fn()
+    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000 + reps * 200_000)
+    for a, b in evs:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    ts = sorted(a.elapsed_time(b) for a, b in evs)
+    return statistics.median(ts), ts[0], ts[-1], reps
+
+
+def set_tf32(on):
+    try:
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if on else "ieee"
+    except Exception:  # noqa: BLE001  (older torch)
+        pass
+    torch.backends.cuda.matmul.allow_tf32 = on
+
+
+TORCH_GEMM = {}
+
+
+def bench_gemm(k, rows_out, label="", dtypes=("f32", "tf32", "bf16", "f16"), shapes=None):
+    shapes = shapes or [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 128, 4096)]
+    for dt in dtypes:
+        for (M, N, K) in shapes:
+            tdt = TDTYPE[dt]
+            A = torch.randn(M, K, device=DEV).to(tdt)
+            B = torch.randn(K, N, device=DEV).to(tdt)
+            C = torch.empty(M, N, device=DEV, dtype=torch.float32)
+
+            def ours():
+                k.gemm(f"tw_gemm_{dt}", A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, K, N, N, 0, 0, 0, 1, 1.0, 0.0)
+
+            torch_note = ""
+            if dt in ("f32", "tf32"):
+                set_tf32(dt == "tf32")
+                Ct = torch.empty(M, N, device=DEV, dtype=torch.float32)
+
+                def theirs():
+                    torch.matmul(A, B, out=Ct)
+                torch_note = "torch.matmul f32, allow_tf32=" + str(dt == "tf32")
+            else:
+                try:
+                    Ct = torch.mm(A, B, out_dtype=torch.float32)
+
+                    def theirs():
+                        torch.mm(A, B, out_dtype=torch.float32)
+                    torch_note = f"torch.mm({dt}, out_dtype=float32)"
+                except Exception:  # noqa: BLE001
+                    def theirs():
+                        torch.matmul(A, B)
+                    torch_note = f"torch.matmul {dt} (native {dt} output)"
+            ours()
+            k.drv.sync("bench gemm")
+            ref = torch.matmul(A.double(), B.double())
+            fro = float(torch.linalg.norm((C.double() - ref).flatten()) / torch.linalg.norm(ref.flatten()))
+            ok = fro <= GEMM_TOL[dt] and bool(torch.isfinite(C).all())
+            record(f"{label}bench-check gemm {dt} {M}x{N}x{K}", ok, f"fro={fro:.2e}")
+            del ref
+            t_o = timeit(ours)
+            key = (dt, M, N, K)
+            if key not in TORCH_GEMM:
+                TORCH_GEMM[key] = timeit(theirs)
+            t_t = TORCH_GEMM[key]
+            set_tf32(False)
+            flop = 2.0 * M * N * K
+            row = dict(kind="gemm", dtype=label + dt, shape=f"{M}x{N}x{K}", ours_ms=t_o[0], torch_ms=t_t[0],
+                       ours_tflops=flop / t_o[0] / 1e9, torch_tflops=flop / t_t[0] / 1e9,
+                       ratio=t_t[0] / t_o[0], torch=torch_note, reps=t_o[3])
+            rows_out.append(row)
+            print(f"{label}gemm {dt:5s} {M}x{N}x{K}: ours {row['ours_tflops']:.1f} TFLOP/s, torch {row['torch_tflops']:.1f} "
+                  f"({torch_note}), ratio {row['ratio']:.2f}", flush=True)
+            del A, B, C, Ct
+            torch.cuda.empty_cache()
+
+
+def bench_memory(k, rows_out):
+    # Device-to-device copy bandwidth (bytes read + written).
+    n = 1 << 28  # 1 GiB of f32
+    src = torch.randn(n, device=DEV)
+    dst = torch.empty_like(src)
+    t = timeit(lambda: dst.copy_(src))
+    copy_bw = 2 * n * 4 / (t[0] / 1e3) / 1e9
+    print(f"copy: {copy_bw:.0f} GB/s (1 GiB dst.copy_(src), median {t[0]:.3f} ms)", flush=True)
+    rows_out.append(dict(kind="copy", op="copy_ 1 GiB", ours_ms=t[0], gbps=copy_bw))
+    del src, dst
+    torch.cuda.empty_cache()
+
+    def add_row(op, shape, nbytes, t_o, t_t, torch_note):
+        bw = nbytes / (t_o[0] / 1e3) / 1e9
+        bw_t = nbytes / (t_t[0] / 1e3) / 1e9
+        row = dict(kind="mem", op=op, shape=shape, ours_ms=t_o[0], torch_ms=t_t[0], ours_gbps=bw, torch_gbps=bw_t,
+                   frac_copy=bw / copy_bw, torch_frac_copy=bw_t / copy_bw, ratio=t_t[0] / t_o[0], torch=torch_note)
+        rows_out.append(row)
+        print(f"{op:10s} {shape}: ours {bw:.0f} GB/s ({bw / copy_bw:.0%} of copy), torch {bw_t:.0f} GB/s, "
+              f"ratio {row['ratio']:.2f}", flush=True)
+
+    for R, Cc in [(16384, 4096), (65536, 1024), (4096, 16384)]:
+        x = torch.randn(R, Cc, device=DEV)
+        y = torch.empty_like(x)
+        nb = 2 * x.numel() * 4
+        t_o = timeit(lambda: k.softmax(x.data_ptr(), y.data_ptr(), R, Cc))
+        t_t = timeit(lambda: torch.softmax(x, dim=-1))
+        add_row("softmax", f"{R}x{Cc}", nb, t_o, t_t, "torch.softmax(x, -1)")
+        g = torch.randn(Cc, device=DEV)
+        b = torch.randn(Cc, device=DEV)
+        t_o = timeit(lambda: k.layernorm(x.data_ptr(), g.data_ptr(), b.data_ptr(), y.data_ptr(), R, Cc, 1e-5))
+        t_t = timeit(lambda: torch.nn.functional.layer_norm(x, (Cc,), g, b, 1e-5))
+        add_row("layernorm", f"{R}x{Cc}", nb, t_o, t_t, "F.layer_norm")
+        del x, y
+        torch.cuda.empty_cache()
+
+    R, Cc = 16384, 4096
+    n = R * Cc
+    a = torch.randn(n, device=DEV)
+    b = torch.randn(n, device=DEV)
+    y = torch.empty_like(a)
+    t_o = timeit(lambda: k.binary("tw_add_f32", a.data_ptr(), b.data_ptr(), y.data_ptr(), n, n))
+    t_t = timeit(lambda: torch.add(a, b, out=y))
+    add_row("add", f"{n}", 3 * n * 4, t_o, t_t, "torch.add(out=)")
+    bias = torch.randn(Cc, device=DEV)
+    t_o = timeit(lambda: k.binary("tw_add_f32", a.data_ptr(), bias.data_ptr(), y.data_ptr(), n, Cc))
+    t_t = timeit(lambda: torch.add(a.view(R, Cc), bias, out=y.view(R, Cc)))
+    add_row("add bias", f"{R}x{Cc}+{Cc}", 2 * n * 4, t_o, t_t, "torch.add(out=), broadcast row")
+    t_o = timeit(lambda: k.unary("tw_relu_f32", a.data_ptr(), y.data_ptr(), n))
+    t_t = timeit(lambda: torch.clamp_min(a, 0.0, out=y))
+    add_row("relu", f"{n}", 2 * n * 4, t_o, t_t, "torch.clamp_min(out=)")
+    t_o = timeit(lambda: k.unary("tw_gelu_f32", a.data_ptr(), y.data_ptr(), n))
+    t_t = timeit(lambda: torch.nn.functional.gelu(a))
+    add_row("gelu", f"{n}", 2 * n * 4, t_o, t_t, "F.gelu (erf)")
+    t_o = timeit(lambda: k.transpose(a.data_ptr(), y.data_ptr(), R, Cc, 1))
+    t_t = timeit(lambda: y.view(Cc, R).copy_(a.view(R, Cc).t()))
+    add_row("transpose", f"{R}x{Cc}", 2 * n * 4, t_o, t_t, "y.copy_(x.t())")
+    xr = a.view(R, Cc)
+    yr = torch.empty(R, device=DEV)
+    t_o = timeit(lambda: k.reduce("tw_reduce_sum_f32", a.data_ptr(), yr.data_ptr(), R, Cc, 1))
+    t_t = timeit(lambda: torch.sum(xr, dim=1, out=yr))
+    add_row("reduce_sum", f"{R}x{Cc} axis 1", n * 4, t_o, t_t, "torch.sum(dim=1)")
+    yc = torch.empty(Cc, device=DEV)
+    t_o = timeit(lambda: k.reduce("tw_reduce_sum_f32", a.data_ptr(), yc.data_ptr(), 1, R, Cc))
+    t_t = timeit(lambda: torch.sum(xr, dim=0, out=yc))
+    add_row("reduce_sum", f"{R}x{Cc} axis 0", n * 4, t_o, t_t, "torch.sum(dim=0)")
+    del a, b, y
+    torch.cuda.empty_cache()
+
+
+def profile(k, drv):
+    M = N = K = 4096
+    C = torch.empty(M, N, device=DEV)
+    p90a = os.path.join(PTX_DIR, "gemm.sm_90a.ptx")
+    mod90a = drv.load(p90a) if torch.cuda.get_device_capability() == (9, 0) and os.path.exists(p90a) else None
+    for dt in ("bf16", "tf32"):
+        A = torch.randn(M, K, device=DEV).to(TDTYPE[dt])
+        B = torch.randn(K, N, device=DEV).to(TDTYPE[dt])
+        k.gemm(f"tw_gemm_{dt}", A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, K, N, N, 0, 0, 0, 1, 1.0, 0.0)
+        if mod90a:
+            f = drv.function(mod90a, f"tw_gemm_{dt}_sm90a")
+            drv.launch(f, (N // 128, M // 128, 1), (256, 1, 1), SIGS["gemm"],
+                       [A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, K, N, N, 0, 0, 0, 1.0, 0.0], k.stream())
+        drv.sync("profile gemm")
+    x = torch.randn(65536, 1024, device=DEV)
+    y = torch.empty_like(x)
+    g = torch.randn(1024, device=DEV)
+    b = torch.randn(1024, device=DEV)
+    k.softmax(x.data_ptr(), y.data_ptr(), 65536, 1024)
+    k.layernorm(x.data_ptr(), g.data_ptr(), b.data_ptr(), y.data_ptr(), 65536, 1024, 1e-5)
+    drv.sync("profile")
+    print("profile launches done")
+
+
+def resources(k):
+    out = []
+    for name in [n for names in ENTRIES.values() for n in names]:
+        f = k.fn[name]
+        out.append(dict(entry=name, ptx=k.files[name],
+                        **{a: k.drv.attr(f, a) for a in ("NUM_REGS", "SHARED_SIZE_BYTES", "LOCAL_SIZE_BYTES",
+                                                        "MAX_THREADS_PER_BLOCK")}))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--variants", default="", help="directory of alternative gemm*.sm_NN.ptx builds to check and time")
+    ap.add_argument("--profile", action="store_true",
+                    help="launch a few kernels once each (for ncu) and exit: gemm bf16/tf32 (mma.sync and sm_90a) "
+                         "at 4096^3, softmax and layernorm at 65536x1024")
+    ap.add_argument("--only", default="", help="comma list of: gemm,reduce,softmax,layernorm,elementwise")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.cuda.init()
+    torch.zeros(1, device=DEV)
+    torch.manual_seed(int(time.time()))
+    drv = Driver()
+    assert drv.ctx(), "no current CUDA context after torch.cuda.init()"
+    props = torch.cuda.get_device_properties(0)
+    print(f"device: {props.name}, sm_{props.major}{props.minor}, {props.multi_processor_count} SMs, "
+          f"torch {torch.__version__}, CUDA {torch.version.cuda}", flush=True)
+    k = Kernels(drv)
+    if args.profile:
+        profile(k, drv)
+        return
+    res = resources(k)
+    for r in res:
+        print(f"  {r['entry']:20s} regs {r['NUM_REGS']:3d}  smem {r['SHARED_SIZE_BYTES']:6d}  "
+              f"local {r['LOCAL_SIZE_BYTES']:3d}  maxthreads {r['MAX_THREADS_PER_BLOCK']}")
+    only = set(filter(None, args.only.split(",")))
+
+    def want(x):
+        return not only or x in only or (x == "sm90a" and "gemm" in only)
+
+    t0 = time.time()
+    broken = False
+    if not args.skip_check:
+        for part, fn in (("elementwise", check_elementwise), ("reduce", check_reduce), ("softmax", check_softmax),
+                         ("layernorm", check_layernorm), ("gemm", check_gemm)):
+            if not want(part):
+                continue
+            try:
+                fn(k)
+            except Exception as e:  # noqa: BLE001  (a CUDA error poisons the context: stop here)
+                import traceback
+                traceback.print_exc()
+                record(f"{part} checks aborted", False, repr(e))
+                broken = True
+                break
+    print(f"checks took {time.time() - t0:.1f} s", flush=True)
+
+    bench = []
+    if not args.skip_bench and not broken:
+        try:
+            if want("memory") or not only:
+                bench_memory(k, bench)
+            if want("gemm") or not only:
+                bench_gemm(k, bench)
+            def gemm_module(path, label, mma=True, wgmma=True, shapes=None):
+                mod = drv.load(path)
+                kv = Kernels.__new__(Kernels)
+                kv.__dict__.update(k.__dict__)
+                kv.fn = dict(k.fn)
+                for tag, dts, on in (("", ("tf32", "bf16", "f16"), mma), ("_sm90a", ("tf32", "bf16", "f16"), wgmma)):
+                    if not on:
+                        continue
+                    got = []
+                    for dt in dts:
+                        try:
+                            kv.fn[f"tw_gemm_{dt}"] = drv.function(mod, f"tw_gemm_{dt}{tag}")
+                            got.append(dt)
+                        except RuntimeError:
+                            pass
+                    if not got:
+                        continue
+                    lab = f"{label}{tag.strip('_') + ' ' if tag else ''}"
+                    for dt in got:
+                        res.append(dict(entry=f"{label}tw_gemm_{dt}{tag}", ptx=os.path.relpath(path, ROOT),
+                                        **{a: drv.attr(kv.fn[f"tw_gemm_{dt}"], a) for a in (
+                                            "NUM_REGS", "SHARED_SIZE_BYTES", "LOCAL_SIZE_BYTES",
+                                            "MAX_THREADS_PER_BLOCK")}))
+                    check_gemm(kv, lab, dtypes=tuple(got))
+                    bench_gemm(kv, bench, lab, dtypes=tuple(got), shapes=shapes)
+
+            # The wgmma entries (sm_90a build), checked and timed last but for variants.
+            p90a = os.path.join(PTX_DIR, "gemm.sm_90a.ptx")
+            if torch.cuda.get_device_capability() == (9, 0) and os.path.exists(p90a) and want("sm90a"):
+                gemm_module(p90a, "", mma=False, wgmma=True)
+            if args.variants:
+                for f in sorted(os.listdir(args.variants)):
+                    if f.startswith("gemm") and f.endswith(".ptx"):
+                        gemm_module(os.path.join(args.variants, f), f"[{f.split('.')[0]}] ",
+                                    shapes=[(4096, 4096, 4096), (8192, 8192, 8192), (16384, 128, 4096)])
+        except Exception as e:  # noqa: BLE001
+            import traceback
+            traceback.print_exc()
+            record("benchmark aborted", False, repr(e))
+
+    npass = sum(1 for r in RESULTS if r[1])
+    nfail = len(RESULTS) - npass
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(dict(device=props.name, sm=f"{props.major}{props.minor}", torch=torch.__version__,
+                       checks=[dict(name=n, ok=o, detail=d) for n, o, d in RESULTS], bench=bench, resources=res),
+                  f, indent=1)
+    md = [f"# Tensor kernels on {props.name} (sm_{props.major}{props.minor}), torch {torch.__version__}", "",
+          f"Checks: {npass} PASS, {nfail} FAIL", ""]
+    for n, o, d in RESULTS:
+        if not o:
+            md.append(f"- FAIL {n}: {d}")
+    md += ["", "| GEMM dtype | M x N x K | ours TFLOP/s | torch TFLOP/s | ours / torch | torch call |",
+           "| --- | --- | ---: | ---: | ---: | --- |"]
+    for r in bench:
+        if r["kind"] == "gemm":
+            md.append(f"| {r['dtype']} | {r['shape']} | {r['ours_tflops']:.1f} | {r['torch_tflops']:.1f} | "
+                      f"{r['ratio']:.2f} | {r['torch']} |")
+    copy = [r for r in bench if r["kind"] == "copy"]
+    if copy:
+        md += ["", f"Copy bandwidth (1 GiB dst.copy_(src), read + write): {copy[0]['gbps']:.0f} GB/s", ""]
+    md += ["| op | shape | ours GB/s | of copy | torch GB/s | torch of copy | ours / torch (speed) |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in bench:
+        if r["kind"] == "mem":
+            md.append(f"| {r['op']} | {r['shape']} | {r['ours_gbps']:.0f} | {r['frac_copy']:.0%} | "
+                      f"{r['torch_gbps']:.0f} | {r['torch_frac_copy']:.0%} | {r['ratio']:.2f} |")
+    md += ["", "| entry | PTX | NUM_REGS | SHARED_SIZE_BYTES | LOCAL_SIZE_BYTES | MAX_THREADS_PER_BLOCK |",
+           "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for r in res:
+        md.append(f"| {r['entry']} | {r['ptx']} | {r['NUM_REGS']} | {r['SHARED_SIZE_BYTES']} | "
+                  f"{r['LOCAL_SIZE_BYTES']} | {r['MAX_THREADS_PER_BLOCK']} |")
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+    print(f"\nSUMMARY: {npass} PASS, {nfail} FAIL")
+    sys.exit(1 if nfail else 0)
+
+
+if __name__ == "__main__":
+    main()
