@@ -14,6 +14,7 @@ pub mod kernel;
 pub mod memory;
 pub mod run;
 pub mod runtime;
+pub mod tenant;
 pub mod twins;
 pub mod wasi_cuda;
 

@@ -6,13 +6,14 @@
 
 use std::sync::Arc;
 
-use tensorwasm_core::{GpuDriver, ManagedAllocator};
+use tensorwasm_core::{GpuDriver, ManagedAllocator, quota::QuotaLedger};
 use wasmtime::{Config, Engine, Instance, Linker, Store};
 
 use crate::{
     builtins::BuiltinCache,
     kernel::{GuestModule, KernelCache, KernelTarget},
     memory::{ManagedMemoryCreator, configure_engine},
+    tenant::{TenantConfig, TenantLimiter},
     wasi_cuda::{self, WasiCudaCtx, WasiCudaLimits},
 };
 
@@ -20,6 +21,8 @@ use crate::{
 pub struct GuestState<D: GpuDriver> {
     /// The guest's `wasi_cuda` context.
     pub cuda: WasiCudaCtx<D>,
+    /// Ties the guest's memory growth to its tenant's quota.
+    pub limiter: TenantLimiter,
 }
 
 /// Builds engines, stores and instances for guests on one driver.
@@ -59,9 +62,12 @@ where
 
     fn build(
         driver: D,
-        config: Config,
+        mut config: Config,
         creator: Option<Arc<ManagedMemoryCreator<D>>>,
     ) -> wasmtime::Result<Self> {
+        // Tenants' guest code is bounded by fuel (deterministic, and time
+        // spent waiting for the GPU costs none); trusted stores get all of it.
+        config.consume_fuel(true);
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasi_cuda::add_to_linker(&mut linker, |s: &mut GuestState<D>| &mut s.cuda)?;
@@ -120,13 +126,39 @@ where
         &self.builtins
     }
 
-    /// A store for one guest, with its own context and stream.
+    /// A store for one trusted guest, with its own context and stream: no
+    /// quota, every kind of module allowed, no fuel bound. Untrusted code
+    /// goes in a [`Tenant`](crate::tenant::Tenant).
     pub fn store(&self) -> wasmtime::Result<Store<GuestState<D>>> {
+        let ledger = Arc::new(QuotaLedger::new(
+            tensorwasm_core::quota::TenantQuota::unlimited(),
+        ));
+        self.tenant_store(&TenantConfig::trusted("guest"), ledger)
+    }
+
+    /// A store for a tenant: its context charges `ledger` and follows the
+    /// config's policy, its memory growth is charged to the same ledger,
+    /// and its guest code gets the config's fuel.
+    pub fn tenant_store(
+        &self,
+        config: &TenantConfig,
+        ledger: Arc<QuotaLedger>,
+    ) -> wasmtime::Result<Store<GuestState<D>>> {
         let lookup = self.creator.as_ref().map(|c| c.lookup());
-        let mut cuda = WasiCudaCtx::new(self.driver.clone(), lookup, self.limits)
-            .map_err(|e| wasmtime::format_err!("creating the guest's stream: {e}"))?;
+        let mut cuda = WasiCudaCtx::for_tenant(
+            self.driver.clone(),
+            lookup,
+            self.limits,
+            Arc::clone(&ledger),
+            config.policy,
+        )
+        .map_err(|e| wasmtime::format_err!("tenant `{}`: {e}", config.name))?;
         cuda.set_builtin_cache(Arc::clone(&self.builtins));
-        Ok(Store::new(&self.engine, GuestState { cuda }))
+        let limiter = TenantLimiter::new(ledger);
+        let mut store = Store::new(&self.engine, GuestState { cuda, limiter });
+        store.limiter(|s| &mut s.limiter);
+        store.set_fuel(config.guest_fuel.unwrap_or(u64::MAX))?;
+        Ok(store)
     }
 
     /// Instantiates `module` in `store`; the guest may turn the module's

@@ -16,6 +16,7 @@ use tensorwasm_core::{
         self, AbiError, Errno, GuestMemoryRef, Handle, HandleKind, HandleTable, LaunchArg, OwnerId,
     },
     dispatch::{DispatchFuture, dispatch},
+    quota::{OwnedCharge, QuotaLedger, Resource, TenantQuota},
 };
 
 use tensorwasm_core::lower::{KernelTrap, LowerError, translate::WasmType};
@@ -54,10 +55,69 @@ impl Default for WasiCudaLimits {
     }
 }
 
+/// What a tenant may load and run. Raw PTX and cubin modules are not
+/// sandboxed (a kernel may read or write any device memory of the process
+/// and can fault the shared context), so only trusted tenants get them;
+/// Wasm kernels and the built-in tensor kernels are checked by construction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TenantPolicy {
+    /// `module_load_ptx` and `module_load_cubin`.
+    pub raw_modules: bool,
+    /// `kernel_get` (the guest's own functions, lowered and sandboxed).
+    pub wasm_kernels: bool,
+    /// `tensor_op` (the built-in kernels).
+    pub builtins: bool,
+}
+
+impl TenantPolicy {
+    /// Everything: for code the host trusts as much as itself.
+    pub const TRUSTED: TenantPolicy = TenantPolicy {
+        raw_modules: true,
+        wasm_kernels: true,
+        builtins: true,
+    };
+    /// Sandboxed kernels only: Wasm kernels and built-ins, no raw modules.
+    pub const UNTRUSTED: TenantPolicy = TenantPolicy {
+        raw_modules: false,
+        wasm_kernels: true,
+        builtins: true,
+    };
+}
+
+impl Default for TenantPolicy {
+    /// [`TenantPolicy::UNTRUSTED`]: a tenant is untrusted unless said.
+    fn default() -> Self {
+        TenantPolicy::UNTRUSTED
+    }
+}
+
+/// A resource with the quota charge that pays for it: the charge goes back
+/// to the tenant's ledger when the last reference to the resource drops
+/// (a launch in flight holds one), so freeing is releasing and nothing leaks.
+pub(crate) struct Charged<T> {
+    value: T,
+    _charge: OwnedCharge,
+}
+
+impl<T> std::ops::Deref for Charged<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+/// A guest's device buffer with the charge that pays for it.
+type GuestBuffer<D> = Arc<Charged<<D as GpuDriver>::DeviceBuffer>>;
+
 /// A function handle's target, with its module kept loaded.
 pub(crate) struct FunctionEntry<D: GpuDriver> {
     function: D::Function,
     _module: Arc<D::Module>,
+    /// A guest-loaded module's charge, kept while the function lives.
+    _loaded: Option<Arc<Charged<Arc<D::Module>>>>,
+    /// The tenant's charge for the function handle (none for the runtime's
+    /// shared built-ins).
+    _charge: Option<OwnedCharge>,
     /// For a Wasm kernel: its name and Wasm parameter types.
     kernel: Option<KernelInfo>,
 }
@@ -68,6 +128,8 @@ impl<D: GpuDriver> FunctionEntry<D> {
         FunctionEntry {
             function,
             _module: module,
+            _loaded: None,
+            _charge: None,
             kernel: None,
         }
     }
@@ -85,9 +147,11 @@ pub(crate) struct KernelInfo {
 pub(crate) struct LaunchEntry<D: GpuDriver> {
     /// A Wasm kernel's status slot (the launch handle's slot) and name.
     pub(crate) kernel: Option<(usize, String)>,
-    _buffers: Vec<Arc<D::DeviceBuffer>>,
+    _buffers: Vec<GuestBuffer<D>>,
     _function: Arc<FunctionEntry<D>>,
     _memory: Option<GuestRegionInfo>,
+    /// The tenant's launches-in-flight charge, released with the handle.
+    _charge: OwnedCharge,
 }
 
 /// The guest's linear memory as one call sees it.
@@ -110,8 +174,8 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     memories: Option<Arc<dyn GuestMemoryLookup>>,
     /// The region behind the guest's memory, found once: memories never move.
     region: Option<GuestRegionInfo>,
-    buffers: HandleTable<Arc<D::DeviceBuffer>>,
-    modules: HandleTable<Arc<D::Module>>,
+    buffers: HandleTable<GuestBuffer<D>>,
+    modules: HandleTable<Arc<Charged<Arc<D::Module>>>>,
     functions: HandleTable<Arc<FunctionEntry<D>>>,
     pub(crate) launches: HandleTable<LaunchEntry<D>>,
     /// How long `wait` may spin on the stream's status before it suspends.
@@ -126,6 +190,11 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     status: Option<D::ManagedBuffer>,
     kernel_fuel: u64,
     last_error: String,
+    /// The tenant's quota ledger (shared by every context of the tenant).
+    ledger: Arc<QuotaLedger>,
+    policy: TenantPolicy,
+    /// The charge for this context's stream.
+    _stream_charge: OwnedCharge,
 }
 
 impl<D: GpuDriver> WasiCudaCtx<D> {
@@ -138,6 +207,51 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         driver: D,
         memories: Option<Arc<dyn GuestMemoryLookup>>,
         limits: WasiCudaLimits,
+    ) -> Result<Self, D::Error> {
+        let ledger = Arc::new(QuotaLedger::new(TenantQuota::unlimited()));
+        let stream_charge = match QuotaLedger::try_reserve_owned(&ledger, Resource::Streams, 1) {
+            Ok(r) => r.commit(),
+            Err(_) => unreachable!("an unlimited ledger refuses nothing"),
+        };
+        Self::build(
+            driver,
+            memories,
+            limits,
+            ledger,
+            TenantPolicy::TRUSTED,
+            stream_charge,
+        )
+    }
+
+    /// A context for one tenant: every buffer, module, function, launch and
+    /// stream it makes is charged to `ledger` (shared with the tenant's
+    /// other contexts and its guest memory) before the driver is asked, and
+    /// `policy` decides what it may load. Wasm kernels get the quota's
+    /// fuel or `limits.kernel_fuel`, whichever is less. Fails with `EQUOTA` when the tenant has no stream left.
+    pub fn for_tenant(
+        driver: D,
+        memories: Option<Arc<dyn GuestMemoryLookup>>,
+        limits: WasiCudaLimits,
+        ledger: Arc<QuotaLedger>,
+        policy: TenantPolicy,
+    ) -> Result<Self, AbiError> {
+        let stream_charge = QuotaLedger::try_reserve_owned(&ledger, Resource::Streams, 1)?.commit();
+        // The host's cap and the tenant's quota: the smaller one holds.
+        let limits = WasiCudaLimits {
+            kernel_fuel: limits.kernel_fuel.min(ledger.quota().kernel_fuel()),
+            ..limits
+        };
+        Self::build(driver, memories, limits, ledger, policy, stream_charge)
+            .map_err(|e| driver_error("create_stream", e))
+    }
+
+    fn build(
+        driver: D,
+        memories: Option<Arc<dyn GuestMemoryLookup>>,
+        limits: WasiCudaLimits,
+        ledger: Arc<QuotaLedger>,
+        policy: TenantPolicy,
+        stream_charge: OwnedCharge,
     ) -> Result<Self, D::Error> {
         let stream = driver.create_stream()?;
         let owner = OwnerId::allocate();
@@ -157,7 +271,37 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             status: None,
             kernel_fuel: limits.kernel_fuel,
             last_error: String::new(),
+            ledger,
+            policy,
+            _stream_charge: stream_charge,
         })
+    }
+
+    /// The tenant's quota ledger: what it holds now, against its limits.
+    pub fn ledger(&self) -> &Arc<QuotaLedger> {
+        &self.ledger
+    }
+
+    /// What this guest may load and run.
+    pub fn policy(&self) -> TenantPolicy {
+        self.policy
+    }
+
+    /// Charges `amount` of `resource` to the tenant, or `EQUOTA`.
+    fn charge(&self, resource: Resource, amount: u64) -> Result<OwnedCharge, AbiError> {
+        Ok(QuotaLedger::try_reserve_owned(&self.ledger, resource, amount)?.commit())
+    }
+
+    /// `EPERM` unless the policy allows `what`.
+    fn allowed(&self, allowed: bool, what: &str) -> Result<(), AbiError> {
+        if allowed {
+            Ok(())
+        } else {
+            Err(AbiError::new(
+                Errno::EPERM,
+                format!("this tenant's policy does not allow {what}"),
+            ))
+        }
     }
 
     /// Lets the guest turn functions of `source` (its own module) into
@@ -290,11 +434,15 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 ),
             ));
         }
+        let charge = self.charge(Resource::DeviceBytes, size)?;
         let buffer = self
             .driver
             .alloc_device(bytes)
             .map_err(|e| driver_error("alloc_device", e))?;
-        let handle = self.buffers.insert(Arc::new(buffer))?;
+        let handle = self.buffers.insert(Arc::new(Charged {
+            value: buffer,
+            _charge: charge,
+        }))?;
         abi::write_u64(mem.bytes, out, handle.0)
     }
 
@@ -321,7 +469,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         offset: u64,
         len: u64,
         what: &str,
-    ) -> Result<(Arc<D::DeviceBuffer>, usize, usize), AbiError> {
+    ) -> Result<(GuestBuffer<D>, usize, usize), AbiError> {
         let buf = Arc::clone(self.buffers.get(Handle(buffer))?);
         if len == 0 {
             return Err(AbiError::new(Errno::EINVAL, "len is 0"));
@@ -428,12 +576,17 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         out: u32,
     ) -> Result<(), AbiError> {
         check_out_u64(mem.bytes, out)?;
+        self.allowed(self.policy.raw_modules, "raw PTX modules (not sandboxed)")?;
         let text = abi::read_str(mem.bytes, ptr, len)?;
+        let charge = self.charge(Resource::Modules, 1)?;
         let module = self
             .driver
             .load_ptx(text)
             .map_err(|e| driver_error("load_ptx", e))?;
-        let handle = self.modules.insert(Arc::new(module))?;
+        let handle = self.modules.insert(Arc::new(Charged {
+            value: Arc::new(module),
+            _charge: charge,
+        }))?;
         abi::write_u64(mem.bytes, out, handle.0)
     }
 
@@ -445,17 +598,22 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         out: u32,
     ) -> Result<(), AbiError> {
         check_out_u64(mem.bytes, out)?;
+        self.allowed(self.policy.raw_modules, "cubin modules (not sandboxed)")?;
         let range = abi::guest_range(mem.bytes.len(), ptr, u64::from(len))?;
         let image = &mem.bytes[range];
         // The image's own tables are checked here, whatever the driver.
         tensorwasm_core::image::check_module_image(image).map_err(|e| {
             AbiError::new(Errno::EIMAGE, format!("malformed cubin/fatbin image: {e}"))
         })?;
+        let charge = self.charge(Resource::Modules, 1)?;
         let module = self
             .driver
             .load_cubin(image)
             .map_err(|e| driver_error("load_cubin", e))?;
-        let handle = self.modules.insert(Arc::new(module))?;
+        let handle = self.modules.insert(Arc::new(Charged {
+            value: Arc::new(module),
+            _charge: charge,
+        }))?;
         abi::write_u64(mem.bytes, out, handle.0)
     }
 
@@ -472,15 +630,18 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         out: u32,
     ) -> Result<(), AbiError> {
         check_out_u64(mem.bytes, out)?;
-        let module = Arc::clone(self.modules.get(Handle(module))?);
+        let loaded = Arc::clone(self.modules.get(Handle(module))?);
         let name = abi::read_str(mem.bytes, name_ptr, name_len)?;
+        let charge = self.charge(Resource::Functions, 1)?;
         let function = self
             .driver
-            .function(&module, name)
+            .function(&loaded.value, name)
             .map_err(|e| driver_error("function", e))?;
         let handle = self.functions.insert(Arc::new(FunctionEntry {
             function,
-            _module: module,
+            _module: Arc::clone(&loaded.value),
+            _loaded: Some(loaded),
+            _charge: Some(charge),
             kernel: None,
         }))?;
         abi::write_u64(mem.bytes, out, handle.0)
@@ -546,6 +707,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         }
         let kernel = function.kernel.as_ref().map(|k| k.name.clone());
         let is_kernel = kernel.is_some();
+        let charge = self.charge(Resource::LaunchesInFlight, 1)?;
         let handle = self.launches.insert(LaunchEntry {
             kernel: None,
             _buffers: buffers,
@@ -555,6 +717,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             } else {
                 None
             },
+            _charge: charge,
         })?;
         if let Some(name) = kernel {
             let slot = usize::from(handle.slot());
@@ -825,6 +988,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         out: u32,
     ) -> Result<(), AbiError> {
         check_out_u64(mem.bytes, out)?;
+        self.allowed(self.policy.builtins, "built-in tensor kernels")?;
         let (guest, region) = self.guest_ref(&mem);
         let mut held = Vec::new();
         let buffers = &self.buffers;
@@ -845,11 +1009,13 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             block: plan.block,
             shared_mem_bytes: 0,
         };
+        let charge = self.charge(Resource::LaunchesInFlight, 1)?;
         let handle = self.launches.insert(LaunchEntry {
             kernel: None,
             _buffers: held,
             _function: Arc::clone(&function),
             _memory: region,
+            _charge: charge,
         })?;
         // SAFETY: every pointer parameter is an operand that
         // `decode_tensor_op` checked to lie, with the whole extent its shape
@@ -878,12 +1044,14 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         out: u32,
     ) -> Result<(), AbiError> {
         check_out_u64(mem.bytes, out)?;
+        self.allowed(self.policy.wasm_kernels, "Wasm kernels")?;
         let Some(source) = &self.kernel_source else {
             return Err(AbiError::new(
                 Errno::ENOTSUP,
                 "the host did not register this guest's module for Wasm kernels",
             ));
         };
+        let charge = self.charge(Resource::Functions, 1)?;
         let loaded = self
             .kernels
             .get(&self.driver, source, index)
@@ -891,6 +1059,8 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         let handle = self.functions.insert(Arc::new(FunctionEntry {
             function: loaded.function.clone(),
             _module: Arc::clone(&loaded.module),
+            _loaded: None,
+            _charge: Some(charge),
             kernel: Some(KernelInfo {
                 name: loaded.name.clone(),
                 params: loaded.params.clone(),

@@ -8,7 +8,7 @@
 mod ctx;
 
 pub(crate) use ctx::FunctionEntry;
-pub use ctx::{WasiCudaCtx, WasiCudaLimits};
+pub use ctx::{TenantPolicy, WasiCudaCtx, WasiCudaLimits};
 
 use ctx::GuestMem;
 use tensorwasm_core::{

@@ -1,0 +1,348 @@
+//! Tenants: one untrusted party's guest on a shared device. A [`Tenant`]
+//! owns its store (its `wasi_cuda` context: stream, handle tables), its
+//! quota ledger and its policy; [`TenantLimiter`] ties the guest's linear
+//! memory growth to the same ledger, and Wasm fuel bounds the guest's own
+//! CPU time. [`TenantConfig`] is what an embedder passes (or `tensorwasm
+//! run --tenant FILE` reads from TOML). docs/tenants.md is the isolation
+//! model this implements.
+
+use std::{fmt, sync::Arc};
+
+use serde::Deserialize;
+use tensorwasm_core::{
+    GpuDriver, ManagedAllocator,
+    quota::{OwnedCharge, QuotaLedger, QuotaSnapshot, Resource, TenantQuota},
+};
+use wasmtime::{Instance, ResourceLimiter, Store};
+
+use crate::{
+    kernel::{GuestModule, KernelTarget},
+    runtime::{GuestRuntime, GuestState},
+    wasi_cuda::TenantPolicy,
+};
+
+/// Who a tenant is and what it may use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantConfig {
+    /// A name for logs and errors.
+    pub name: String,
+    /// Limits on what it may hold at once.
+    pub quota: TenantQuota,
+    /// What it may load and run.
+    pub policy: TenantPolicy,
+    /// Wasm fuel for the guest's own code (one unit per Wasm operator,
+    /// roughly): the guest traps once it is spent. `None`: no bound.
+    pub guest_fuel: Option<u64>,
+}
+
+impl TenantConfig {
+    /// An untrusted tenant: default quota ([`TenantQuota::default`]),
+    /// sandboxed kernels only, 10^10 units of guest fuel (some seconds of
+    /// Wasm; waiting for the GPU spends none).
+    pub fn untrusted(name: impl Into<String>) -> Self {
+        TenantConfig {
+            name: name.into(),
+            quota: TenantQuota::default(),
+            policy: TenantPolicy::UNTRUSTED,
+            guest_fuel: Some(DEFAULT_GUEST_FUEL),
+        }
+    }
+
+    /// A tenant the host trusts as itself: no quota, raw PTX allowed, no
+    /// fuel bound. What `tensorwasm run` uses without `--tenant`.
+    pub fn trusted(name: impl Into<String>) -> Self {
+        TenantConfig {
+            name: name.into(),
+            quota: TenantQuota::unlimited(),
+            policy: TenantPolicy::TRUSTED,
+            guest_fuel: None,
+        }
+    }
+
+    /// Reads a tenant from TOML (docs/tenants.md has the format): every
+    /// key is optional and starts from [`TenantConfig::untrusted`] (or
+    /// [`TenantConfig::trusted`] with `trusted = true`); unknown keys are
+    /// errors, so a misspelt limit is never silently ignored.
+    pub fn from_toml(text: &str) -> Result<TenantConfig, ConfigError> {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
+        let mut config = if file.trusted.unwrap_or(false) {
+            TenantConfig::trusted(file.name.unwrap_or_else(|| "tenant".into()))
+        } else {
+            TenantConfig::untrusted(file.name.unwrap_or_else(|| "tenant".into()))
+        };
+        if let Some(q) = file.quota {
+            let set = |quota: TenantQuota, r: Resource, v: Option<u64>| match v {
+                Some(v) => quota.with_limit(r, v),
+                None => quota,
+            };
+            let mut quota = config.quota;
+            quota = set(quota, Resource::DeviceBytes, q.device_bytes);
+            quota = set(quota, Resource::GuestMemoryBytes, q.guest_memory_bytes);
+            quota = set(quota, Resource::Modules, q.modules);
+            quota = set(quota, Resource::Functions, q.functions);
+            quota = set(quota, Resource::LaunchesInFlight, q.launches_in_flight);
+            quota = set(quota, Resource::Streams, q.streams);
+            if let Some(fuel) = q.kernel_fuel {
+                if fuel == 0 {
+                    return Err(ConfigError("quota.kernel_fuel must be at least 1".into()));
+                }
+                quota = quota.with_kernel_fuel(fuel);
+            }
+            config.quota = quota;
+        }
+        if let Some(p) = file.policy {
+            config.policy.raw_modules = p.raw_modules.unwrap_or(config.policy.raw_modules);
+            config.policy.wasm_kernels = p.wasm_kernels.unwrap_or(config.policy.wasm_kernels);
+            config.policy.builtins = p.builtins.unwrap_or(config.policy.builtins);
+        }
+        match file.guest_fuel {
+            Some(GuestFuel::Unlimited(s)) if s == "unlimited" => config.guest_fuel = None,
+            Some(GuestFuel::Unlimited(s)) => {
+                return Err(ConfigError(format!(
+                    "guest_fuel `{s}` is neither a number nor \"unlimited\""
+                )));
+            }
+            Some(GuestFuel::Units(0)) => {
+                return Err(ConfigError("guest_fuel must be at least 1".into()));
+            }
+            Some(GuestFuel::Units(n)) => config.guest_fuel = Some(n),
+            None => {}
+        }
+        Ok(config)
+    }
+}
+
+/// Guest fuel of an untrusted tenant by default.
+pub const DEFAULT_GUEST_FUEL: u64 = 10_000_000_000;
+
+/// A tenant config file that could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tenant config: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    name: Option<String>,
+    trusted: Option<bool>,
+    guest_fuel: Option<GuestFuel>,
+    quota: Option<QuotaSection>,
+    policy: Option<PolicySection>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum GuestFuel {
+    Units(u64),
+    Unlimited(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuotaSection {
+    device_bytes: Option<u64>,
+    guest_memory_bytes: Option<u64>,
+    modules: Option<u64>,
+    functions: Option<u64>,
+    launches_in_flight: Option<u64>,
+    streams: Option<u64>,
+    kernel_fuel: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicySection {
+    raw_modules: Option<bool>,
+    wasm_kernels: Option<bool>,
+    builtins: Option<bool>,
+}
+
+/// wasmtime's view of a tenant's quota: linear memory grows only while the
+/// tenant's guest-memory quota has room (the growth fails, as `memory.grow`
+/// returning -1, otherwise), and tables stay bounded.
+pub struct TenantLimiter {
+    ledger: Arc<QuotaLedger>,
+    memory: Option<OwnedCharge>,
+}
+
+/// Table elements one instance may have.
+const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+
+impl TenantLimiter {
+    /// A limiter charging `ledger`.
+    pub fn new(ledger: Arc<QuotaLedger>) -> Self {
+        TenantLimiter {
+            ledger,
+            memory: None,
+        }
+    }
+}
+
+impl ResourceLimiter for TenantLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let extra = desired.saturating_sub(current) as u64;
+        let granted = match &mut self.memory {
+            Some(charge) => charge.try_grow(extra).is_ok(),
+            None => match QuotaLedger::try_reserve_owned(
+                &self.ledger,
+                Resource::GuestMemoryBytes,
+                extra,
+            ) {
+                Ok(r) => {
+                    self.memory = Some(r.commit());
+                    true
+                }
+                Err(_) => false,
+            },
+        };
+        Ok(granted)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// One tenant: its store (and through it its stream, handle tables and
+/// guest memory), its ledger and, once instantiated, its instance.
+/// Dropping it waits for its work in flight, then frees everything it holds
+/// (buffers, modules, functions, the stream, the memory), returning every
+/// charge to the ledger.
+pub struct Tenant<D>
+where
+    D: GpuDriver + ManagedAllocator + 'static,
+{
+    name: String,
+    ledger: Arc<QuotaLedger>,
+    store: Store<GuestState<D>>,
+    instance: Option<Instance>,
+}
+
+impl<D> Tenant<D>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    /// A tenant of `runtime` configured by `config`.
+    pub fn new(runtime: &GuestRuntime<D>, config: &TenantConfig) -> wasmtime::Result<Self> {
+        let ledger = Arc::new(QuotaLedger::new(config.quota));
+        let store = runtime.tenant_store(config, Arc::clone(&ledger))?;
+        Ok(Tenant {
+            name: config.name.clone(),
+            ledger,
+            store,
+            instance: None,
+        })
+    }
+
+    /// Instantiates `module` as this tenant's guest.
+    pub async fn instantiate(
+        &mut self,
+        runtime: &GuestRuntime<D>,
+        module: &GuestModule,
+    ) -> wasmtime::Result<Instance> {
+        let instance = runtime.instantiate(&mut self.store, module).await?;
+        self.instance = Some(instance);
+        Ok(instance)
+    }
+
+    /// The tenant's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The guest's instance, once instantiated.
+    pub fn instance(&self) -> Option<Instance> {
+        self.instance
+    }
+
+    /// The tenant's store.
+    pub fn store(&self) -> &Store<GuestState<D>> {
+        &self.store
+    }
+
+    /// The tenant's store, to call its guest.
+    pub fn store_mut(&mut self) -> &mut Store<GuestState<D>> {
+        &mut self.store
+    }
+
+    /// What the tenant holds now against its quota.
+    pub fn usage(&self) -> QuotaSnapshot {
+        self.ledger.snapshot()
+    }
+
+    /// The tenant's ledger (it outlives the tenant: after the drop, every
+    /// count in it is back to zero).
+    pub fn ledger(&self) -> &Arc<QuotaLedger> {
+        &self.ledger
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_file_starts_from_the_untrusted_defaults() {
+        let c = TenantConfig::from_toml("name = \"a\"\n[quota]\ndevice_bytes = 4096\n").unwrap();
+        assert_eq!(c.name, "a");
+        assert_eq!(c.quota.limit(Resource::DeviceBytes), 4096);
+        assert_eq!(
+            c.quota.limit(Resource::Modules),
+            TenantQuota::default().limit(Resource::Modules)
+        );
+        assert_eq!(c.policy, TenantPolicy::UNTRUSTED);
+        assert_eq!(c.guest_fuel, Some(DEFAULT_GUEST_FUEL));
+    }
+
+    #[test]
+    fn trusted_tenants_and_every_key() {
+        let c = TenantConfig::from_toml(
+            "trusted = true\nguest_fuel = \"unlimited\"\n[policy]\nwasm_kernels = false\n\
+             [quota]\nguest_memory_bytes = 65536\nmodules = 1\nfunctions = 2\n\
+             launches_in_flight = 3\nstreams = 1\nkernel_fuel = 99\n",
+        )
+        .unwrap();
+        assert!(c.policy.raw_modules && !c.policy.wasm_kernels && c.policy.builtins);
+        assert_eq!(c.guest_fuel, None);
+        assert_eq!(c.quota.limit(Resource::GuestMemoryBytes), 65536);
+        assert_eq!(c.quota.limit(Resource::DeviceBytes), u64::MAX);
+        assert_eq!(c.quota.limit(Resource::LaunchesInFlight), 3);
+        assert_eq!(c.quota.kernel_fuel(), 99);
+    }
+
+    #[test]
+    fn misspelt_keys_and_bad_values_are_errors() {
+        for bad in [
+            "[quota]\ndevice_byte = 1\n",
+            "[policy]\nraw_ptx = true\n",
+            "nmae = \"x\"\n",
+            "guest_fuel = 0\n",
+            "guest_fuel = \"lots\"\n",
+            "[quota]\nkernel_fuel = 0\n",
+            "[quota]\nmodules = -1\n",
+        ] {
+            assert!(
+                TenantConfig::from_toml(bad).is_err(),
+                "{bad:?} was accepted"
+            );
+        }
+    }
+}
