@@ -2,17 +2,23 @@
 
 use std::{path::PathBuf, process::ExitCode};
 
-use tensorwasm_embed::run::{DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions};
+use tensorwasm_embed::{
+    run::{DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions},
+    tenant::TenantConfig,
+};
 
 const USAGE: &str = "\
 usage: tensorwasm <command>
 
 commands:
-  run GUEST [--driver auto|cuda|cpu] [--invoke NAME] [--memory-limit BYTES] [ARGS...]
+  run GUEST [--driver auto|cuda|cpu] [--invoke NAME] [--memory-limit BYTES]
+      [--tenant FILE] [ARGS...]
              run GUEST (.wat or .wasm): call its export NAME (default `run`)
              with ARGS parsed by the function's parameter types, print the
              results. `auto` (the default) picks CUDA when a GPU is there,
-             else the CPU driver, and says which.
+             else the CPU driver, and says which. --tenant runs the guest as
+             the tenant FILE describes (TOML: quota, policy, guest fuel;
+             docs/tenants.md); without it the guest is trusted.
   devices    list what each driver (cuda, cpu) finds, and why a driver is unavailable
   help       print this text
 ";
@@ -54,6 +60,7 @@ fn parse_run(args: &[String]) -> Result<RunOptions, String> {
     let mut driver = DriverChoice::Auto;
     let mut invoke = "run".to_string();
     let mut memory_limit = DEFAULT_MEMORY_LIMIT;
+    let mut tenant = None;
     let mut rest = Vec::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -78,6 +85,12 @@ fn parse_run(args: &[String]) -> Result<RunOptions, String> {
                     .parse()
                     .map_err(|_| format!("--memory-limit `{v}` is not a byte count"))?;
             }
+            "--tenant" => {
+                let path = value("--tenant")?;
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("reading --tenant {path}: {e}"))?;
+                tenant = Some(TenantConfig::from_toml(&text).map_err(|e| format!("{path}: {e}"))?);
+            }
             "--" => rest.extend(it.by_ref().cloned()),
             _ if guest.is_none() => guest = Some(PathBuf::from(arg)),
             _ => rest.push(arg.clone()),
@@ -89,6 +102,7 @@ fn parse_run(args: &[String]) -> Result<RunOptions, String> {
         invoke,
         args: rest,
         memory_limit,
+        tenant,
     })
 }
 

@@ -9,7 +9,11 @@ use tensorwasm_cpu::CpuDriver;
 use tensorwasm_cuda::CudaDriver;
 use wasmtime::{Val, ValType};
 
-use crate::{runtime::GuestRuntime, twins};
+use crate::{
+    runtime::GuestRuntime,
+    tenant::{Tenant, TenantConfig},
+    twins,
+};
 
 /// Which driver `run` uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +39,10 @@ pub struct RunOptions {
     pub args: Vec<String>,
     /// The most bytes one guest memory may reserve.
     pub memory_limit: usize,
+    /// The tenant the guest runs as (`--tenant FILE`): its quota, policy
+    /// and guest fuel. `None`: a trusted tenant (the user runs their own
+    /// code).
+    pub tenant: Option<TenantConfig>,
 }
 
 /// The default per-guest memory limit: the whole 32-bit address space.
@@ -122,17 +130,22 @@ where
     let module = runtime
         .compile(bytes)
         .map_err(|e| err(format!("compiling {}: {e:#}", options.guest.display())))?;
-    let mut store = runtime.store().map_err(|e| err(format!("{e:#}")))?;
+    let config = options
+        .tenant
+        .clone()
+        .unwrap_or_else(|| TenantConfig::trusted("guest"));
+    let mut tenant = Tenant::new(&runtime, &config).map_err(|e| err(format!("{e:#}")))?;
     futures::executor::block_on(async {
-        let instance = runtime
-            .instantiate(&mut store, &module)
+        let instance = tenant
+            .instantiate(&runtime, &module)
             .await
             .map_err(|e| err(format!("instantiating {}: {e:#}", options.guest.display())))?;
+        let store = tenant.store_mut();
         let name = &options.invoke;
         let func = instance
-            .get_func(&mut store, name)
+            .get_func(&mut *store, name)
             .ok_or_else(|| err(format!("the guest exports no function `{name}`")))?;
-        let ty = func.ty(&store);
+        let ty = func.ty(&*store);
         let params: Vec<ValType> = ty.params().collect();
         if params.len() != options.args.len() {
             return Err(err(format!(
@@ -150,7 +163,7 @@ where
             })
             .collect::<Result<Vec<Val>, RunError>>()?;
         let mut results = vec![Val::I32(0); ty.results().len()];
-        let outcome = func.call_async(&mut store, &args, &mut results).await;
+        let outcome = func.call_async(&mut *store, &args, &mut results).await;
         let last = store.data().cuda.last_error();
         let last_error = (!last.is_empty()).then(|| last.to_string());
         if let Err(e) = outcome {

@@ -119,3 +119,63 @@ fn run_names_a_bad_argument() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_untrusted_tenant_runs_wasm_kernels_but_not_raw_ptx() {
+    let tenant = "examples/untrusted-tenant.toml";
+    let out = run_guest(&[
+        "examples/wasm_kernels.wat",
+        "--driver",
+        "cpu",
+        "--tenant",
+        tenant,
+        "4096",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "0\n", "{stderr}");
+    // vector_add.wat loads raw PTX: the guest sees EPERM (17) and says so.
+    let out = run_guest(&[
+        "examples/vector_add.wat",
+        "--driver",
+        "cpu",
+        "--tenant",
+        tenant,
+        "4096",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_ne!(
+        stdout, "0\n",
+        "raw PTX ran for an untrusted tenant: {stderr}"
+    );
+    assert!(
+        stderr.contains("module_load_ptx: EPERM: this tenant's policy does not allow raw PTX"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_bad_tenant_file_is_refused_before_anything_runs() {
+    let dir = std::env::temp_dir().join(format!("tensorwasm-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[quota]\ndevice_byte = 1\n").unwrap();
+    let out = run_guest(&[
+        "examples/vector_add.wat",
+        "--driver",
+        "cpu",
+        "--tenant",
+        bad.to_str().unwrap(),
+        "1",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("device_byte"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}

@@ -1760,6 +1760,7 @@ fn run_example(name: &str, args: &[&str]) -> tensorwasm_embed::run::RunReport {
         invoke: "run".into(),
         args: args.iter().map(|s| s.to_string()).collect(),
         memory_limit: 64 << 20,
+        tenant: None,
     };
     tensorwasm_embed::run::run(&options).unwrap_or_else(|e| panic!("{name} {args:?}: {e}"))
 }
