@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Assembles every .ptx file in the repo with ptxas for sm_75, sm_80 and sm_90,
-# then the PTX lowerer's output: `cargo test -p tensorwasm-core --features
+# Assembles every hand-written .ptx file in the repo with ptxas for sm_75,
+# sm_80 and sm_90; checks the built-in kernels' generated PTX
+# (kernels/ptx/, CUDA 13.0, PTX ISA 9.0) with `scripts/build-kernels.sh
+# --check`, which rebuilds it from kernels/src, diffs, and assembles each file
+# for its own target with the CUDA 13.0 ptxas; then the PTX lowerer's output: `cargo test -p tensorwasm-core --features
 # lower --test ptx` lowers its test kernels once per target (sm_75 and sm_80
 # with PTX ISA 7.0, sm_90 with 7.8) into target/ptx-out/<kernel>.sm_XX.ptx,
 # and embed's `kernel_ops` test lowers one Wasm kernel per operator (each
@@ -33,8 +36,11 @@ while IFS= read -r -d '' f; do
   done
   echo "ok  $f"
   count=$((count + 1))
-done < <(find . -name '*.ptx' -not -path './target/*' -not -path './.device-pack/*' -print0)
+done < <(find . -name '*.ptx' -not -path './target/*' -not -path './.device-pack/*' \
+  -not -path './kernels/ptx/*' -not -path './fuzz/*' -not -path './guest/target/*' -print0)
 echo "$count PTX file(s) assembled for sm_75, sm_80, sm_90"
+
+scripts/build-kernels.sh --check
 
 # The op table's and lowerer's unit tests (docs/op-table.md must match the
 # table), then the lowerer's kernels, emitted afresh so no stale file is

@@ -29,15 +29,29 @@ impl PtxFile {
     }
 }
 
-/// One PTX build: a file compiled for `sm_<sm>`.
+/// One PTX build: a file compiled for `sm_<sm>` (or `sm_<sm>a`).
 #[derive(Clone, Copy, Debug)]
 pub struct PtxBuild {
     /// The source file.
     pub file: PtxFile,
     /// The architecture, as `major * 10 + minor` (90 for sm_90).
     pub sm: u32,
+    /// Built for the architecture-specific target (`sm_90a`: Hopper's
+    /// `wgmma`), which runs on that architecture only, not on later ones.
+    pub arch_specific: bool,
     /// The PTX text.
     pub text: &'static str,
+}
+
+impl PtxBuild {
+    /// The target's name, `sm_90` or `sm_90a`.
+    pub fn target(&self) -> String {
+        format!(
+            "sm_{}{}",
+            self.sm,
+            if self.arch_specific { "a" } else { "" }
+        )
+    }
 }
 
 macro_rules! build {
@@ -45,7 +59,16 @@ macro_rules! build {
         PtxBuild {
             file: PtxFile::$file,
             sm: $sm,
+            arch_specific: false,
             text: include_str!(concat!("../ptx/", $stem, ".sm_", $sm, ".ptx")),
+        }
+    };
+    ($file:ident, $stem:literal, $sm:literal, arch_specific) => {
+        PtxBuild {
+            file: PtxFile::$file,
+            sm: $sm,
+            arch_specific: true,
+            text: include_str!(concat!("../ptx/", $stem, ".sm_", $sm, "a.ptx")),
         }
     };
 }
@@ -55,6 +78,7 @@ pub static BUILDS: &[PtxBuild] = &[
     build!(Gemm, "gemm", 75),
     build!(Gemm, "gemm", 80),
     build!(Gemm, "gemm", 90),
+    build!(Gemm, "gemm", 90, arch_specific),
     build!(Reduce, "reduce", 75),
     build!(Reduce, "reduce", 80),
     build!(Reduce, "reduce", 90),
@@ -63,14 +87,20 @@ pub static BUILDS: &[PtxBuild] = &[
     build!(Elementwise, "elementwise", 90),
 ];
 
-/// The newest build of `file` not newer than a device of compute
-/// capability `sm` (`major * 10 + minor`), or `None` if the device is older
-/// than every build.
+/// The build of `file` a device of compute capability `sm` (`major * 10 +
+/// minor`) runs: the architecture-specific build for exactly that
+/// architecture if there is one, else the newest build not newer than the
+/// device; `None` if the device is older than every build.
 pub fn build_for(file: PtxFile, sm: u32) -> Option<&'static PtxBuild> {
-    BUILDS
+    let specific = BUILDS
         .iter()
-        .filter(|b| b.file == file && b.sm <= sm)
-        .max_by_key(|b| b.sm)
+        .find(|b| b.file == file && b.arch_specific && b.sm == sm);
+    specific.or_else(|| {
+        BUILDS
+            .iter()
+            .filter(|b| b.file == file && !b.arch_specific && b.sm <= sm)
+            .max_by_key(|b| b.sm)
+    })
 }
 
 #[cfg(test)]
@@ -80,10 +110,17 @@ mod tests {
     #[test]
     fn every_file_has_a_build_and_the_newest_fitting_one_is_picked() {
         for file in PtxFile::ALL {
-            assert_eq!(build_for(file, 75).map(|b| b.sm), Some(75));
-            assert_eq!(build_for(file, 86).map(|b| b.sm), Some(80));
-            assert_eq!(build_for(file, 90).map(|b| b.sm), Some(90));
-            assert_eq!(build_for(file, 100).map(|b| b.sm), Some(90));
+            let target = |sm| build_for(file, sm).map(PtxBuild::target);
+            assert_eq!(target(75).as_deref(), Some("sm_75"));
+            assert_eq!(target(86).as_deref(), Some("sm_80"));
+            let hopper = if file == PtxFile::Gemm {
+                "sm_90a"
+            } else {
+                "sm_90"
+            };
+            assert_eq!(target(90).as_deref(), Some(hopper));
+            // sm_90a code does not run on later architectures.
+            assert_eq!(target(100).as_deref(), Some("sm_90"));
             assert!(build_for(file, 70).is_none());
         }
     }
@@ -98,10 +135,10 @@ mod tests {
                 b.sm
             );
             assert!(
-                b.text.contains(&format!(".target sm_{}", b.sm)),
-                "{}.sm_{} targets another architecture",
+                b.text.contains(&format!(".target {}\n", b.target())),
+                "{}.{} targets another architecture",
                 b.file.stem(),
-                b.sm
+                b.target()
             );
         }
     }

@@ -57,6 +57,8 @@ pub struct BuiltinKernel {
     /// The oldest architecture it is built for (`major * 10 + minor`);
     /// every newer build of its file has it too.
     pub min_sm: u32,
+    /// Only in the architecture-specific build for `min_sm` (`sm_90a`).
+    pub arch_specific: bool,
     /// Threads per block.
     pub block: Dim3,
     /// The grid rule.
@@ -83,6 +85,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]",
         file: PtxFile::Gemm,
         min_sm: 75,
+        arch_specific: false,
         block: block(256, 1),
         geometry: GEMM_TILES,
         oracle: "oracle::gemm",
@@ -93,6 +96,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]; inputs rounded to TF32",
         file: PtxFile::Gemm,
         min_sm: 80,
+        arch_specific: false,
         block: block(256, 1),
         geometry: GEMM_TILES,
         oracle: "oracle::gemm",
@@ -103,6 +107,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "A bf16 [b?,M,K], B bf16 [b?,K,N], C f32 [b?,M,N]",
         file: PtxFile::Gemm,
         min_sm: 80,
+        arch_specific: false,
         block: block(256, 1),
         geometry: GEMM_TILES,
         oracle: "oracle::gemm",
@@ -113,6 +118,40 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "A f16 [b?,M,K], B f16 [b?,K,N], C f32 [b?,M,N]",
         file: PtxFile::Gemm,
         min_sm: 80,
+        arch_specific: false,
+        block: block(256, 1),
+        geometry: GEMM_TILES,
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_tf32_sm90a",
+        op: "gemm (precision 1), Hopper wgmma",
+        operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]; inputs rounded to TF32",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
+        block: block(256, 1),
+        geometry: GEMM_TILES,
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_bf16_sm90a",
+        op: "gemm, Hopper wgmma",
+        operands: "A bf16 [b?,M,K], B bf16 [b?,K,N], C f32 [b?,M,N]",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
+        block: block(256, 1),
+        geometry: GEMM_TILES,
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_f16_sm90a",
+        op: "gemm, Hopper wgmma",
+        operands: "A f16 [b?,M,K], B f16 [b?,K,N], C f32 [b?,M,N]",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
         block: block(256, 1),
         geometry: GEMM_TILES,
         oracle: "oracle::gemm",
@@ -123,6 +162,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
         file: PtxFile::Reduce,
         min_sm: 75,
+        arch_specific: false,
         block: block(256, 1),
         geometry: Geometry::PerOutput,
         oracle: "oracle::reduce",
@@ -133,6 +173,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
         file: PtxFile::Reduce,
         min_sm: 75,
+        arch_specific: false,
         block: block(256, 1),
         geometry: Geometry::PerOutput,
         oracle: "oracle::reduce",
@@ -143,6 +184,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
         file: PtxFile::Reduce,
         min_sm: 75,
+        arch_specific: false,
         block: block(256, 1),
         geometry: Geometry::PerOutput,
         oracle: "oracle::reduce",
@@ -153,6 +195,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "X f32 [.., C], Y f32 like X",
         file: PtxFile::Reduce,
         min_sm: 75,
+        arch_specific: false,
         block: block(256, 1),
         geometry: Geometry::PerRow,
         oracle: "oracle::softmax",
@@ -163,6 +206,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "X f32 [.., C], gamma f32 [C], beta f32 [C], Y f32 like X",
         file: PtxFile::Reduce,
         min_sm: 75,
+        arch_specific: false,
         block: block(256, 1),
         geometry: Geometry::PerRow,
         oracle: "oracle::layernorm",
@@ -173,6 +217,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "A f32, B f32 (A's shape or a suffix of it), Y f32 like A",
         file: PtxFile::Elementwise,
         min_sm: 75,
+        arch_specific: false,
         block: block(256, 1),
         geometry: ELEMENTWISE,
         oracle: "oracle::add",
@@ -183,6 +228,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "A f32, B f32 (A's shape or a suffix of it), Y f32 like A",
         file: PtxFile::Elementwise,
         min_sm: 75,
+        arch_specific: false,
         block: block(256, 1),
         geometry: ELEMENTWISE,
         oracle: "oracle::mul",
@@ -193,6 +239,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "X f32, Y f32 like X",
         file: PtxFile::Elementwise,
         min_sm: 75,
+        arch_specific: false,
         block: block(256, 1),
         geometry: ELEMENTWISE,
         oracle: "oracle::relu",
@@ -203,6 +250,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "X f32, Y f32 like X",
         file: PtxFile::Elementwise,
         min_sm: 75,
+        arch_specific: false,
         block: block(256, 1),
         geometry: ELEMENTWISE,
         oracle: "oracle::gelu",
@@ -213,6 +261,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         operands: "X f32 [b?,R,C], Y f32 [b?,C,R]",
         file: PtxFile::Elementwise,
         min_sm: 75,
+        arch_specific: false,
         block: block(32, 8),
         geometry: Geometry::TransposeTiles { tile: 32 },
         oracle: "oracle::transpose",
@@ -287,13 +336,15 @@ fn entry(name: &str) -> &'static BuiltinKernel {
     }
 }
 
-/// The launch that runs `op`: its kernel, geometry and parameters. Sizes
-/// past what the kernels' `int` parameters or the grid allow are
-/// `ELIMIT`; nothing else about `op` is checked again (the descriptor
-/// decoder did that).
-pub fn plan(op: &TensorOp) -> Result<LaunchPlan, AbiError> {
+/// The launch that runs `op` on a device of compute capability `sm`
+/// (`major * 10 + minor`; `None` for the CPU driver): its kernel, geometry
+/// and parameters. On sm_90 the Tensor Core GEMMs use the `wgmma` entries
+/// of the sm_90a build. Sizes past what the kernels' `int` parameters or
+/// the grid allow are `ELIMIT`; nothing else about `op` is checked again
+/// (the descriptor decoder did that).
+pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
     match *op {
-        TensorOp::Gemm(ref g) => plan_gemm(g),
+        TensorOp::Gemm(ref g) => plan_gemm(g, sm == Some(90)),
         TensorOp::Reduce {
             op,
             x,
@@ -429,12 +480,15 @@ fn grid_stride(k: &BuiltinKernel, n: u64) -> Dim3 {
     Dim3::linear(n.div_ceil(per_block).clamp(1, max_blocks) as u32)
 }
 
-fn plan_gemm(g: &Gemm) -> Result<LaunchPlan, AbiError> {
-    let k = entry(match g.precision {
-        GemmPrecision::F32 => "tw_gemm_f32",
-        GemmPrecision::Tf32 => "tw_gemm_tf32",
-        GemmPrecision::Bf16 => "tw_gemm_bf16",
-        GemmPrecision::F16 => "tw_gemm_f16",
+fn plan_gemm(g: &Gemm, hopper: bool) -> Result<LaunchPlan, AbiError> {
+    let k = entry(match (g.precision, hopper) {
+        (GemmPrecision::F32, _) => "tw_gemm_f32",
+        (GemmPrecision::Tf32, false) => "tw_gemm_tf32",
+        (GemmPrecision::Bf16, false) => "tw_gemm_bf16",
+        (GemmPrecision::F16, false) => "tw_gemm_f16",
+        (GemmPrecision::Tf32, true) => "tw_gemm_tf32_sm90a",
+        (GemmPrecision::Bf16, true) => "tw_gemm_bf16_sm90a",
+        (GemmPrecision::F16, true) => "tw_gemm_f16_sm90a",
     });
     let Geometry::GemmTiles { bm, bn } = k.geometry else {
         unreachable!("GEMMs use output tiles")
@@ -476,13 +530,18 @@ mod tests {
         for k in KERNELS {
             for b in BUILDS.iter().filter(|b| b.file == k.file) {
                 let declared = b.text.contains(&format!(".entry {}(", k.entry));
+                let expected = if k.arch_specific {
+                    b.arch_specific && b.sm == k.min_sm
+                } else {
+                    b.sm >= k.min_sm
+                };
                 assert_eq!(
                     declared,
-                    b.sm >= k.min_sm,
-                    "{} in {}.sm_{}",
+                    expected,
+                    "{} in {}.{}",
                     k.entry,
                     k.file.stem(),
-                    b.sm
+                    b.target()
                 );
             }
             assert!(build_for(k.file, k.min_sm).is_some(), "{}", k.entry);
@@ -516,13 +575,23 @@ mod tests {
             alpha: 1.0,
             beta: 0.0,
         };
-        let p = plan(&TensorOp::Gemm(g)).unwrap();
+        let p = plan(&TensorOp::Gemm(g), Some(80)).unwrap();
         assert_eq!(p.kernel.entry, "tw_gemm_bf16");
+        let hopper = plan(&TensorOp::Gemm(g), Some(90)).unwrap();
+        assert_eq!(hopper.kernel.entry, "tw_gemm_bf16_sm90a");
+        let f32 = Gemm {
+            precision: GemmPrecision::F32,
+            ..g
+        };
+        assert_eq!(
+            plan(&TensorOp::Gemm(f32), Some(90)).unwrap().kernel.entry,
+            "tw_gemm_f32"
+        );
         assert_eq!((p.grid.x, p.grid.y, p.grid.z), (33, 2, 3));
         assert_eq!(p.params.len(), 14);
         let big = Gemm { m: 1 << 40, ..g };
         assert_eq!(
-            plan(&TensorOp::Gemm(big)).unwrap_err().errno,
+            plan(&TensorOp::Gemm(big), None).unwrap_err().errno,
             tensorwasm_core::abi::Errno::ELIMIT
         );
     }
@@ -535,9 +604,9 @@ mod tests {
             y: DevicePtr(0),
             n,
         };
-        assert_eq!(plan(&relu(1)).unwrap().grid.x, 1);
-        assert_eq!(plan(&relu(1025)).unwrap().grid.x, 2);
-        assert_eq!(plan(&relu(1 << 40)).unwrap().grid.x, 65536);
+        assert_eq!(plan(&relu(1), None).unwrap().grid.x, 1);
+        assert_eq!(plan(&relu(1025), None).unwrap().grid.x, 2);
+        assert_eq!(plan(&relu(1 << 40), None).unwrap().grid.x, 65536);
         let t = TensorOp::Transpose {
             x: DevicePtr(0),
             y: DevicePtr(0),
@@ -545,7 +614,7 @@ mod tests {
             rows: 33,
             cols: 1,
         };
-        let p = plan(&t).unwrap();
+        let p = plan(&t, None).unwrap();
         assert_eq!((p.grid.x, p.grid.y, p.grid.z), (1, 2, 2));
     }
 }

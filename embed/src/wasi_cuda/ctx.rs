@@ -999,7 +999,12 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
                 held.push(buf);
                 Ok(at)
             })?;
-        let plan = tensorwasm_kernels::table::plan(&op)?;
+        let sm = self
+            .driver
+            .device()
+            .compute_capability
+            .map(|(major, minor)| major * 10 + minor);
+        let plan = tensorwasm_kernels::table::plan(&op, sm)?;
         let function = self
             .builtins
             .function(&self.driver, plan.kernel)
