@@ -24,6 +24,16 @@ commands:
 ";
 
 fn main() -> ExitCode {
+    // Each guest launches on its own stream; CUDA maps streams onto
+    // CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and two
+    // streams sharing a queue serialize. 32 queues keep up to 32 tenants
+    // from waiting behind one another (docs/tenants.md). CUDA reads the
+    // variable when it starts, so it is set before anything touches it.
+    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+        // SAFETY: this is the first statement of `main`: no other thread
+        // exists yet that could read or write the environment concurrently.
+        unsafe { std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32") };
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("run") => match parse_run(&args[1..]) {
