@@ -9,14 +9,17 @@
 # The runner runs every packed test binary with --include-ignored, then
 # `tensorwasm devices`, and writes one log per binary plus summary.txt to $OUT.
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
-# of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops` and `mlp_guest` test
-# targets are packed (the others run in CI and each carries a whole wasmtime).
+# of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest` and
+# `tenants_stress` test targets are packed (the others run in CI and each
+# carries a whole wasmtime).
 # The example guests go along too (examples/*.wat, and the Rust guests if
 # guest/ has been built; run.sh points the `mlp_guest` tests at the packed
 # mlp.wasm through MLP_GUEST_WASM, since guest/target is not carried),
-# and the benchmark binaries (guest_overhead, wasm_kernels) when
-# PACK_BENCH=1; `.device-pack/run.sh` then runs `tensorwasm run` on each
-# example guest, and `.device-pack/bench.sh` the benchmarks.
+# and the benchmark binaries (guest_overhead, wasm_kernels, tenants) when
+# PACK_BENCH=1 (BENCHES, space-separated, packs only some); `.device-pack/run.sh`
+# then runs `tensorwasm run` on each example guest, and `.device-pack/bench.sh`
+# the benchmarks. run.sh exports CUDA_DEVICE_MAX_CONNECTIONS=32 (one hardware
+# queue per stream of up to 32 tenants) for the tests and the example runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=${GPU_TEST_PACKAGES:-"tensorwasm-cuda tensorwasm-embed"}
@@ -38,7 +41,7 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "tenants_stress"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]
@@ -54,10 +57,12 @@ mlp_guest=guest/target/wasm32-unknown-unknown/release/mlp.wasm
 if [ -f "$mlp_guest" ]; then cp "$mlp_guest" "$pack/examples/"; fi
 if [ "${PACK_BENCH:-0}" = 1 ]; then
   mkdir -p "$pack/bench"
-  cargo bench -p tensorwasm-embed --bench guest_overhead --bench wasm_kernels --no-run --message-format=json \
+  bench_args=()
+  for b in ${BENCHES:-guest_overhead wasm_kernels tenants}; do bench_args+=(--bench "$b"); done
+  cargo bench -p tensorwasm-embed "${bench_args[@]}" --no-run --message-format=json \
     | python3 -c '
 import json, shutil, sys
-benches = ("guest_overhead", "wasm_kernels")
+benches = ("guest_overhead", "wasm_kernels", "tenants")
 for line in sys.stdin:
     m = json.loads(line)
     name = m.get("target", {}).get("name")
@@ -71,12 +76,14 @@ for line in sys.stdin:
 cd "$(dirname "$0")"
 # One after the other (BENCHES picks some: BENCHES=wasm_kernels); each writes
 # its JSON to $OUT and its printed table to $OUT/<name>.txt. Exits with the
-# first failing benchmark's status (2: no CUDA device).
+# first failing benchmark's status (2: no CUDA device). Benchmarks left out of
+# the pack are skipped with a note.
 export OUT=${OUT:-/tmp/tensorwasm-bench-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 status=0
-for name in ${BENCHES:-guest_overhead wasm_kernels}; do
+for name in ${BENCHES:-guest_overhead wasm_kernels tenants}; do
+  if [ ! -x bench/"$name" ]; then echo "$name: not packed (PACK_BENCH=1 BENCHES=...)"; continue; fi
   bench/"$name" "$@" 2>&1 | tee "$OUT/$name.txt"
   s=${PIPESTATUS[0]}
   if [ "$status" = 0 ] && [ "$s" != 0 ]; then status=$s; fi
@@ -102,6 +109,8 @@ summary="$out/summary.txt"
   echo "cuda (nvidia-smi): $(nvidia-smi | grep -o 'CUDA Version: [0-9.]*')"
 } > "$summary"
 status=0
+# Tenants' streams each get a hardware queue (the driver's default is 8).
+export CUDA_DEVICE_MAX_CONNECTIONS=32
 # The mlp_guest tests load the MLP guest from guest/target unless told.
 if [ -f examples/mlp.wasm ]; then export MLP_GUEST_WASM="$PWD/examples/mlp.wasm"; fi
 for t in bin/*--*; do

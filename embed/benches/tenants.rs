@@ -1,0 +1,933 @@
+//! Fairness between tenants of one GPU: how long a quiet tenant's small
+//! launch takes, from the guest's `tensor_op` to the return of its `wait`,
+//! while other tenants flood the device.
+//!
+//! 1. The quiet tenant launches a built-in ReLU over 64K floats (device
+//!    buffers) and waits, 2000 times (after 100 untimed), alone, then while
+//!    1 and then 4 noisy tenants, each on its own thread, flood: each
+//!    queues bf16 GEMMs of 1024 x 1024 x 1024 (the heavy kernel: 2.1 GFLOP
+//!    in 64 blocks of 128 x 128) until its launches-in-flight quota (the
+//!    untrusted default, 256) says `EQUOTA`, then waits its oldest launch
+//!    and continues. `wait` waits for the tenant's whole stream, so waiting
+//!    the oldest drains the queue; the handles left are then waited too
+//!    (they return at once) and the tenant fills the queue again.
+//! 2. The aggregate launch rate of 32 tenants each doing 992 small
+//!    launches (ReLU over 4K floats, 16 queued, then `sync`), next to one
+//!    tenant doing the same.
+//! 3. The 4-noisy scenario again in a child process of this binary with
+//!    `CUDA_DEVICE_MAX_CONNECTIONS` removed from its environment (the
+//!    driver's default: 8 hardware queues), against 32 here.
+//!
+//! Every tenant is untrusted (`TenantConfig::untrusted`), on one
+//! [`GuestRuntime`] shared by every thread. The quiet tenant's last output
+//! and one noisy GEMM (64 sampled elements) are checked against float64
+//! references. Prints a markdown table and writes every latency to
+//! `$OUT/tenants.json` (or `./tenants.json`) with the command line. Run with
+//! `cargo bench -p tensorwasm-embed --bench tenants`; exits 2 when no CUDA
+//! device is usable.
+
+use std::{
+    collections::VecDeque,
+    fmt::Write as _,
+    path::PathBuf,
+    process::ExitCode,
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use tensorwasm_core::{
+    GpuDriver,
+    abi::{
+        Errno, Handle,
+        tensor::{DType, OperandDescriptor, TensorHeader, TensorOpKind, encode_tensor_op},
+    },
+};
+use tensorwasm_cuda::CudaDriver;
+use tensorwasm_embed::{
+    kernel::GuestModule,
+    runtime::GuestRuntime,
+    tenant::{Tenant, TenantConfig},
+};
+use tensorwasm_kernels::oracle;
+use wasmtime::{Memory, TypedFunc};
+
+/// The bench guest: thin exports over the imports it needs, and
+/// `launch_wait`, a launch and its wait in one guest call.
+const GUEST_WAT: &str = r#"(module
+  (import "wasi_cuda" "buffer_alloc" (func $buffer_alloc (param i64 i32) (result i32)))
+  (import "wasi_cuda" "copy_to_buffer" (func $copy_to_buffer (param i64 i64 i32 i32) (result i32)))
+  (import "wasi_cuda" "copy_from_buffer" (func $copy_from_buffer (param i32 i64 i64 i32) (result i32)))
+  (import "wasi_cuda" "tensor_op" (func $tensor_op (param i32 i32 i32) (result i32)))
+  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
+  (import "wasi_cuda" "sync" (func $sync (result i32)))
+  (memory (export "memory") 1)
+  (func (export "buffer_alloc") (param i64 i32) (result i32)
+    (call $buffer_alloc (local.get 0) (local.get 1)))
+  (func (export "copy_to_buffer") (param i64 i32 i32) (result i32)
+    (call $copy_to_buffer (local.get 0) (i64.const 0) (local.get 1) (local.get 2)))
+  (func (export "copy_from_buffer") (param i32 i64 i32) (result i32)
+    (call $copy_from_buffer (local.get 0) (local.get 1) (i64.const 0) (local.get 2)))
+  (func (export "launch") (param i32 i32 i32) (result i32)
+    (call $tensor_op (local.get 0) (local.get 1) (local.get 2)))
+  (func (export "wait") (param i64) (result i32) (call $wait (local.get 0)))
+  (func (export "sync") (result i32) (call $sync))
+  (func (export "launch_wait") (param $desc i32) (param $len i32) (result i32)
+    (local $e i32)
+    (local.set $e (call $tensor_op (local.get $desc) (local.get $len) (i32.const 64)))
+    (if (local.get $e) (then (return (local.get $e))))
+    (call $wait (i64.load (i32.const 64))))
+)
+"#;
+
+/// The environment variable the CUDA driver reads in `cuInit`: how many
+/// hardware work queues the streams of a context spread over.
+const CONNECTIONS_ENV: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+/// What this bench sets it to: one queue per stream of up to 32 tenants.
+const CONNECTIONS: &str = "32";
+/// Runs only the 4-noisy scenario and prints its result line (the parent
+/// starts the child with `CONNECTIONS_ENV` removed).
+const CHILD_FLAG: &str = "--connections-unset-child";
+/// The child's result line starts with this.
+const CHILD_PREFIX: &str = "tenants-child-result:";
+
+/// The quiet tenant's ReLU: 64K floats.
+const QUIET_ELEMS: u64 = 64 << 10;
+/// Timed quiet launches per scenario.
+const QUIET_LAUNCHES: usize = 2000;
+/// Untimed quiet launches before them.
+const QUIET_WARMUP: usize = 100;
+/// Noisy tenants per scenario.
+const NOISY: [usize; 3] = [0, 1, 4];
+/// The noisy tenants' bf16 GEMM: M = N = K.
+const HEAVY: u64 = 1024;
+/// The aggregate run's ReLU: 4K floats.
+const SMALL_ELEMS: u64 = 4 << 10;
+/// Tenants of the aggregate run.
+const AGGREGATE_TENANTS: usize = 32;
+/// Launches per tenant in the aggregate run (62 windows).
+const AGGREGATE_LAUNCHES: usize = 992;
+/// Launches queued before each `sync` in the aggregate run.
+const AGGREGATE_WINDOW: usize = 16;
+const _: () = assert!(AGGREGATE_LAUNCHES.is_multiple_of(AGGREGATE_WINDOW));
+/// Each guest memory's reservation (managed memory, populated lazily).
+const GUEST_MEMORY_LIMIT: usize = 16 << 20;
+
+/// Guest memory layout.
+const OUT: u32 = 64;
+const DESC: u32 = 256;
+const DATA: u32 = 65536;
+
+type BenchResult<T> = Result<T, String>;
+
+fn main() -> ExitCode {
+    let child = std::env::args().any(|a| a == CHILD_FLAG);
+    let connections = if child {
+        format!("{CONNECTIONS_ENV} unset (the driver's default, 8)")
+    } else {
+        // SAFETY: the first thing `main` does: no other thread exists yet
+        // (nothing has spawned one, and the CUDA driver, which reads the
+        // variable in cuInit, is not loaded), so nothing reads or writes the
+        // environment at the same time.
+        unsafe { std::env::set_var(CONNECTIONS_ENV, CONNECTIONS) };
+        format!("{CONNECTIONS_ENV}={CONNECTIONS} (set by the bench)")
+    };
+    let driver = match CudaDriver::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!(
+                "tenants: needs a CUDA device, and none is usable here; nothing measured.\n\
+                 CudaDriver::new(0): {e}"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let result = if child {
+        run_child(driver)
+    } else {
+        run(driver, &connections)
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tenants: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn wasm_error(what: &'static str) -> impl Fn(wasmtime::Error) -> String {
+    move |e| format!("{what}: {e:#}")
+}
+
+// ---------------------------------------------------------------------------
+// One tenant's guest.
+
+struct BenchGuest {
+    tenant: Tenant<CudaDriver>,
+    memory: Memory,
+    buffer_alloc: TypedFunc<(i64, i32), i32>,
+    copy_to_buffer: TypedFunc<(i64, i32, i32), i32>,
+    copy_from_buffer: TypedFunc<(i32, i64, i32), i32>,
+    launch: TypedFunc<(i32, i32, i32), i32>,
+    wait: TypedFunc<i64, i32>,
+    sync: TypedFunc<(), i32>,
+    launch_wait: TypedFunc<(i32, i32), i32>,
+    /// The descriptor's length at [`DESC`].
+    desc_len: i32,
+}
+
+impl BenchGuest {
+    fn new(
+        runtime: &GuestRuntime<CudaDriver>,
+        module: &GuestModule,
+        name: &str,
+    ) -> BenchResult<Self> {
+        let config = TenantConfig::untrusted(name);
+        let mut tenant = Tenant::new(runtime, &config).map_err(wasm_error("a tenant"))?;
+        let instance = futures::executor::block_on(tenant.instantiate(runtime, module))
+            .map_err(wasm_error("instantiating the bench guest"))?;
+        let store = tenant.store_mut();
+        let memory = instance
+            .get_memory(&mut *store, "memory")
+            .ok_or("the bench guest exports no memory")?;
+        macro_rules! typed {
+            ($name:literal) => {
+                instance
+                    .get_typed_func(&mut *store, $name)
+                    .map_err(wasm_error(concat!("the export ", $name)))?
+            };
+        }
+        Ok(BenchGuest {
+            buffer_alloc: typed!("buffer_alloc"),
+            copy_to_buffer: typed!("copy_to_buffer"),
+            copy_from_buffer: typed!("copy_from_buffer"),
+            launch: typed!("launch"),
+            wait: typed!("wait"),
+            sync: typed!("sync"),
+            launch_wait: typed!("launch_wait"),
+            tenant,
+            memory,
+            desc_len: 0,
+        })
+    }
+
+    fn last_error(&self) -> String {
+        self.tenant.store().data().cuda.last_error().to_string()
+    }
+
+    fn ok(&self, what: &str, errno: i32) -> BenchResult<()> {
+        if errno == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} {what}: errno {errno}: {}",
+                self.tenant.name(),
+                self.last_error()
+            ))
+        }
+    }
+
+    fn write(&mut self, at: u32, bytes: &[u8]) -> BenchResult<()> {
+        let end = at as usize + bytes.len();
+        let size = self.memory.data_size(self.tenant.store());
+        if end > size {
+            let pages = (end - size).div_ceil(65536) as u64;
+            self.memory
+                .grow(self.tenant.store_mut(), pages)
+                .map_err(wasm_error("growing the guest's memory"))?;
+        }
+        self.memory.data_mut(self.tenant.store_mut())[at as usize..end].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn read(&self, at: u32, len: usize) -> &[u8] {
+        &self.memory.data(self.tenant.store())[at as usize..at as usize + len]
+    }
+
+    /// A device buffer of `len` bytes, holding `bytes` at its start.
+    fn buffer(&mut self, len: u64, bytes: &[u8]) -> BenchResult<Handle> {
+        let e = block(
+            self.buffer_alloc
+                .call_async(self.tenant.store_mut(), (len as i64, OUT as i32)),
+        )?;
+        self.ok("buffer_alloc", e)?;
+        let handle = u64::from_le_bytes(self.read(OUT, 8).try_into().expect("8 bytes"));
+        if !bytes.is_empty() {
+            self.write(DATA, bytes)?;
+            let args = (handle as i64, DATA as i32, bytes.len() as i32);
+            let e = block(
+                self.copy_to_buffer
+                    .call_async(self.tenant.store_mut(), args),
+            )?;
+            self.ok("copy_to_buffer", e)?;
+        }
+        Ok(Handle(handle))
+    }
+
+    /// `n` floats of `buffer`.
+    fn read_buffer(&mut self, buffer: Handle, n: usize) -> BenchResult<Vec<f32>> {
+        self.write(DATA, &vec![0; n * 4])?;
+        let args = (DATA as i32, buffer.0 as i64, (n * 4) as i32);
+        let e = block(
+            self.copy_from_buffer
+                .call_async(self.tenant.store_mut(), args),
+        )?;
+        self.ok("copy_from_buffer", e)?;
+        Ok(self
+            .read(DATA, n * 4)
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect())
+    }
+
+    /// Puts the op's descriptor at [`DESC`]: every launch runs it.
+    fn set_op(&mut self, header: &TensorHeader, operands: &[OperandDescriptor]) -> BenchResult<()> {
+        let desc = encode_tensor_op(header, operands);
+        self.desc_len = desc.len() as i32;
+        self.write(DESC, &desc)
+    }
+
+    /// Queues the op: the errno; the handle at [`OUT`].
+    fn launch(&mut self) -> BenchResult<i32> {
+        let args = (DESC as i32, self.desc_len, OUT as i32);
+        block(self.launch.call_async(self.tenant.store_mut(), args))
+    }
+
+    fn handle(&self) -> u64 {
+        u64::from_le_bytes(self.read(OUT, 8).try_into().expect("8 bytes"))
+    }
+
+    fn wait(&mut self, launch: u64) -> BenchResult<()> {
+        let e = block(self.wait.call_async(self.tenant.store_mut(), launch as i64))?;
+        self.ok("wait", e)
+    }
+
+    fn sync(&mut self) -> BenchResult<()> {
+        let e = block(self.sync.call_async(self.tenant.store_mut(), ()))?;
+        self.ok("sync", e)
+    }
+
+    /// Queues the op and waits for it, in one guest call.
+    fn launch_wait(&mut self) -> BenchResult<()> {
+        let args = (DESC as i32, self.desc_len);
+        let e = block(self.launch_wait.call_async(self.tenant.store_mut(), args))?;
+        self.ok("launch_wait", e)
+    }
+}
+
+fn block<T>(f: impl Future<Output = wasmtime::Result<T>>) -> BenchResult<T> {
+    futures::executor::block_on(f).map_err(|e| format!("the guest trapped: {e:#}"))
+}
+
+/// xorshift64* floats of magnitude in [1, 2), either sign.
+struct Floats(u64);
+
+impl Floats {
+    fn take(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let mut x = self.0;
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                self.0 = x;
+                let x = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
+                f32::from_bits(((x >> 63) as u32) << 31 | 0x3f80_0000 | (x as u32 & 0x7f_ffff))
+            })
+            .collect()
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A ReLU over `n` floats in buffers, set as the guest's op; its input.
+fn relu_tenant(guest: &mut BenchGuest, n: u64, seed: u64) -> BenchResult<(Vec<f32>, Handle)> {
+    let x = Floats(seed | 1).take(n as usize);
+    let xb = guest.buffer(n * 4, &f32_bytes(&x))?;
+    let yb = guest.buffer(n * 4, &[])?;
+    guest.set_op(
+        &TensorHeader::new(TensorOpKind::Relu),
+        &[
+            OperandDescriptor::buffer(xb, 0, DType::F32, &[n]),
+            OperandDescriptor::buffer(yb, 0, DType::F32, &[n]),
+        ],
+    )?;
+    Ok((x, yb))
+}
+
+/// The heavy GEMM (bf16 inputs, f32 output, alpha 1, beta 0) in buffers,
+/// set as the guest's op; the first one is run and 64 of its elements
+/// checked.
+fn gemm_tenant(guest: &mut BenchGuest, seed: u64) -> BenchResult<()> {
+    let n = HEAVY as usize;
+    let mut floats = Floats(seed | 1);
+    let to_bf16 = |v: Vec<f32>| -> Vec<u16> { v.iter().map(|&x| oracle::f32_to_bf16(x)).collect() };
+    let a = to_bf16(floats.take(n * n));
+    let b = to_bf16(floats.take(n * n));
+    let bytes = |v: &[u16]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let ab = guest.buffer((n * n * 2) as u64, &bytes(&a))?;
+    let bb = guest.buffer((n * n * 2) as u64, &bytes(&b))?;
+    let cb = guest.buffer((n * n * 4) as u64, &[])?;
+    let mut header = TensorHeader::new(TensorOpKind::Gemm);
+    header.alpha = 1.0;
+    guest.set_op(
+        &header,
+        &[
+            OperandDescriptor::buffer(ab, 0, DType::Bf16, &[HEAVY, HEAVY]),
+            OperandDescriptor::buffer(bb, 0, DType::Bf16, &[HEAVY, HEAVY]),
+            OperandDescriptor::buffer(cb, 0, DType::F32, &[HEAVY, HEAVY]),
+        ],
+    )?;
+    guest.launch_wait()?;
+    let c = guest.read_buffer(cb, n * n)?;
+    let value = |bits: u16| f64::from(oracle::bf16_to_f32(bits));
+    let mut picks = Floats(seed ^ 0x5eed);
+    let (mut got, mut want, mut scale) = (Vec::new(), Vec::new(), Vec::new());
+    for p in picks.take(64) {
+        let at = (p.to_bits() as usize) % (n * n);
+        let (i, j) = (at / n, at % n);
+        let terms = (0..n).map(|k| value(a[i * n + k]) * value(b[k * n + j]));
+        want.push(terms.clone().sum::<f64>());
+        scale.push(terms.map(f64::abs).sum::<f64>());
+        got.push(c[at]);
+    }
+    let rtol = oracle::GemmPrecision::Bf16.rtol(n);
+    oracle::check_close_scaled(&got, &want, &scale, rtol)
+        .map_err(|e| format!("the heavy GEMM's sampled elements: {e}"))
+}
+
+// ---------------------------------------------------------------------------
+// Scenarios.
+
+/// What one fairness scenario measured.
+struct Scenario {
+    noisy: usize,
+    connections: String,
+    /// The quiet tenant's launch-to-wait-return latencies, microseconds.
+    latencies_us: Vec<f64>,
+    /// Noisy launches completed, and the seconds from the first to the
+    /// end of the last one.
+    noisy_launches: u64,
+    noisy_secs: f64,
+}
+
+impl Scenario {
+    fn noisy_rate(&self) -> f64 {
+        if self.noisy_secs > 0.0 {
+            self.noisy_launches as f64 / self.noisy_secs
+        } else {
+            0.0
+        }
+    }
+
+    fn percentile(&self, p: f64) -> f64 {
+        percentile(&self.latencies_us, p)
+    }
+
+    fn max(&self) -> f64 {
+        self.latencies_us.iter().copied().fold(f64::NAN, f64::max)
+    }
+}
+
+/// The `p`-th percentile (nearest rank) of `xs`.
+fn percentile(xs: &[f64], p: f64) -> f64 {
+    let mut s = xs.to_vec();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
+    s[rank.clamp(1, s.len()) - 1]
+}
+
+/// A noisy tenant: floods until `stop`, then drains. Launches completed and
+/// the seconds they took.
+fn flood(
+    runtime: &GuestRuntime<CudaDriver>,
+    module: &GuestModule,
+    index: usize,
+    ready: &AtomicUsize,
+    stop: &AtomicBool,
+) -> BenchResult<(u64, f64)> {
+    let prepared = (|| {
+        let mut guest = BenchGuest::new(runtime, module, &format!("noisy {index}"))?;
+        gemm_tenant(&mut guest, 0x6e6f_6973_7900 + index as u64)?;
+        BenchResult::Ok(guest)
+    })();
+    // Counted even when it failed: the quiet tenant waits for every one.
+    ready.fetch_add(1, Ordering::SeqCst);
+    let mut guest = prepared?;
+    let equota = Errno::EQUOTA.code();
+    let mut queue = VecDeque::new();
+    let mut launches = 0u64;
+    let start = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let e = guest.launch()?;
+        if e == 0 {
+            queue.push_back(guest.handle());
+            launches += 1;
+        } else if e == equota {
+            // The oldest: `wait` waits for the whole stream, so the others
+            // have finished too and their waits return at once.
+            while let Some(h) = queue.pop_front() {
+                guest.wait(h)?;
+            }
+        } else {
+            guest.ok("launch (heavy GEMM)", e)?;
+        }
+    }
+    guest.sync()?;
+    Ok((launches, start.elapsed().as_secs_f64()))
+}
+
+/// The quiet tenant's latencies while `noisy` tenants flood.
+fn scenario(
+    runtime: &GuestRuntime<CudaDriver>,
+    module: &GuestModule,
+    noisy: usize,
+    connections: &str,
+) -> BenchResult<Scenario> {
+    let ready = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let floods: Vec<_> = (0..noisy)
+            .map(|i| {
+                let (ready, stop) = (&ready, &stop);
+                s.spawn(move || flood(runtime, module, i, ready, stop))
+            })
+            .collect();
+        let quiet = (|| {
+            let mut guest = BenchGuest::new(runtime, module, "quiet")?;
+            let (x, yb) = relu_tenant(&mut guest, QUIET_ELEMS, 0x0071_7569_6574)?;
+            while ready.load(Ordering::SeqCst) < noisy {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Let the floods fill their queues.
+            std::thread::sleep(Duration::from_millis(if noisy > 0 { 200 } else { 0 }));
+            for _ in 0..QUIET_WARMUP {
+                guest.launch_wait()?;
+            }
+            let mut latencies_us = Vec::with_capacity(QUIET_LAUNCHES);
+            for _ in 0..QUIET_LAUNCHES {
+                let t = Instant::now();
+                guest.launch_wait()?;
+                latencies_us.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            let y = guest.read_buffer(yb, x.len())?;
+            oracle::check_close(&y, &oracle::relu(&oracle::widen(&x)), 0.0, 0.0)
+                .map_err(|e| format!("the quiet tenant's ReLU: {e}"))?;
+            BenchResult::Ok(latencies_us)
+        })();
+        stop.store(true, Ordering::SeqCst);
+        let mut noisy_launches = 0;
+        let mut noisy_secs: f64 = 0.0;
+        for f in floods {
+            let (n, secs) = f.join().map_err(|_| "a noisy tenant panicked")??;
+            noisy_launches += n;
+            noisy_secs = noisy_secs.max(secs);
+        }
+        Ok(Scenario {
+            noisy,
+            connections: connections.to_string(),
+            latencies_us: quiet?,
+            noisy_launches,
+            noisy_secs,
+        })
+    })
+}
+
+/// What an aggregate run measured.
+struct Aggregate {
+    tenants: usize,
+    launches: u64,
+    secs: f64,
+}
+
+/// `tenants` tenants, each `AGGREGATE_LAUNCHES` small ReLUs, 16 queued
+/// before each `sync`; all start together.
+fn aggregate(
+    runtime: &GuestRuntime<CudaDriver>,
+    module: &GuestModule,
+    tenants: usize,
+) -> BenchResult<Aggregate> {
+    let ready = AtomicUsize::new(0);
+    let go = AtomicBool::new(false);
+    let mut start = Instant::now();
+    let launches = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..tenants)
+            .map(|i| {
+                let (ready, go) = (&ready, &go);
+                s.spawn(move || {
+                    let prepared = (|| {
+                        let mut guest = BenchGuest::new(runtime, module, &format!("small {i}"))?;
+                        let (x, yb) =
+                            relu_tenant(&mut guest, SMALL_ELEMS, 0x736d_616c_6c00 + i as u64)?;
+                        guest.launch_wait()?;
+                        BenchResult::Ok((guest, x, yb))
+                    })();
+                    ready.fetch_add(1, Ordering::SeqCst);
+                    let (mut guest, x, yb) = prepared?;
+                    while !go.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                    for _ in 0..AGGREGATE_LAUNCHES / AGGREGATE_WINDOW {
+                        for _ in 0..AGGREGATE_WINDOW {
+                            let e = guest.launch()?;
+                            guest.ok("launch (small ReLU)", e)?;
+                        }
+                        guest.sync()?;
+                    }
+                    let y = guest.read_buffer(yb, x.len())?;
+                    oracle::check_close(&y, &oracle::relu(&oracle::widen(&x)), 0.0, 0.0)
+                        .map_err(|e| format!("a small ReLU: {e}"))?;
+                    BenchResult::Ok(AGGREGATE_LAUNCHES as u64)
+                })
+            })
+            .collect();
+        while ready.load(Ordering::SeqCst) < tenants {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        start = Instant::now();
+        go.store(true, Ordering::Release);
+        let mut total = 0;
+        for t in threads {
+            total += t.join().map_err(|_| "a tenant panicked")??;
+        }
+        BenchResult::Ok(total)
+    })?;
+    Ok(Aggregate {
+        tenants,
+        launches,
+        secs: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn setup(driver: CudaDriver) -> BenchResult<(GuestRuntime<CudaDriver>, GuestModule)> {
+    let runtime =
+        GuestRuntime::new(driver, GUEST_MEMORY_LIMIT).map_err(wasm_error("the guest runtime"))?;
+    let module = runtime
+        .compile(GUEST_WAT)
+        .map_err(wasm_error("compiling the bench guest"))?;
+    Ok((runtime, module))
+}
+
+/// The child: the 4-noisy scenario without `CUDA_DEVICE_MAX_CONNECTIONS`;
+/// one result line on stdout.
+fn run_child(driver: CudaDriver) -> BenchResult<()> {
+    let (runtime, module) = setup(driver)?;
+    let noisy = NOISY[NOISY.len() - 1];
+    let s = scenario(&runtime, &module, noisy, "unset")?;
+    let samples: Vec<String> = s.latencies_us.iter().map(|x| format!("{x:.2}")).collect();
+    println!(
+        "{CHILD_PREFIX} {} {} {} {}",
+        s.noisy_launches,
+        s.noisy_secs,
+        noisy,
+        samples.join(",")
+    );
+    Ok(())
+}
+
+/// Runs the child and reads its scenario back.
+fn scenario_in_child() -> BenchResult<Scenario> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let out = std::process::Command::new(&exe)
+        .arg(CHILD_FLAG)
+        .env_remove(CONNECTIONS_ENV)
+        .output()
+        .map_err(|e| format!("running {}: {e}", exe.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "the child ({}) failed: {}{}",
+            out.status,
+            stdout,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(CHILD_PREFIX))
+        .ok_or_else(|| format!("the child printed no result: {stdout}"))?;
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let bad = |what: &str| format!("the child's result line {line:?}: bad {what}");
+    let [launches, secs, noisy, samples] = fields[..] else {
+        return Err(bad("field count"));
+    };
+    Ok(Scenario {
+        noisy: noisy.parse().map_err(|_| bad("noisy"))?,
+        connections: "unset".into(),
+        latencies_us: samples
+            .split(',')
+            .map(|x| x.parse().map_err(|_| bad("sample")))
+            .collect::<BenchResult<_>>()?,
+        noisy_launches: launches.parse().map_err(|_| bad("launches"))?,
+        noisy_secs: secs.parse().map_err(|_| bad("seconds"))?,
+    })
+}
+
+fn run(driver: CudaDriver, connections: &str) -> BenchResult<()> {
+    let info = driver.device().clone();
+    let command = command_line();
+    let date = utc_timestamp();
+    let driver_version = info
+        .driver_version
+        .map_or_else(|| "unknown".to_string(), |(a, b)| format!("{a}.{b}"));
+    println!("tenants on {} (driver {driver_version}), {date}", info.name);
+    println!("command: {command}");
+    println!("{connections}");
+    let (runtime, module) = setup(driver)?;
+
+    let mut scenarios = Vec::new();
+    for noisy in NOISY {
+        println!("quiet tenant with {noisy} noisy tenant(s)...");
+        scenarios.push(scenario(&runtime, &module, noisy, CONNECTIONS)?);
+    }
+    let mut aggregates = Vec::new();
+    for tenants in [1, AGGREGATE_TENANTS] {
+        println!("{tenants} tenant(s) of small launches...");
+        aggregates.push(aggregate(&runtime, &module, tenants)?);
+    }
+    drop(module);
+    drop(runtime);
+    println!("the 4-noisy scenario again in a child without {CONNECTIONS_ENV}...");
+    let child_error = match scenario_in_child() {
+        Ok(s) => {
+            scenarios.push(s);
+            None
+        }
+        Err(e) => {
+            println!("(not measured: {e})");
+            Some(e)
+        }
+    };
+
+    println!();
+    print!("{}", table(&scenarios, &aggregates));
+    let json = json(&Record {
+        scenarios: &scenarios,
+        aggregates: &aggregates,
+        info: &info,
+        driver_version: &driver_version,
+        date: &date,
+        command: &command,
+        child_error: child_error.as_ref(),
+    });
+    let path = std::env::var_os("OUT").map_or_else(
+        || PathBuf::from("tenants.json"),
+        |out| PathBuf::from(out).join("tenants.json"),
+    );
+    std::fs::write(&path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    println!("raw numbers: {}", path.display());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Output.
+
+fn table(scenarios: &[Scenario], aggregates: &[Aggregate]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Quiet tenant: ReLU over {QUIET_ELEMS} floats, launch + wait, {QUIET_LAUNCHES} timed; \
+         noisy tenants: bf16 GEMM {HEAVY}^3, up to 256 in flight each.\n"
+    );
+    out.push_str(
+        "| noisy tenants | CUDA_DEVICE_MAX_CONNECTIONS | quiet p50 (us) | quiet p99 (us) | quiet \
+         max (us) | noisy launches/s (all) | noisy launches |\n\
+         | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for s in scenarios {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            s.noisy,
+            s.connections,
+            s.percentile(50.0),
+            s.percentile(99.0),
+            s.max(),
+            s.noisy_rate(),
+            s.noisy_launches
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nSmall launches: ReLU over {SMALL_ELEMS} floats, {AGGREGATE_LAUNCHES} per tenant, \
+         {AGGREGATE_WINDOW} queued per sync.\n"
+    );
+    out.push_str(
+        "| tenants | launches | seconds | launches/s (all) |\n| ---: | ---: | ---: | ---: |\n",
+    );
+    for a in aggregates {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.3} | {:.0} |",
+            a.tenants,
+            a.launches,
+            a.secs,
+            a.launches as f64 / a.secs
+        );
+    }
+    out
+}
+
+struct Record<'a> {
+    scenarios: &'a [Scenario],
+    aggregates: &'a [Aggregate],
+    info: &'a tensorwasm_core::DeviceInfo,
+    driver_version: &'a str,
+    date: &'a str,
+    command: &'a str,
+    child_error: Option<&'a String>,
+}
+
+fn json(r: &Record<'_>) -> String {
+    let mut out = String::from("{\n");
+    let _ = writeln!(out, "  \"benchmark\": \"tenants\",");
+    let _ = writeln!(out, "  \"date_utc\": {},", json_string(r.date));
+    let _ = writeln!(out, "  \"command\": {},", json_string(r.command));
+    let cc = r
+        .info
+        .compute_capability
+        .map_or_else(|| "unknown".into(), |(a, b)| format!("{a}.{b}"));
+    let _ = writeln!(
+        out,
+        "  \"device\": {{\"name\": {}, \"compute_capability\": {}, \"multiprocessors\": {}, \
+         \"total_memory_bytes\": {}, \"driver_version\": {}}},",
+        json_string(&r.info.name),
+        json_string(&cc),
+        r.info.multiprocessor_count,
+        r.info.total_memory,
+        json_string(r.driver_version)
+    );
+    let _ = writeln!(
+        out,
+        "  \"config\": {{\"quiet_elems\": {QUIET_ELEMS}, \"quiet_launches\": {QUIET_LAUNCHES}, \
+         \"quiet_warmup\": {QUIET_WARMUP}, \"heavy_gemm_bf16_mnk\": {HEAVY}, \"small_elems\": \
+         {SMALL_ELEMS}, \"aggregate_launches_per_tenant\": {AGGREGATE_LAUNCHES}, \
+         \"aggregate_window\": {AGGREGATE_WINDOW}, \"launches_in_flight_quota\": 256, \
+         \"connections\": {CONNECTIONS}}},"
+    );
+    let notes = [
+        "quiet latency: host time around one call of the guest's launch_wait export \
+         (tensor_op, then wait on its handle), so it includes wasmtime's call_async and the \
+         fiber switch; the first 100 launches are untimed",
+        "noisy tenants queue the GEMM until EQUOTA, then wait the oldest handle (wait waits \
+         for the tenant's whole stream) and the rest (finished by then), and fill again; their \
+         rate is launches completed over the time from their first launch to the end of \
+         their final sync",
+        "the unset row is a child process of this binary with CUDA_DEVICE_MAX_CONNECTIONS \
+         removed from its environment",
+    ];
+    let notes: Vec<String> = notes.iter().map(|n| json_string(n)).collect();
+    let _ = writeln!(out, "  \"notes\": [{}],", notes.join(", "));
+    if let Some(e) = r.child_error {
+        let _ = writeln!(out, "  \"child_error\": {},", json_string(e));
+    }
+    out.push_str("  \"scenarios\": [\n");
+    for (i, s) in r.scenarios.iter().enumerate() {
+        let samples: Vec<String> = s.latencies_us.iter().map(|x| format!("{x:.2}")).collect();
+        let _ = write!(
+            out,
+            "    {{\"noisy_tenants\": {}, \"connections\": {}, \"quiet_p50_us\": {:.2}, \
+             \"quiet_p99_us\": {:.2}, \"quiet_max_us\": {:.2}, \"noisy_launches\": {}, \
+             \"noisy_seconds\": {:.4}, \"noisy_launches_per_s\": {:.2}, \"quiet_latencies_us\": \
+             [{}]}}",
+            s.noisy,
+            json_string(&s.connections),
+            s.percentile(50.0),
+            s.percentile(99.0),
+            s.max(),
+            s.noisy_launches,
+            s.noisy_secs,
+            s.noisy_rate(),
+            samples.join(",")
+        );
+        out.push_str(if i + 1 < r.scenarios.len() {
+            ",\n"
+        } else {
+            "\n"
+        });
+    }
+    out.push_str("  ],\n  \"aggregates\": [\n");
+    for (i, a) in r.aggregates.iter().enumerate() {
+        let _ = write!(
+            out,
+            "    {{\"tenants\": {}, \"launches\": {}, \"seconds\": {:.4}, \"launches_per_s\": \
+             {:.1}}}",
+            a.tenants,
+            a.launches,
+            a.secs,
+            a.launches as f64 / a.secs
+        );
+        out.push_str(if i + 1 < r.aggregates.len() {
+            ",\n"
+        } else {
+            "\n"
+        });
+    }
+    out.push_str("  ]\n}\n");
+    out
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The command line, quoted where a shell would need it.
+fn command_line() -> String {
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@".contains(c))
+    };
+    std::env::args()
+        .map(|a| {
+            if plain(&a) {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Now, as `YYYY-MM-DDTHH:MM:SSZ`.
+fn utc_timestamp() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
