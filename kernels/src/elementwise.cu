@@ -18,7 +18,7 @@
 
 #define TW_DI __device__ __forceinline__
 
-namespace {
+namespace tw_detail {
 
 constexpr int NT = 256;
 constexpr long long PER_BLOCK = 4 * NT;
@@ -112,7 +112,8 @@ struct Gelu {
   TW_DI float operator()(float v) const { return 0.5f * v * erfcf(-0.70710678118654752f * v); }
 };
 
-}  // namespace
+}  // namespace tw_detail
+using namespace tw_detail;  // (a named namespace: nvcc names anonymous ones after the file path)
 
 extern "C" __global__ void __launch_bounds__(256)
 tw_add_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ y,

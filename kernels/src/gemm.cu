@@ -36,7 +36,7 @@
 
 #define TW_DI __device__ __forceinline__
 
-namespace {
+namespace tw_detail {
 
 constexpr int BM = 128;
 constexpr int BN = 128;
@@ -88,7 +88,8 @@ TW_DI float epi(float acc, float alpha, float beta, const float* c) {
 constexpr int F_BK = 8;
 constexpr int F_APAD = 4;  // As row pad: transposed stores avoid 2-way conflicts
 
-}  // namespace
+}  // namespace tw_detail
+using namespace tw_detail;  // (a named namespace: nvcc names anonymous ones after the file path)
 
 extern "C" __global__ void __launch_bounds__(256, 2)
 tw_gemm_f32(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
@@ -260,7 +261,7 @@ tw_gemm_f32(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #define TW_WGMMA_INFLIGHT 0
 #endif
 
-namespace {
+namespace tw_detail {
 
 constexpr int NTHREADS = 256;
 constexpr int STAGES = TW_GEMM_STAGES;
@@ -647,7 +648,8 @@ TW_DI void gemm_mma(const T* __restrict__ A, const T* __restrict__ B, float* __r
   }
 }
 
-}  // namespace
+}  // namespace tw_detail
+using namespace tw_detail;  // (a named namespace: nvcc names anonymous ones after the file path)
 
 extern "C" __global__ void __launch_bounds__(256, 2)
 tw_gemm_tf32(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
@@ -688,7 +690,7 @@ tw_gemm_f16(const __half* __restrict__ A, const __half* __restrict__ B, float* _
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-namespace {
+namespace tw_detail {
 
 TW_DI unsigned lds32(unsigned addr) {
   unsigned v;
@@ -865,7 +867,8 @@ TW_DI void gemm_wgmma(const T* __restrict__ A, const T* __restrict__ B, float* _
   }
 }
 
-}  // namespace
+}  // namespace tw_detail
+using namespace tw_detail;  // (a named namespace: nvcc names anonymous ones after the file path)
 
 extern "C" __global__ void __launch_bounds__(256, 2)
 tw_gemm_bf16_sm90a(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B,

@@ -20,7 +20,7 @@
 
 #define TW_DI __device__ __forceinline__
 
-namespace {
+namespace tw_detail {
 
 constexpr int NT = 256;
 constexpr int NWARPS = NT / 32;
@@ -165,7 +165,8 @@ TW_DI void reduce_entry(const float* __restrict__ x, float* __restrict__ y, int 
   if (threadIdx.x == 0) y[blockIdx.x] = r;
 }
 
-}  // namespace
+}  // namespace tw_detail
+using namespace tw_detail;  // (a named namespace: nvcc names anonymous ones after the file path)
 
 extern "C" __global__ void __launch_bounds__(256)
 tw_reduce_sum_f32(const float* __restrict__ x, float* __restrict__ y, int outer, int n, int inner) {
@@ -186,7 +187,7 @@ tw_reduce_mean_f32(const float* __restrict__ x, float* __restrict__ y, int outer
 // Softmax over the last axis. `sh` has 2 * NWARPS floats: [0, 8) for the
 // max, [8, 16) for the sum.
 
-namespace {
+namespace tw_detail {
 
 TW_DI float4 ldcs4(const float* p) { return __ldcs(reinterpret_cast<const float4*>(p)); }
 TW_DI float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
@@ -298,7 +299,8 @@ TW_DI void softmax_long(const float* __restrict__ x, float* __restrict__ y, int 
   }
 }
 
-}  // namespace
+}  // namespace tw_detail
+using namespace tw_detail;  // (a named namespace: nvcc names anonymous ones after the file path)
 
 extern "C" __global__ void __launch_bounds__(256, 4)
 tw_softmax_f32(const float* __restrict__ x, float* __restrict__ y, int rows, int cols) {
@@ -336,7 +338,7 @@ tw_softmax_f32(const float* __restrict__ x, float* __restrict__ y, int rows, int
 // (the correction term cancels the rounding error of mean0). `sh` holds
 // NWARPS floats and NWARPS float2.
 
-namespace {
+namespace tw_detail {
 
 struct LnStats {
   float mean, rstd;
@@ -465,7 +467,8 @@ TW_DI void layernorm_long(const float* __restrict__ x, const float* __restrict__
   }
 }
 
-}  // namespace
+}  // namespace tw_detail
+using namespace tw_detail;  // (a named namespace: nvcc names anonymous ones after the file path)
 
 extern "C" __global__ void __launch_bounds__(256, 4)
 tw_layernorm_f32(const float* __restrict__ x, const float* __restrict__ gamma,
