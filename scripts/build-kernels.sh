@@ -91,7 +91,7 @@ compile() {
     echo "// Source sha256: $(sha256sum "$src" | cut -d' ' -f1)"
     echo "// Command: $nvcc ${flags[*]} -arch=sm_$sm $src -o $stem.ptx"
     echo "//   (run in the repository root, output into a temporary directory; this header is prepended)"
-    echo "// nvcc: $nvcc_version (PyPI ${wheels[*]}); host compiler: gcc $(gcc -dumpfullversion 2>/dev/null || echo '?')"
+    echo "// nvcc: $nvcc_version (PyPI ${wheels[*]}); host compiler: gcc from PATH, for preprocessing only"
     echo "//"
     cat "$tmp/$stem.ptx"
   } >"$out"
