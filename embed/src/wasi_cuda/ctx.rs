@@ -227,7 +227,8 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     /// stream it makes is charged to `ledger` (shared with the tenant's
     /// other contexts and its guest memory) before the driver is asked, and
     /// `policy` decides what it may load. Wasm kernels get the quota's
-    /// fuel or `limits.kernel_fuel`, whichever is less. Fails with `EQUOTA` when the tenant has no stream left.
+    /// fuel or `limits.kernel_fuel`, whichever is less. Fails with `EQUOTA`
+    /// when the tenant has no stream left.
     pub fn for_tenant(
         driver: D,
         memories: Option<Arc<dyn GuestMemoryLookup>>,
