@@ -3,6 +3,10 @@
 //! `CpuKernelLowerer`, and launched on the CPU driver over guest memory in a
 //! managed buffer, with a status word in a device buffer.
 
+#[allow(dead_code)] // the shared test generator; the rest is for other suites
+mod common;
+
+use common::Rng;
 use cranelift_codegen::{
     ir::{
         AbiParam, Endianness, ExtFuncData, ExternalName, Function, InstBuilder, MemFlagsData,
@@ -24,49 +28,6 @@ use tensorwasm_embed::kernel::cpu::{
 
 /// Elements of the large tests: not a multiple of any block size.
 const N: usize = 1_000_003;
-
-/// xorshift64* with a printed seed; `TENSORWASM_SEED` replays a run.
-struct Rng(u64);
-
-impl Rng {
-    fn new(what: &str) -> Rng {
-        let seed = std::env::var("TENSORWASM_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(0x9e37_79b9_7f4a_7c15)
-            });
-        println!("{what}: TENSORWASM_SEED={seed}");
-        Rng(seed ^ 0x2545_f491_4f6c_dd1d | 1)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    /// Floats of magnitude in [1, 2), either sign: never zero or NaN.
-    fn float(&mut self) -> f32 {
-        let x = self.next_u64();
-        f32::from_bits(((x >> 63) as u32) << 31 | 0x3f80_0000 | (x as u32 & 0x7f_ffff))
-    }
-
-    /// `n` bytes, none zero.
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| (self.next_u64() as u8).max(1)).collect()
-    }
-}
 
 // ---- Kernel CLIF, as the translator emits it ----
 

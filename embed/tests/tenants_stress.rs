@@ -148,55 +148,9 @@ const SENTINEL: u64 = 0x5a5a_0bad_f00d_5a5a;
 // ---------------------------------------------------------------------------
 // Random inputs.
 
-/// One tenant's xorshift64* stream, seeded from the run's printed seed, so
+/// One tenant's stream, seeded from the run's printed seed, so
 /// `TENSORWASM_SEED` replays every tenant's choices (not the interleaving).
-struct TenantRng(u64);
-
-impl TenantRng {
-    fn new(seed: u64) -> TenantRng {
-        // splitmix64 of the seed: tenants' streams start far apart.
-        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        TenantRng((z ^ (z >> 31)) | 1)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-
-    /// In `1..=max`, uniform in the exponent: most sizes small, some the
-    /// largest allowed, none of them round.
-    fn size(&mut self, max: u64) -> u64 {
-        let bits = 64 - max.max(1).leading_zeros();
-        let e = self.below(u64::from(bits)) as u32;
-        let lo = 1u64 << e;
-        let hi = ((lo << 1) - 1).min(max);
-        lo + self.below(hi - lo + 1)
-    }
-
-    /// `n` floats of magnitude in [1, 2), either sign: never zero or NaN,
-    /// and f32 sums of two of them are what the host's `+` gives, bit for bit.
-    fn floats(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                let x = self.next_u64();
-                let sign = (x >> 63) as u32;
-                f32::from_bits(sign << 31 | 0x3f80_0000 | (x as u32 & 0x7f_ffff))
-            })
-            .collect()
-    }
-}
+type TenantRng = common::Rng;
 
 // ---------------------------------------------------------------------------
 // One tenant's guest, driven call by call.
@@ -1114,7 +1068,7 @@ fn run_tenant<D: Device>(
         guest,
         scale,
         role,
-        rng: TenantRng::new(seed),
+        rng: TenantRng::from_seed(seed),
         stats: Stats::default(),
         vadd,
         oob,
@@ -1553,7 +1507,7 @@ fn raw_ptx_needs_a_trusted_tenant() {
         .memory
         .grow(trusted.tenant.store_mut(), pages)
         .unwrap();
-    let mut rng = TenantRng::new(7);
+    let mut rng = TenantRng::from_seed(7);
     let (a, b) = (rng.floats(n), rng.floats(n));
     let (a_at, b_at, c_at) = (HEAP, HEAP + 4096, HEAP + 8192);
     trusted.write_f32s(a_at, &a);

@@ -61,6 +61,16 @@ impl Rng {
         Rng(seed ^ 0x2545_f491_4f6c_dd1d | 1)
     }
 
+    /// A stream from `seed` (one drawn from a printed generator, so
+    /// `TENSORWASM_SEED` replays it), through splitmix64 so that streams
+    /// of nearby seeds start far apart.
+    pub fn from_seed(seed: u64) -> Rng {
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Rng((z ^ (z >> 31)) | 1)
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
@@ -69,6 +79,29 @@ impl Rng {
         x ^= x >> 27;
         self.0 = x;
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in `0..n` (`0` when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// In `1..=max`, uniform in the exponent: most sizes small, some the
+    /// largest allowed, none of them round.
+    pub fn size(&mut self, max: u64) -> u64 {
+        let bits = 64 - max.max(1).leading_zeros();
+        let e = self.below(u64::from(bits)) as u32;
+        let lo = 1u64 << e;
+        let hi = ((lo << 1) - 1).min(max);
+        lo + self.below(hi - lo + 1)
+    }
+
+    /// A float of magnitude in [1, 2), either sign: never zero, never a
+    /// NaN.
+    pub fn float(&mut self) -> f32 {
+        let x = self.next_u64();
+        let sign = (x >> 63) as u32;
+        f32::from_bits(sign << 31 | 0x3f80_0000 | (x as u32 & 0x7f_ffff))
     }
 
     /// `n` random bytes, none of them zero (so a copy that moved nothing,
@@ -86,13 +119,7 @@ impl Rng {
     /// never a NaN, and their sums are exact enough to compare bitwise with
     /// the host's own `+`.
     pub fn floats(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                let x = self.next_u64();
-                let sign = (x >> 63) as u32;
-                f32::from_bits(sign << 31 | 0x3f80_0000 | (x as u32 & 0x7f_ffff))
-            })
-            .collect()
+        (0..n).map(|_| self.float()).collect()
     }
 }
 
