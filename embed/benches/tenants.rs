@@ -396,7 +396,7 @@ fn gemm_tenant(guest: &mut BenchGuest, seed: u64) -> BenchResult<()> {
         scale.push(terms.map(f64::abs).sum::<f64>());
         got.push(c[at]);
     }
-    let rtol = oracle::GemmPrecision::Bf16.rtol(n);
+    let rtol = oracle::gemm_rtol(oracle::GemmPrecision::Bf16, n);
     oracle::check_close_scaled(&got, &want, &scale, rtol)
         .map_err(|e| format!("the heavy GEMM's sampled elements: {e}"))
 }

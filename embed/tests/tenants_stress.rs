@@ -767,7 +767,7 @@ impl<D: Device> TenantRun<'_, D> {
         let want = oracle::gemm(&a, &b, &c0, mu, nu, ku, ku, nu, nu, 1.25, beta);
         let scale = oracle::gemm_abs(&a, &b, &c0, mu, nu, ku, ku, nu, nu, 1.25, beta);
         let got = self.guest.read_f32s(c_at, mu * nu);
-        let rtol = oracle::GemmPrecision::F32.rtol(ku);
+        let rtol = oracle::gemm_rtol(oracle::GemmPrecision::F32, ku);
         let r = oracle::check_close_scaled(&got, &want, &scale, rtol);
         self.checked(&what, r)
     }

@@ -8,6 +8,8 @@
 //! row-major `Vec<f64>`. Sizes are `usize`; a slice too short for its sizes
 //! panics, since that is a bug in the test that called it.
 
+pub use tensorwasm_core::abi::tensor::GemmPrecision;
+
 use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI, PI};
 
 /// The unit roundoff of f32 (half an ulp of 1.0): 2^-24.
@@ -182,6 +184,14 @@ pub fn softmax(x: &[f64], rows: usize, cols: usize) -> Vec<f64> {
     y
 }
 
+/// A row's mean and `1 / sqrt(biased variance + eps)`, two-pass.
+fn row_mean_rstd(row: &[f64], eps: f64) -> (f64, f64) {
+    let n = row.len() as f64;
+    let mean = row.iter().sum::<f64>() / n;
+    let var = row.iter().map(|&v| (v - mean) * (v - mean)).sum::<f64>() / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
 /// Layer normalisation of each row of `x` (`rows x cols`) over the last
 /// axis: `(x - mean) / sqrt(var + eps) * gamma + beta`, biased variance.
 pub fn layernorm(
@@ -199,9 +209,7 @@ pub fn layernorm(
     );
     let mut y = Vec::with_capacity(x.len());
     for row in x.chunks_exact(cols.max(1)) {
-        let mean = row.iter().sum::<f64>() / cols as f64;
-        let var = row.iter().map(|&v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
-        let rstd = 1.0 / (var + eps).sqrt();
+        let (mean, rstd) = row_mean_rstd(row, eps);
         y.extend(
             row.iter()
                 .zip(gamma.iter().zip(beta))
@@ -439,31 +447,17 @@ pub fn tf32_round(x: f32) -> f32 {
 // Tolerances
 // ---------------------------------------------------------------------------
 
-/// What a GEMM's inputs are rounded to before the f32 multiply-accumulate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GemmPrecision {
-    /// f32 inputs as they are.
-    F32,
-    /// f32 inputs rounded to TF32 (`tw_gemm_tf32`); the oracle gets the
-    /// unrounded inputs.
-    Tf32,
-    /// bf16 inputs; the oracle gets their exact values.
-    Bf16,
-    /// f16 inputs; the oracle gets their exact values.
-    F16,
-}
-
-impl GemmPrecision {
-    /// The `rtol` for [`check_close_scaled`] with [`gemm_abs`] magnitudes:
-    /// a worst-case bound on f32 accumulation of `k` products in any order
-    /// plus the alpha and beta steps, `(k + 3) u`, and for TF32 the input
-    /// rounding too. bf16 and f16 products are exact in f32.
-    pub fn rtol(self, k: usize) -> f64 {
-        let accumulate = (k as f64 + 3.0) * F32_UNIT_ROUNDOFF;
-        match self {
-            GemmPrecision::Tf32 => accumulate + TF32_PRODUCT_RTOL,
-            GemmPrecision::F32 | GemmPrecision::Bf16 | GemmPrecision::F16 => accumulate,
-        }
+/// The `rtol` for [`check_close_scaled`] with [`gemm_abs`] magnitudes, for
+/// a GEMM of `precision` over `k` products: a worst-case bound on f32
+/// accumulation in any order plus the alpha and beta steps, `(k + 3) u`,
+/// and for TF32 the input rounding too (the oracle gets the unrounded
+/// inputs). bf16 and f16 products are exact in f32 (the oracle gets the
+/// inputs' exact values).
+pub fn gemm_rtol(precision: GemmPrecision, k: usize) -> f64 {
+    let accumulate = (k as f64 + 3.0) * F32_UNIT_ROUNDOFF;
+    match precision {
+        GemmPrecision::Tf32 => accumulate + TF32_PRODUCT_RTOL,
+        GemmPrecision::F32 | GemmPrecision::Bf16 | GemmPrecision::F16 => accumulate,
     }
 }
 
@@ -510,10 +504,8 @@ pub fn layernorm_magnitude(
     );
     let mut m = Vec::with_capacity(x.len());
     for row in x.chunks_exact(cols.max(1)) {
-        let mean = row.iter().sum::<f64>() / cols as f64;
+        let (mean, rstd) = row_mean_rstd(row, eps);
         let mean_abs = row.iter().map(|v| v.abs()).sum::<f64>() / cols as f64;
-        let var = row.iter().map(|&v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
-        let rstd = 1.0 / (var + eps).sqrt();
         m.extend(
             row.iter()
                 .zip(gamma.iter().zip(beta))
@@ -949,11 +941,14 @@ mod tests {
         let (aw, bw) = (widen(&a), widen(&b));
         let want = gemm(&aw, &bw, &[], 1, 1, k, k, 1, 1, 1.0, 0.0);
         let mag = gemm_abs(&aw, &bw, &[], 1, 1, k, k, 1, 1, 1.0, 0.0);
-        let rtol = GemmPrecision::F32.rtol(k);
+        let rtol = gemm_rtol(GemmPrecision::F32, k);
         assert_eq!(check_close_scaled(&[got], &want, &mag, rtol), Ok(()));
         assert!(check_close_scaled(&[got + 0.01], &want, &mag, rtol).is_err());
-        assert!(GemmPrecision::Tf32.rtol(k) > TF32_PRODUCT_RTOL);
-        assert_eq!(GemmPrecision::Bf16.rtol(k), GemmPrecision::F32.rtol(k));
+        assert!(gemm_rtol(GemmPrecision::Tf32, k) > TF32_PRODUCT_RTOL);
+        assert_eq!(
+            gemm_rtol(GemmPrecision::Bf16, k),
+            gemm_rtol(GemmPrecision::F32, k)
+        );
         assert_eq!(f32_sum_rtol(0), 2.0 * F32_UNIT_ROUNDOFF);
     }
 }
