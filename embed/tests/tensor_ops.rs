@@ -48,7 +48,7 @@ struct Harness<D>
 where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
 {
-    _rt: GuestRuntime<D>,
+    rt: GuestRuntime<D>,
     store: Store<GuestState<D>>,
     instance: Instance,
     memory: Memory,
@@ -70,7 +70,7 @@ where
             futures::executor::block_on(rt.instantiate(&mut store, &module)).expect("instantiate");
         let memory = instance.get_memory(&mut store, "memory").expect("memory");
         Harness {
-            _rt: rt,
+            rt,
             store,
             instance,
             memory,
@@ -742,6 +742,8 @@ where
     run_elementwise(&mut h, &mut failures);
     assert!(failures.is_empty(), "{name}:\n{failures}");
     run_refusals(&mut h);
+    // Each kernel file was loaded once for the whole suite.
+    assert_eq!(h.rt.builtin_cache().loaded_files(), 3);
 }
 
 #[test]

@@ -11,7 +11,7 @@
 //! operands — `u32 location`, `u32 dtype`, `u64 address`, `u64 offset`,
 //! `u32 rank`, `u32 reserved`, `u64 shape[4]`, `i64 strides[4]`.
 
-use alloc::{format, string::String, vec::Vec};
+use alloc::{format, vec::Vec};
 use core::fmt;
 
 use super::args::GuestMemoryRef;
@@ -1173,32 +1173,6 @@ fn check_no_overlap(kind: TensorOpKind, ops: &[Operand]) -> Result<(), AbiError>
         }
     }
     Ok(())
-}
-
-/// A short description of an op for logs: its kind and sizes.
-pub fn describe(op: &TensorOp) -> String {
-    match op {
-        TensorOp::Gemm(g) => format!(
-            "gemm {:?} batch {} M {} N {} K {}",
-            g.precision, g.batch, g.m, g.n, g.k
-        ),
-        TensorOp::Reduce {
-            op,
-            outer,
-            n,
-            inner,
-            ..
-        } => format!("reduce {op:?} [{outer}, {n}, {inner}]"),
-        TensorOp::Softmax { rows, cols, .. } => format!("softmax [{rows}, {cols}]"),
-        TensorOp::LayerNorm { rows, cols, .. } => format!("layernorm [{rows}, {cols}]"),
-        TensorOp::Binary {
-            op, n, b_period, ..
-        } => format!("{op:?} n {n} period {b_period}"),
-        TensorOp::Unary { op, n, .. } => format!("{op:?} n {n}"),
-        TensorOp::Transpose {
-            batch, rows, cols, ..
-        } => format!("transpose [{batch}, {rows}, {cols}]"),
-    }
 }
 
 #[cfg(test)]
