@@ -47,11 +47,15 @@ pub enum Resource {
     LaunchesInFlight,
     /// Streams the tenant's work runs on.
     Streams,
+    /// Wasm kernels being translated, lowered and loaded for the tenant
+    /// (`kernel_get` on a compile worker), counted until the compile ends,
+    /// even when the guest stopped waiting for it.
+    Compiles,
 }
 
 impl Resource {
     /// How many resources there are.
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 7;
 
     /// Every resource, in declaration order (the order of
     /// [`index`](Self::index)).
@@ -62,6 +66,7 @@ impl Resource {
         Resource::Functions,
         Resource::LaunchesInFlight,
         Resource::Streams,
+        Resource::Compiles,
     ];
 
     /// The resource's position in [`ALL`](Self::ALL), `0..COUNT`.
@@ -79,6 +84,7 @@ impl Resource {
             Resource::Functions => "functions",
             Resource::LaunchesInFlight => "launches in flight",
             Resource::Streams => "streams",
+            Resource::Compiles => "kernel compiles in flight",
         }
     }
 }
@@ -89,8 +95,11 @@ impl fmt::Display for Resource {
     }
 }
 
-/// The most a tenant may hold of each [`Resource`] at once, plus the fuel
-/// each thread of its Wasm kernels gets.
+/// The most a tenant may hold of each [`Resource`] at once, plus the bounds
+/// on the work its kernels may ask for: the fuel each thread of its Wasm
+/// kernels gets, how large a kernel it may compile and for how long, how
+/// long one launch may run, and how much arithmetic one built-in tensor op
+/// may do.
 ///
 /// A limit of `u64::MAX` means unlimited. Build one from
 /// [`TenantQuota::default`] (limits for an untrusted tenant) or
@@ -111,6 +120,12 @@ pub struct TenantQuota {
     /// Indexed by [`Resource::index`].
     limits: [u64; Resource::COUNT],
     kernel_fuel: u64,
+    kernel_operators: u64,
+    kernel_branches: u64,
+    compile_time_ns: u64,
+    compile_budget_ns: u64,
+    launch_time_ns: u64,
+    tensor_work: u64,
 }
 
 impl TenantQuota {
@@ -137,10 +152,37 @@ impl TenantQuota {
     /// Default streams: 4. Enough to overlap copies with kernels; streams
     /// are a per-context resource every tenant shares.
     pub const DEFAULT_STREAMS: u64 = 4;
+    /// Default kernel compiles in flight: 1. A compile the guest stopped
+    /// waiting for (past its compile time) still runs on a worker until the
+    /// driver's JIT returns; the tenant gets no second worker meanwhile.
+    pub const DEFAULT_COMPILES: u64 = 1;
     /// Default fuel per Wasm-kernel thread: 2^24 (about 16.8 million) loop
     /// iterations, far more than a well-behaved kernel spends, yet an endless
     /// loop traps within a fraction of a second instead of holding the GPU.
     pub const DEFAULT_KERNEL_FUEL: u64 = 1 << 24;
+    /// Default Wasm operators in one kernel, every callee inlined: 2^14
+    /// (16,384). Real kernels are a few hundred; the bound keeps the
+    /// host's translation, lowering and the driver's PTX JIT short.
+    pub const DEFAULT_KERNEL_OPERATORS: u64 = 1 << 14;
+    /// Default branch points in one kernel (memory accesses, loops, `if`s,
+    /// conditional branches and trapping operators, every callee inlined):
+    /// 256. The driver's PTX JIT grows faster than linearly in them
+    /// (measured with ptxas 12.9: 1,000 memory accesses take 4.5 s and
+    /// 300 MB, 4,000 take 63 s and 3.3 GB); at 256 it takes well under 1 s.
+    pub const DEFAULT_KERNEL_BRANCHES: u64 = 256;
+    /// Default time a guest waits for one kernel to compile: 2 s.
+    pub const DEFAULT_COMPILE_TIME_NS: u64 = 2_000_000_000;
+    /// Default compile time a tenant may spend in all (charged as each
+    /// compile ends, whether or not the guest still waited): 60 s.
+    pub const DEFAULT_COMPILE_BUDGET_NS: u64 = 60_000_000_000;
+    /// Default GPU time one Wasm-kernel launch may run: 1 s, from the
+    /// moment its first thread checks the clock; its threads then trap with
+    /// "time limit". Launches in flight times this bounds a tenant's queue.
+    pub const DEFAULT_LAUNCH_TIME_NS: u64 = 1_000_000_000;
+    /// Default multiply-adds (or element operations) one built-in tensor op
+    /// may ask for: 2^40, about 50 ms of an H100's f32 GEMM. A batched GEMM
+    /// whose operands broadcast can ask for far more than its buffers hold.
+    pub const DEFAULT_TENSOR_WORK: u64 = 1 << 40;
 
     /// No limit on any resource, and the most fuel there is (a Wasm kernel's
     /// endless loop then runs for a very long time: for trusted tenants).
@@ -148,6 +190,12 @@ impl TenantQuota {
         TenantQuota {
             limits: [u64::MAX; Resource::COUNT],
             kernel_fuel: u64::MAX,
+            kernel_operators: u64::MAX,
+            kernel_branches: u64::MAX,
+            compile_time_ns: u64::MAX,
+            compile_budget_ns: u64::MAX,
+            launch_time_ns: u64::MAX,
+            tensor_work: u64::MAX,
         }
     }
 
@@ -162,6 +210,83 @@ impl TenantQuota {
     /// for the host to pass to its launches; the ledger does not count it.
     pub const fn kernel_fuel(&self) -> u64 {
         self.kernel_fuel
+    }
+
+    /// The most Wasm operators one kernel may have, every callee inlined
+    /// (the host's own cap applies too; `kernel_get` refuses past either).
+    pub const fn kernel_operators(&self) -> u64 {
+        self.kernel_operators
+    }
+
+    /// The most branch points (memory accesses, loops, `if`s, conditional
+    /// branches, trapping operators) one kernel may have, callees inlined.
+    pub const fn kernel_branches(&self) -> u64 {
+        self.kernel_branches
+    }
+
+    /// How long, in nanoseconds, a guest waits for one kernel to compile
+    /// before `kernel_get` gives up with `EQUOTA`.
+    pub const fn compile_time_ns(&self) -> u64 {
+        self.compile_time_ns
+    }
+
+    /// The compile time, in nanoseconds, the tenant may spend in all.
+    pub const fn compile_budget_ns(&self) -> u64 {
+        self.compile_budget_ns
+    }
+
+    /// The GPU time, in nanoseconds, one Wasm-kernel launch may run before
+    /// its threads trap with "time limit".
+    pub const fn launch_time_ns(&self) -> u64 {
+        self.launch_time_ns
+    }
+
+    /// The most multiply-adds (GEMM) or element operations one built-in
+    /// tensor op may do.
+    pub const fn tensor_work(&self) -> u64 {
+        self.tensor_work
+    }
+
+    /// The same quota with at most `operators` Wasm operators per kernel.
+    #[must_use]
+    pub const fn with_kernel_operators(mut self, operators: u64) -> Self {
+        self.kernel_operators = operators;
+        self
+    }
+
+    /// The same quota with at most `branches` branch points per kernel.
+    #[must_use]
+    pub const fn with_kernel_branches(mut self, branches: u64) -> Self {
+        self.kernel_branches = branches;
+        self
+    }
+
+    /// The same quota with a guest waiting at most `ns` for one compile.
+    #[must_use]
+    pub const fn with_compile_time_ns(mut self, ns: u64) -> Self {
+        self.compile_time_ns = ns;
+        self
+    }
+
+    /// The same quota with `ns` of compile time in all.
+    #[must_use]
+    pub const fn with_compile_budget_ns(mut self, ns: u64) -> Self {
+        self.compile_budget_ns = ns;
+        self
+    }
+
+    /// The same quota with one launch running at most `ns` of GPU time.
+    #[must_use]
+    pub const fn with_launch_time_ns(mut self, ns: u64) -> Self {
+        self.launch_time_ns = ns;
+        self
+    }
+
+    /// The same quota with at most `work` multiply-adds per tensor op.
+    #[must_use]
+    pub const fn with_tensor_work(mut self, work: u64) -> Self {
+        self.tensor_work = work;
+        self
     }
 
     /// The same quota with `resource` limited to `limit` (`u64::MAX`:
@@ -219,7 +344,10 @@ impl TenantQuota {
 impl Default for TenantQuota {
     /// Limits for an untrusted tenant: the `DEFAULT_*` constants (1 GiB of
     /// device buffers, 1 GiB of guest memory, 64 modules, 1024 functions,
-    /// 256 launches in flight, 4 streams, 2^24 fuel per kernel thread).
+    /// 256 launches in flight, 4 streams, one compile in flight, 2^24 fuel
+    /// per kernel thread, kernels of 2^14 operators and 256 branch points,
+    /// 2 s per compile and 60 s in all, 1 s per launch, 2^40 multiply-adds
+    /// per tensor op).
     fn default() -> Self {
         TenantQuota::unlimited()
             .with_device_bytes(Self::DEFAULT_DEVICE_BYTES)
@@ -228,7 +356,14 @@ impl Default for TenantQuota {
             .with_functions(Self::DEFAULT_FUNCTIONS)
             .with_launches_in_flight(Self::DEFAULT_LAUNCHES_IN_FLIGHT)
             .with_streams(Self::DEFAULT_STREAMS)
+            .with_limit(Resource::Compiles, Self::DEFAULT_COMPILES)
             .with_kernel_fuel(Self::DEFAULT_KERNEL_FUEL)
+            .with_kernel_operators(Self::DEFAULT_KERNEL_OPERATORS)
+            .with_kernel_branches(Self::DEFAULT_KERNEL_BRANCHES)
+            .with_compile_time_ns(Self::DEFAULT_COMPILE_TIME_NS)
+            .with_compile_budget_ns(Self::DEFAULT_COMPILE_BUDGET_NS)
+            .with_launch_time_ns(Self::DEFAULT_LAUNCH_TIME_NS)
+            .with_tensor_work(Self::DEFAULT_TENSOR_WORK)
     }
 }
 
@@ -292,6 +427,8 @@ pub struct QuotaLedger {
     quota: TenantQuota,
     /// Indexed by [`Resource::index`]; never above the resource's limit.
     in_use: [AtomicU64; Resource::COUNT],
+    /// Compile time spent so far, in nanoseconds (never given back).
+    compile_spent_ns: AtomicU64,
 }
 
 impl QuotaLedger {
@@ -300,6 +437,39 @@ impl QuotaLedger {
         QuotaLedger {
             quota,
             in_use: core::array::from_fn(|_| AtomicU64::new(0)),
+            compile_spent_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Compile time the tenant has spent, in nanoseconds.
+    pub fn compile_spent_ns(&self) -> u64 {
+        self.compile_spent_ns.load(Ordering::Acquire)
+    }
+
+    /// Compile time the tenant may still spend, in nanoseconds; `EQUOTA`
+    /// (as a [`QuotaError`] on [`Resource::Compiles`]) once its budget is
+    /// spent.
+    pub fn compile_time_left(&self) -> Result<u64, CompileBudgetSpent> {
+        let spent = self.compile_spent_ns();
+        let budget = self.quota.compile_budget_ns();
+        match budget.checked_sub(spent) {
+            Some(left) if left > 0 => Ok(left),
+            _ => Err(CompileBudgetSpent { spent, budget }),
+        }
+    }
+
+    /// Charges `ns` of compile time to the tenant (it was spent: nothing
+    /// gives it back). Saturates at `u64::MAX`.
+    pub fn spend_compile_time(&self, ns: u64) {
+        let counter = &self.compile_spent_ns;
+        let mut current = counter.load(Ordering::Acquire);
+        loop {
+            let next = current.saturating_add(ns);
+            match counter.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
         }
     }
 
@@ -403,6 +573,35 @@ impl QuotaLedger {
             before >= amount,
             "{resource}: released {amount} with only {before} in use"
         );
+    }
+}
+
+/// The tenant has spent its whole compile budget
+/// ([`TenantQuota::compile_budget_ns`]): `EQUOTA` to the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct CompileBudgetSpent {
+    /// Nanoseconds spent.
+    pub spent: u64,
+    /// The budget, in nanoseconds.
+    pub budget: u64,
+}
+
+impl fmt::Display for CompileBudgetSpent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "compile-time quota exceeded: {} ms of kernel compiles spent of {} ms",
+            self.spent / 1_000_000,
+            self.budget / 1_000_000
+        )
+    }
+}
+
+impl From<CompileBudgetSpent> for AbiError {
+    /// [`Errno::EQUOTA`], with the error's text as the reason.
+    fn from(error: CompileBudgetSpent) -> AbiError {
+        AbiError::new(Errno::EQUOTA, alloc::format!("{error}"))
     }
 }
 
@@ -598,6 +797,7 @@ mod tests {
         (Resource::Functions, 7, "functions"),
         (Resource::LaunchesInFlight, 11, "launches in flight"),
         (Resource::Streams, 2, "streams"),
+        (Resource::Compiles, 3, "kernel compiles in flight"),
     ];
 
     fn quota_of_limits() -> TenantQuota {
@@ -673,6 +873,37 @@ mod tests {
             "EQUOTA: device-buffer bytes quota exceeded: 4096 requested, \
              1073741000 of 1073741824 in use"
         );
+    }
+
+    #[test]
+    fn compile_time_is_spent_not_given_back() {
+        let ledger = QuotaLedger::new(TenantQuota::default().with_compile_budget_ns(10_000_000));
+        assert_eq!(ledger.compile_time_left(), Ok(10_000_000));
+        ledger.spend_compile_time(4_000_000);
+        assert_eq!(ledger.compile_time_left(), Ok(6_000_000));
+        ledger.spend_compile_time(7_000_000);
+        let e = ledger.compile_time_left().unwrap_err();
+        assert_eq!((e.spent, e.budget), (11_000_000, 10_000_000));
+        assert_eq!(
+            AbiError::from(e).to_string(),
+            "EQUOTA: compile-time quota exceeded: 11 ms of kernel compiles spent of 10 ms"
+        );
+        ledger.spend_compile_time(u64::MAX);
+        assert_eq!(ledger.compile_spent_ns(), u64::MAX);
+    }
+
+    #[test]
+    fn untrusted_defaults_bound_kernels_and_launches() {
+        let q = TenantQuota::default();
+        assert_eq!(q.limit(Resource::Compiles), 1);
+        assert_eq!(q.kernel_operators(), 1 << 14);
+        assert_eq!(q.kernel_branches(), 256);
+        assert_eq!(q.compile_time_ns(), 2_000_000_000);
+        assert_eq!(q.launch_time_ns(), 1_000_000_000);
+        assert_eq!(q.tensor_work(), 1 << 40);
+        let u = TenantQuota::unlimited();
+        assert_eq!(u.launch_time_ns(), u64::MAX);
+        assert_eq!(u.with_launch_time_ns(5).launch_time_ns(), 5);
     }
 
     #[test]

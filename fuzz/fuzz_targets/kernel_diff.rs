@@ -146,6 +146,7 @@ fn run(u: &mut Unstructured<'_>) -> ArbitraryResult<String> {
     let kernel = match translate_kernel(&wasm, kernel_index) {
         Ok(kernel) => kernel,
         Err(LowerError::Unsupported(op)) => return Ok(format!("skip: refused `{}`", op.op)),
+        Err(LowerError::TooLarge(op)) => return Ok(format!("skip: too large at `{}`", op.op)),
         Err(LowerError::Invalid(why)) => panic!(
             "the translator calls a module wasmtime accepts invalid: {why}\n{}",
             case.describe()

@@ -255,6 +255,10 @@ pub enum LowerError {
     /// The module or function is malformed (or not a kernel: wrong
     /// signature, no such function).
     Invalid(String),
+    /// The kernel is larger than its limits allow
+    /// ([`translate::KernelLimits`]): the operator at which it passed one,
+    /// and which.
+    TooLarge(UnsupportedOp),
 }
 
 impl fmt::Display for LowerError {
@@ -262,6 +266,11 @@ impl fmt::Display for LowerError {
         match self {
             LowerError::Unsupported(op) => op.fmt(f),
             LowerError::Invalid(why) => write!(f, "not a valid kernel: {why}"),
+            LowerError::TooLarge(at) => write!(
+                f,
+                "kernel too large: {} (at `{}`, offset {:#x})",
+                at.reason, at.op, at.offset
+            ),
         }
     }
 }

@@ -1148,6 +1148,7 @@ fn kernel_error(e: &KernelError) -> AbiError {
             AbiError::new(Errno::ENOTSUP, e.to_string())
         }
         KernelError::Lower(LowerError::Invalid(_)) => AbiError::new(Errno::EINVAL, e.to_string()),
+        KernelError::Lower(LowerError::TooLarge(_)) => AbiError::new(Errno::EQUOTA, e.to_string()),
         KernelError::Driver { kind, .. } => AbiError::new(Errno::from(*kind), e.to_string()),
     }
 }

@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 
 use wasmparser::{BlockType, MemArgTarget, Operator, ValType};
 
-use super::WasmType;
+use super::{KernelLimits, KernelSize, WasmType};
 use super::body::{binary_op, memory_access, unary_op};
 use super::module::{GlobalKind, ModuleInfo, invalid};
 use crate::lower::{INTRINSIC_MODULE, Intrinsic, LowerError, UnsupportedOp};
@@ -18,37 +18,69 @@ use crate::lower::{INTRINSIC_MODULE, Intrinsic, LowerError, UnsupportedOp};
 /// The deepest chain of inlined calls below a kernel.
 pub(super) const MAX_CALL_DEPTH: usize = 64;
 
-/// The most Wasm operators a kernel may translate to, every callee inlined
-/// (inlining copies a callee once per call site, so a small module can
-/// describe a huge kernel).
-pub(super) const MAX_INLINED_OPERATORS: u64 = 1 << 20;
-
 /// A function's state in the depth-first walk.
 #[derive(Clone, Copy)]
 enum Walk {
     /// On the current call path: a call to it closes a cycle.
     OnPath,
-    /// Checked: how many operators it inlines to, and how deep its own
+    /// Checked: its size with every callee inlined, and how deep its own
     /// call chain goes.
-    Done { operators: u64, depth: usize },
+    Done { size: KernelSize, depth: usize },
 }
 
 struct Detector<'m, 'a> {
     module: &'m ModuleInfo<'a>,
     walk: Vec<Option<Walk>>,
     reached: Vec<u32>,
+    limits: KernelLimits,
 }
 
-/// Checks the kernel `kernel` and everything it calls; returns the defined
-/// functions it reaches (the kernel first).
-pub(super) fn detect(module: &ModuleInfo<'_>, kernel: u32) -> Result<Vec<u32>, LowerError> {
+/// Checks the kernel `kernel` and everything it calls against what the
+/// translator lowers and against `limits`; returns the defined functions it
+/// reaches (the kernel first) and the kernel's size, callees inlined.
+pub(super) fn detect(
+    module: &ModuleInfo<'_>,
+    kernel: u32,
+    limits: KernelLimits,
+) -> Result<(Vec<u32>, KernelSize), LowerError> {
     let mut detector = Detector {
         module,
         walk: vec![None; module.bodies.len()],
         reached: Vec::new(),
+        limits,
     };
-    detector.visit(kernel, 0)?;
-    Ok(detector.reached)
+    let (size, _) = detector.visit(kernel, 0)?;
+    Ok((detector.reached, size))
+}
+
+/// Whether the translated `op` branches (a memory access, with its bounds
+/// check and alignment split; a loop, `if` or conditional branch; an
+/// operator with a trap check): what the driver's PTX JIT pays for most.
+fn is_branch_point(op: &Operator<'_>) -> bool {
+    matches!(
+        op,
+        Operator::Loop { .. }
+            | Operator::If { .. }
+            | Operator::BrIf { .. }
+            | Operator::BrTable { .. }
+            | Operator::Unreachable
+            | Operator::I32DivS
+            | Operator::I32DivU
+            | Operator::I32RemS
+            | Operator::I32RemU
+            | Operator::I64DivS
+            | Operator::I64DivU
+            | Operator::I64RemS
+            | Operator::I64RemU
+            | Operator::I32TruncF32S
+            | Operator::I32TruncF32U
+            | Operator::I32TruncF64S
+            | Operator::I32TruncF64U
+            | Operator::I64TruncF32S
+            | Operator::I64TruncF32U
+            | Operator::I64TruncF64S
+            | Operator::I64TruncF64U
+    ) || memory_access(op).is_some()
 }
 
 fn refuse(op: impl Into<String>, offset: u64, reason: impl Into<String>) -> LowerError {
@@ -61,7 +93,7 @@ fn refuse(op: impl Into<String>, offset: u64, reason: impl Into<String>) -> Lowe
 
 impl Detector<'_, '_> {
     /// Checks defined function `func`, reached through `depth` calls.
-    fn visit(&mut self, func: u32, depth: usize) -> Result<(u64, usize), LowerError> {
+    fn visit(&mut self, func: u32, depth: usize) -> Result<(KernelSize, usize), LowerError> {
         let m = self.module;
         let def = m
             .defined(func)
@@ -83,7 +115,7 @@ impl Detector<'_, '_> {
             }
         }
 
-        let mut operators: u64 = 0;
+        let mut size = KernelSize::default();
         let mut height = 0;
         let mut reader = body.get_operators_reader().map_err(invalid)?;
         while !reader.eof() {
@@ -99,12 +131,13 @@ impl Detector<'_, '_> {
                     });
                 }
             };
-            operators += 1;
+            size.operators += 1;
+            size.branches += u64::from(is_branch_point(&op));
             self.check(&op, offset)?;
             if let Operator::Call { function_index } = op
                 && let Some(callee) = m.defined(function_index)
             {
-                let (callee_ops, callee_depth) = match self.walk[callee] {
+                let (callee_size, callee_depth) = match self.walk[callee] {
                     Some(Walk::OnPath) => {
                         return Err(refuse(
                             "call (recursion)",
@@ -115,9 +148,9 @@ impl Detector<'_, '_> {
                             ),
                         ));
                     }
-                    Some(Walk::Done { operators, depth }) => (operators, depth),
+                    Some(Walk::Done { size, depth }) => (size, depth),
                     None if depth < MAX_CALL_DEPTH => self.visit(function_index, depth + 1)?,
-                    None => (0, MAX_CALL_DEPTH),
+                    None => (KernelSize::default(), MAX_CALL_DEPTH),
                 };
                 if depth + 1 + callee_depth > MAX_CALL_DEPTH {
                     return Err(refuse(
@@ -128,25 +161,40 @@ impl Detector<'_, '_> {
                         ),
                     ));
                 }
-                operators += callee_ops;
+                size.operators = size.operators.saturating_add(callee_size.operators);
+                size.branches = size.branches.saturating_add(callee_size.branches);
                 height = height.max(callee_depth + 1);
             }
-            if operators > MAX_INLINED_OPERATORS {
-                return Err(refuse(
-                    op_name(&op),
-                    offset,
-                    format!(
-                        "the kernel, every callee inlined, exceeds {MAX_INLINED_OPERATORS} \
-                         Wasm operators"
-                    ),
-                ));
-            }
+            self.check_size(size, &op, offset)?;
         }
         self.walk[def] = Some(Walk::Done {
-            operators,
+            size,
             depth: height,
         });
-        Ok((operators, height))
+        Ok((size, height))
+    }
+
+    /// Refuses the kernel once its size so far passes a limit.
+    fn check_size(&self, size: KernelSize, op: &Operator<'_>, offset: u64) -> Result<(), LowerError> {
+        let KernelLimits {
+            operators,
+            branches,
+        } = self.limits;
+        let (what, limit) = if size.operators > operators {
+            ("Wasm operators", operators)
+        } else if size.branches > branches {
+            (
+                "branch points (memory accesses, loops, ifs, conditional branches, trapping operators)",
+                branches,
+            )
+        } else {
+            return Ok(());
+        };
+        Err(LowerError::TooLarge(UnsupportedOp {
+            op: op_name(op),
+            offset,
+            reason: format!("the kernel, every callee inlined, has more than {limit} {what}"),
+        }))
     }
 
     /// Refuses `op` unless the translator lowers it.

@@ -65,6 +65,54 @@ impl WasmType {
     }
 }
 
+/// How large a kernel may be, every callee inlined. The translator refuses
+/// a larger one with [`LowerError::TooLarge`] before it emits anything, so
+/// the time and memory that translation, lowering and the driver's PTX JIT
+/// take stay bounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelLimits {
+    /// Wasm operators.
+    pub operators: u64,
+    /// Branch points: memory accesses (each a bounds check and an
+    /// alignment split), loops, `if`s, `br_if`/`br_table`, `unreachable`
+    /// and trapping operators (division, remainder, float-to-int `trunc`).
+    /// The driver's PTX JIT grows faster than linearly in them.
+    pub branches: u64,
+}
+
+impl KernelLimits {
+    /// The host's own caps, whatever a tenant's quota says: 2^16 operators
+    /// and 1024 branch points. At these caps the whole compile stays within
+    /// seconds and a few hundred MB (docs/kernels.md, "Limits"), and the
+    /// compile worker's stack is sized for them.
+    pub const HOST: KernelLimits = KernelLimits {
+        operators: 1 << 16,
+        branches: 1 << 10,
+    };
+
+    /// The tighter of `self` and `other`, limit by limit.
+    pub fn min(self, other: KernelLimits) -> KernelLimits {
+        KernelLimits {
+            operators: self.operators.min(other.operators),
+            branches: self.branches.min(other.branches),
+        }
+    }
+
+    /// Whether a kernel of `size` fits.
+    pub fn admits(self, size: KernelSize) -> bool {
+        size.operators <= self.operators && size.branches <= self.branches
+    }
+}
+
+/// A kernel's size, every callee inlined, as [`KernelLimits`] counts it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KernelSize {
+    /// Wasm operators.
+    pub operators: u64,
+    /// Branch points.
+    pub branches: u64,
+}
+
 /// A kernel translated to CLIF.
 #[derive(Clone, Debug)]
 pub struct TranslatedKernel {
@@ -77,6 +125,8 @@ pub struct TranslatedKernel {
     pub name: String,
     /// The kernel's Wasm parameters, in order.
     pub params: Vec<WasmType>,
+    /// Its size, every callee inlined.
+    pub size: KernelSize,
 }
 
 /// Translates function `func_index` (in the Wasm function index space:
@@ -86,11 +136,23 @@ pub struct TranslatedKernel {
 /// one it defines, with `i32`/`i64`/`f32`/`f64` parameters and no results
 /// (else [`LowerError::Invalid`]); everything the kernel reaches through
 /// direct calls must be supported (else [`LowerError::Unsupported`] naming
-/// the first refused operator and its byte offset in `wasm`).
+/// the first refused operator and its byte offset in `wasm`), and it must
+/// fit the host's caps, [`KernelLimits::HOST`] (else
+/// [`LowerError::TooLarge`]).
 pub fn translate_kernel(wasm: &[u8], func_index: u32) -> Result<TranslatedKernel, LowerError> {
+    translate_kernel_within(wasm, func_index, KernelLimits::HOST)
+}
+
+/// [`translate_kernel`] for a kernel that must also fit `limits` (a
+/// tenant's quota; the host's caps hold either way).
+pub fn translate_kernel_within(
+    wasm: &[u8],
+    func_index: u32,
+    limits: KernelLimits,
+) -> Result<TranslatedKernel, LowerError> {
     let mut module = module::ModuleInfo::parse(wasm)?;
     let params = module.kernel_params(func_index)?;
-    let reached = detect::detect(&module, func_index)?;
+    let (reached, size) = detect::detect(&module, func_index, limits.min(KernelLimits::HOST))?;
     module.validate_bodies(&reached)?;
     let function = body::translate(&module, func_index, &params)?;
 
@@ -110,5 +172,6 @@ pub fn translate_kernel(wasm: &[u8], func_index: u32) -> Result<TranslatedKernel
         },
         name: module.kernel_name(func_index),
         params,
+        size,
     })
 }
