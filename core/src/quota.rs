@@ -1110,7 +1110,8 @@ mod tests {
         assert_eq!(
             s.to_string(),
             "device-buffer bytes 4096/1073741824, guest-memory bytes 0/1073741824, \
-             modules 0/64, functions 0/1024, launches in flight 0/256, streams 1/unlimited"
+             modules 0/64, functions 0/1024, launches in flight 0/256, streams 1/unlimited, \
+             kernel compiles in flight 0/1"
         );
     }
 

@@ -4,7 +4,8 @@
 //! PTX row of the op table. Each is verified by Cranelift's verifier,
 //! lowered for sm_75, sm_80 and sm_90, checked for structure, and written
 //! to `target/ptx-out/<name>.sm_XX.ptx`; `scripts/check-ptx.sh` runs these
-//! tests and then assembles every file there with ptxas.
+//! tests and then assembles every file there with ptxas. The launch's time
+//! checks are the translator's, so their kernels are translated from WAT.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -22,7 +23,8 @@ use cranelift_codegen::verify_function;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use tensorwasm_core::lower::ptx::PtxLowerer;
 use tensorwasm_core::lower::table::{self, Cond, Status};
-use tensorwasm_core::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer};
+use tensorwasm_core::lower::translate::translate_kernel;
+use tensorwasm_core::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer, RuntimeCheck};
 
 /// The targets every kernel is lowered for, each with the PTX ISA version
 /// the driver needs for it.
@@ -46,7 +48,9 @@ struct Params {
     wasm: Vec<Value>,
     mem_base: Value,
     mem_len: Value,
+    status: Value,
     fuel: Value,
+    time_limit: Value,
     intrinsics: Vec<Value>,
 }
 
@@ -73,7 +77,9 @@ fn build(b: &mut FunctionBuilder, n: usize, body: impl FnOnce(&mut FunctionBuild
         wasm: v[..n].to_vec(),
         mem_base: v[n + KernelAbi::MEM_BASE],
         mem_len: v[n + KernelAbi::MEM_LEN],
+        status: v[n + KernelAbi::STATUS],
         fuel: v[n + KernelAbi::FUEL],
+        time_limit: v[n + KernelAbi::TIME_LIMIT],
         intrinsics: v[n + KernelAbi::INTRINSICS..].to_vec(),
     };
     body(b, &params);
@@ -92,7 +98,8 @@ fn kernel(
     };
     let mut sig = Signature::new(CallConv::SystemV);
     sig.params.extend(wasm.iter().map(|&t| AbiParam::new(t)));
-    sig.params.extend([AbiParam::new(I64); 4]);
+    sig.params
+        .extend([AbiParam::new(I64); KernelAbi::INTRINSICS]);
     sig.params.extend([AbiParam::new(I32); 12]);
     let mut func = Function::with_name_signature(UserFuncName::testcase(name), sig);
     let mut ctx = FunctionBuilderContext::new();
@@ -723,6 +730,45 @@ fn table_sweep() -> Kernel {
     })
 }
 
+/// Function `index` of a WAT module through the translator: kernels with
+/// the launch's time checks, as only the translator emits them.
+fn translated(name: &'static str, wat: &str, index: u32) -> Kernel {
+    let wasm = wat::parse_str(wat).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let t = translate_kernel(&wasm, index).unwrap_or_else(|e| panic!("{name}: {e}"));
+    Kernel {
+        name,
+        func: t.function,
+        abi: t.abi,
+    }
+}
+
+/// An endless loop: the entry's checks and the loop header's.
+fn time_loop() -> Kernel {
+    translated(
+        "time_loop",
+        r#"(module (memory 1)
+          (func (param $n i32)
+            (loop $spin
+              (local.set $n (i32.add (local.get $n) (i32.const 1)))
+              (br $spin))))"#,
+        0,
+    )
+}
+
+/// No loop: only the entry's checks (thread 0 of a block reads the clock).
+fn time_straight() -> Kernel {
+    translated(
+        "time_straight",
+        r#"(module
+          (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
+          (memory 1)
+          (func (param $out i32)
+            (i32.store (i32.add (local.get $out) (i32.shl (call $tid) (i32.const 2)))
+                       (i32.const 1))))"#,
+        1,
+    )
+}
+
 fn kernels() -> Vec<Kernel> {
     vec![
         vector_add(),
@@ -737,6 +783,8 @@ fn kernels() -> Vec<Kernel> {
         fuel_loop(),
         branches(),
         table_sweep(),
+        time_loop(),
+        time_straight(),
     ]
 }
 
@@ -774,8 +822,8 @@ fn every_kernel_lowers_and_is_written_out() {
             assert!(ptx.contains(&format!(".visible .entry {}(\n", k.name)));
             assert_eq!(ptx.matches(".visible .entry").count(), 1);
             let params = ptx.matches("    .param ").count();
-            assert_eq!(params, k.abi.wasm_params + 4, "{}: .params", k.name);
-            for hidden in ["mem_base", "mem_len", "status", "fuel"] {
+            assert_eq!(params, k.abi.wasm_params + 5, "{}: .params", k.name);
+            for hidden in ["mem_base", "mem_len", "status", "fuel", "time_limit"] {
                 assert!(ptx.contains(&format!(".param .u64 {}_{hidden}", k.name)));
             }
             for inst in instructions(&ptx) {
@@ -1094,4 +1142,142 @@ fn check_accepts_what_the_lowerer_lowers() {
         table::lookup(Opcode::Call, INVALID).map(|r| r.status),
         Some(Status::Rejected(_))
     ));
+}
+
+#[test]
+fn time_checks_are_lowered_inline() {
+    for target in &TARGETS {
+        let ptx = lower(&time_loop(), target);
+        assert!(ptx.contains(".param .u64 time_loop_time_limit"), "{ptx}");
+        assert!(ptx.contains(", [time_loop_time_limit];"), "{ptx}");
+        // No PTX call: each check is inline. The entry's clock check (thread
+        // 0) and the loop's read %globaltimer and set start_ns and stop; the
+        // entry's other threads only read stop.
+        assert!(
+            !instructions(&ptx).any(|i| i.starts_with("call")),
+            "a PTX call\n{ptx}"
+        );
+        assert_eq!(ptx.matches("mov.u64 %trd0, %globaltimer;").count(), 2);
+        assert_eq!(ptx.matches("atom.global.cas.b64").count(), 2);
+        assert_eq!(ptx.matches("st.volatile.global.u32 [").count(), 2);
+        let stop_reads = ptx
+            .lines()
+            .filter(|l| l.contains("ld.volatile.global.u32") && l.ends_with("+4];"))
+            .count();
+        assert_eq!(stop_reads, 3);
+        // Each trap site reads the code before its compare-and-swap.
+        assert_eq!(
+            ptx.matches("ld.volatile.global.u32 %tr0, [%status];")
+                .count(),
+            ptx.matches("atom.global.cas.b32").count()
+        );
+        assert_eq!(ptx.matches("ld.volatile.global.u64").count(), 2);
+        // Checked when the fuel left is a multiple of 4096.
+        assert!(ptx.contains(", 0x0000000000000FFF;"), "{ptx}");
+        let code = KernelTrap::TimeLimit.code();
+        assert_eq!(code, 7);
+        assert!(ptx.contains(&format!("[%status], 0, {code};")), "{ptx}");
+
+        let ptx = lower(&time_straight(), target);
+        assert_eq!(ptx.matches("%globaltimer").count(), 1);
+        assert!(ptx.contains("%tid.y") && ptx.contains("%tid.z"));
+    }
+}
+
+/// `call` of a function named `name` with signature `sig` and `args`; its
+/// result traps `TimeLimit`.
+fn call_check(
+    b: &mut FunctionBuilder,
+    name: cranelift_codegen::ir::UserExternalName,
+    sig: Signature,
+    args: &[Value],
+) {
+    let sig = b.import_signature(sig);
+    let name = b.func.declare_imported_user_function(name);
+    let callee = b.import_function(ExtFuncData {
+        name: ExternalName::user(name),
+        signature: sig,
+        colocated: false,
+        patchable: false,
+    });
+    at(b, 0x21);
+    let call = b.ins().call(callee, args);
+    let over = b.inst_results(call)[0];
+    b.ins().trapnz(over, KernelTrap::TimeLimit.trap_code());
+    b.ins().return_(&[]);
+}
+
+/// A kernel body, for lists of them.
+type Body = fn(&mut FunctionBuilder, &Params);
+
+#[test]
+fn only_runtime_checks_of_the_launch_own_words_are_called() {
+    use RuntimeCheck::{LaunchExpired, LaunchStopped};
+    let good = kernel("expired_ok", &[], |b, p| {
+        let name = LaunchExpired.external_name();
+        call_check(
+            b,
+            name,
+            LaunchExpired.signature(),
+            &[p.status, p.time_limit],
+        );
+    });
+    let ptx = lower(&good, &TARGETS[0]);
+    assert!(ptx.contains("%globaltimer"));
+    let good = kernel("stopped_ok", &[], |b, p| {
+        let name = LaunchStopped.external_name();
+        call_check(b, name, LaunchStopped.signature(), &[p.status]);
+    });
+    let ptx = lower(&good, &TARGETS[0]);
+    assert!(ptx.contains("ld.volatile.global.u32"));
+
+    let bad: [(&str, Body); 6] = [
+        ("status_elsewhere", |b, p| {
+            let name = LaunchStopped.external_name();
+            call_check(b, name, LaunchStopped.signature(), &[p.mem_base]);
+        }),
+        ("swapped_args", |b, p| {
+            let name = LaunchExpired.external_name();
+            call_check(
+                b,
+                name,
+                LaunchExpired.signature(),
+                &[p.time_limit, p.status],
+            );
+        }),
+        ("other_limit", |b, p| {
+            let name = LaunchExpired.external_name();
+            call_check(b, name, LaunchExpired.signature(), &[p.status, p.fuel]);
+        }),
+        ("wrong_signature", |b, p| {
+            // launch_expired's name with launch_stopped's signature.
+            let name = LaunchExpired.external_name();
+            call_check(b, name, LaunchStopped.signature(), &[p.status]);
+        }),
+        ("wrong_namespace", |b, p| {
+            let name = cranelift_codegen::ir::UserExternalName {
+                namespace: 0,
+                index: LaunchStopped as u32,
+            };
+            call_check(b, name, LaunchStopped.signature(), &[p.status]);
+        }),
+        ("no_such_check", |b, p| {
+            let name = cranelift_codegen::ir::UserExternalName {
+                namespace: RuntimeCheck::NAMESPACE,
+                index: 2,
+            };
+            call_check(b, name, LaunchStopped.signature(), &[p.status]);
+        }),
+    ];
+    for (name, body) in bad {
+        let k = kernel(name, &[], body);
+        match refused(&k) {
+            LowerError::Unsupported(op) => {
+                assert_eq!((op.op.as_str(), op.offset), ("call.i32", 0x21), "{name}");
+                assert!(op.reason.contains("inlines"), "{name}: {}", op.reason);
+            }
+            other => panic!("{name}: {other}"),
+        }
+        assert!(table::check(&k.func).is_err(), "{name}");
+    }
 }

@@ -11,7 +11,10 @@
 //! base in the interpreter's address space, so a kernel that forgot
 //! `mem_base` would read the wrong bytes. Our own step loop also tells
 //! which instruction trapped, hence its source location; a native JIT
-//! would need signal handling for that.
+//! would need signal handling for that. It also plays the host's part in
+//! the launch's time limit: the kernel's calls of the runtime checks
+//! (`RuntimeCheck`) are answered by the step loop from a model of the
+//! status word, with the interpreter's step count as the clock.
 
 use std::sync::OnceLock;
 
@@ -29,7 +32,10 @@ use cranelift_interpreter::interpreter::LibCallHandler;
 use cranelift_interpreter::state::{InterpreterFunctionRef, MemoryError, State};
 use cranelift_interpreter::step::{ControlFlow, CraneliftTrap, step};
 use tensorwasm_core::lower::translate::{TranslatedKernel, WasmType, translate_kernel};
-use tensorwasm_core::lower::{INTRINSIC_MODULE, Intrinsic, KernelAbi, KernelTrap, LowerError};
+use tensorwasm_core::lower::{
+    INTRINSIC_MODULE, Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck,
+    TIME_CHECK_INTERVAL,
+};
 use wasmparser::{Operator, Parser, Payload};
 
 // ---------------------------------------------------------------------------
@@ -384,9 +390,103 @@ impl Arg {
     }
 }
 
+/// The launch as the runtime checks see it: the status word's `stop` and
+/// `start_ns`, the time limit, the thread's intrinsics, and what the checks
+/// were asked. The clock is the interpreter's step count plus one (never
+/// 0, as on the hosts): time passes with every instruction.
+#[derive(Clone, Debug)]
+struct Launch {
+    time_limit: u64,
+    stop: bool,
+    start_ns: u64,
+    intrinsics: [i32; 12],
+    /// The clock at each call of `launch_expired`, and how many calls of
+    /// `launch_stopped` there were.
+    expired_at: Vec<u64>,
+    stopped_calls: u64,
+}
+
+impl Launch {
+    /// No time limit, the intrinsics the reference sees.
+    fn unlimited() -> Launch {
+        Launch::limited(u64::MAX)
+    }
+
+    fn limited(time_limit: u64) -> Launch {
+        Launch {
+            time_limit,
+            stop: false,
+            start_ns: 0,
+            intrinsics: INTRINSIC_VALUES,
+            expired_at: Vec::new(),
+            stopped_calls: 0,
+        }
+    }
+
+    /// Thread (0, 0, 0) of its block: the one whose entry checks the clock.
+    fn first_thread(mut self) -> Launch {
+        for which in [
+            Intrinsic::ThreadIdxX,
+            Intrinsic::ThreadIdxY,
+            Intrinsic::ThreadIdxZ,
+        ] {
+            self.intrinsics[which.index()] = 0;
+        }
+        self
+    }
+
+    /// The runtime check `check` at clock `now`, as `docs/kernels.md`
+    /// specifies it.
+    fn answer(&mut self, check: RuntimeCheck, args: &[DataValue], now: u64) -> i32 {
+        // The status word of this harness is address 0 (see `interpret`).
+        assert_eq!(
+            args.first(),
+            Some(&DataValue::I64(0)),
+            "not the status word"
+        );
+        match check {
+            RuntimeCheck::LaunchStopped => {
+                self.stopped_calls += 1;
+                i32::from(self.stop)
+            }
+            RuntimeCheck::LaunchExpired => {
+                assert_eq!(
+                    args.get(1),
+                    Some(&DataValue::I64(self.time_limit as i64)),
+                    "not the time limit"
+                );
+                self.expired_at.push(now);
+                if self.stop {
+                    return 1;
+                }
+                if self.start_ns == 0 {
+                    self.start_ns = now;
+                }
+                if now.saturating_sub(self.start_ns) > self.time_limit {
+                    self.stop = true;
+                    return 1;
+                }
+                0
+            }
+        }
+    }
+}
+
 /// Runs the translated kernel in the interpreter on `memory` (updated in
-/// place), with `fuel`.
+/// place), with `fuel` and no time limit.
 fn interpret(kernel: &TranslatedKernel, args: &[Arg], memory: &mut [u8], fuel: i64) -> Outcome {
+    interpret_launch(kernel, args, memory, fuel, &mut Launch::unlimited())
+}
+
+/// [`interpret`] as a thread of `launch`, which the runtime checks read and
+/// update.
+fn interpret_launch(
+    kernel: &TranslatedKernel,
+    args: &[Arg],
+    memory: &mut [u8],
+    fuel: i64,
+    launch: &mut Launch,
+) -> Outcome {
     let func = &kernel.function;
     let mut machine = Machine {
         frames: Vec::new(),
@@ -400,8 +500,9 @@ fn interpret(kernel: &TranslatedKernel, args: &[Arg], memory: &mut [u8], fuel: i
         DataValue::I64(memory.len() as i64),
         DataValue::I64(0),
         DataValue::I64(fuel),
+        DataValue::I64(launch.time_limit as i64),
     ]);
-    values.extend(INTRINSIC_VALUES.map(DataValue::I32));
+    values.extend(launch.intrinsics.map(DataValue::I32));
     assert_eq!(values.len(), kernel.abi.total_params());
 
     machine.push_frame(func);
@@ -415,6 +516,27 @@ fn interpret(kernel: &TranslatedKernel, args: &[Arg], memory: &mut [u8], fuel: i
         let inst = next.expect("fell off the end of a block");
         steps += 1;
         assert!(steps < 50_000_000, "the interpreter ran away");
+        if func.dfg.insts[inst].opcode().is_call() {
+            // Only the runtime checks are called; the host answers them.
+            let check = RuntimeCheck::called_by(func, inst).unwrap_or_else(|| {
+                panic!(
+                    "a call that is no runtime check: {}",
+                    func.dfg.display_inst(inst)
+                )
+            });
+            let args: Vec<DataValue> = func
+                .dfg
+                .inst_args(inst)
+                .iter()
+                .map(|&v| machine.current_frame().get(v).clone())
+                .collect();
+            let answer = launch.answer(check, &args, steps + 1);
+            machine
+                .current_frame_mut()
+                .set_all(func.dfg.inst_results(inst), vec![DataValue::I32(answer)]);
+            next = func.layout.next_inst(inst);
+            continue;
+        }
         let flow =
             step(&mut machine, DfgInstructionContext::new(inst, &func.dfg)).unwrap_or_else(|e| {
                 panic!(
@@ -591,7 +713,7 @@ fn check_shape(kernel: &TranslatedKernel) {
             let data = &func.dfg.insts[inst];
             let opcode = data.opcode();
             assert!(
-                !opcode.is_call(),
+                !opcode.is_call() || RuntimeCheck::called_by(func, inst).is_some(),
                 "a call survived: {}",
                 func.dfg.display_inst(inst)
             );
@@ -1491,6 +1613,180 @@ fn fuel_is_spent_once_per_loop_header() {
     }
 }
 
+/// The byte offset of the module's only function body: where a trap of the
+/// kernel's entry check points.
+fn body_offset(wasm: &[u8]) -> u32 {
+    let mut bodies = Parser::new(0)
+        .parse_all(wasm)
+        .filter_map(|p| match p.expect("parse") {
+            Payload::CodeSectionEntry(body) => Some(body.range().start as u32),
+            _ => None,
+        });
+    let offset = bodies.next().expect("a function body");
+    assert!(bodies.next().is_none(), "one function body");
+    offset
+}
+
+/// Counts its iterations at byte 0 and never ends on its own.
+const ENDLESS_COUNTER: &str = r#"(module (memory (export "memory") 1)
+  (func (export "kernel") (local $n i32)
+    (loop $spin
+      (local.set $n (i32.add (local.get $n) (i32.const 1)))
+      (i32.store (i32.const 0) (local.get $n))
+      (br $spin))))"#;
+
+fn run_launch(wat: &str, fuel: i64, launch: &mut Launch) -> (Vec<u8>, Outcome, Vec<u8>) {
+    let wasm = wat::parse_str(wat).expect("wat");
+    let kernel = translate(&wasm);
+    let mut memory = vec![0u8; PAGE];
+    let outcome = interpret_launch(&kernel, &[], &mut memory, fuel, launch);
+    (wasm, outcome, memory)
+}
+
+fn counter(memory: &[u8]) -> u64 {
+    u64::from(u32::from_le_bytes(memory[..4].try_into().expect("4 bytes")))
+}
+
+#[test]
+fn time_limit_ends_an_endless_loop_at_a_checked_header() {
+    // Fuel enough for 2^40 iterations; 200_000 interpreter steps of time.
+    let mut launch = Launch::limited(200_000).first_thread();
+    let (wasm, outcome, memory) = run_launch(ENDLESS_COUNTER, PLENTY, &mut launch);
+    let offset = offset_of(&wasm, 0, |op| matches!(op, Operator::Loop { .. }));
+    assert_eq!(
+        outcome,
+        Outcome::Trapped {
+            trap: KernelTrap::TimeLimit,
+            offset
+        }
+    );
+    assert!(
+        launch.stop,
+        "the thread that found the time up stops the launch"
+    );
+    // The trap came at header k = n + 1 (the body ran n times before it),
+    // where the fuel left before the header's unit, PLENTY - (k - 1), is a
+    // multiple of the interval: headers 1, 1 + 4096, 1 + 2 * 4096, ...
+    let header = counter(&memory) + 1;
+    assert_eq!((header - 1) % TIME_CHECK_INTERVAL, 0, "{header}");
+    // The entry's check (thread 0 reads the clock and starts it), then one
+    // per interval.
+    let checks = 1 + (header - 1) / TIME_CHECK_INTERVAL;
+    assert!(checks > 1);
+    assert_eq!(launch.expired_at.len() as u64, 1 + checks);
+    assert_eq!(launch.stopped_calls, 0);
+    assert_eq!(launch.start_ns, launch.expired_at[0]);
+    // The last check found the time up; the one before it did not.
+    let [.., before, last] = launch.expired_at[..] else {
+        unreachable!()
+    };
+    assert!(last - launch.start_ns > 200_000);
+    assert!(before - launch.start_ns <= 200_000);
+}
+
+#[test]
+fn without_a_time_limit_fuel_ends_the_loop_as_before() {
+    let fuel: u64 = 10_000;
+    let mut launch = Launch::unlimited().first_thread();
+    let (wasm, outcome, memory) = run_launch(ENDLESS_COUNTER, fuel as i64, &mut launch);
+    let offset = offset_of(&wasm, 0, |op| matches!(op, Operator::Loop { .. }));
+    assert_eq!(
+        outcome,
+        Outcome::Trapped {
+            trap: KernelTrap::OutOfFuel,
+            offset
+        }
+    );
+    // Headers 1..=fuel ran (the body after each), header fuel + 1 trapped.
+    assert_eq!(counter(&memory), fuel);
+    assert!(!launch.stop);
+    // The clock was checked at the entry and at the headers where the fuel
+    // left was a positive multiple of the interval (where it was 0, the
+    // header trapped out of fuel first).
+    let checked = (1..=fuel)
+        .filter(|left| left.is_multiple_of(TIME_CHECK_INTERVAL))
+        .count() as u64;
+    assert_eq!(checked, 2);
+    assert_eq!(launch.expired_at.len() as u64, 1 + checked);
+}
+
+#[test]
+fn a_stopped_launch_ends_every_thread_at_its_entry() {
+    let store_first = r#"(module (memory (export "memory") 1)
+      (func (export "kernel") (i32.store (i32.const 0) (i32.const 7))))"#;
+    let wasm = wat::parse_str(store_first).expect("wat");
+    let entry = Outcome::Trapped {
+        trap: KernelTrap::TimeLimit,
+        offset: body_offset(&wasm),
+    };
+    // Another thread (or the host) stopped the launch: thread 0 and the
+    // others alike end before the store.
+    for first in [true, false] {
+        let mut launch = Launch::unlimited();
+        if first {
+            launch = launch.first_thread();
+        }
+        launch.stop = true;
+        let (_, outcome, memory) = run_launch(store_first, PLENTY, &mut launch);
+        assert_eq!(outcome, entry, "first thread: {first}");
+        assert_eq!(counter(&memory), 0, "the store did not run");
+        assert_eq!(
+            (launch.expired_at.len(), launch.stopped_calls),
+            if first { (1, 0) } else { (0, 1) }
+        );
+    }
+    // A launch whose time is up: thread 0 of a block finds it and stops
+    // the launch; any other thread only reads `stop`, so it runs while no
+    // thread has stopped the launch yet.
+    // (A limit of 0 ns: any clock past `start_ns` is too late.)
+    let mut launch = Launch::limited(0).first_thread();
+    launch.start_ns = 1;
+    let (_, outcome, memory) = run_launch(store_first, PLENTY, &mut launch);
+    assert_eq!(outcome, entry);
+    assert_eq!(counter(&memory), 0);
+    assert!(launch.stop);
+    let mut launch = Launch::limited(0);
+    launch.start_ns = 1;
+    let (_, outcome, memory) = run_launch(store_first, PLENTY, &mut launch);
+    assert_eq!(outcome, Outcome::Returned);
+    assert_eq!(counter(&memory), 7);
+    launch.stop = true;
+    let (_, outcome, _) = run_launch(store_first, PLENTY, &mut launch);
+    assert_eq!(outcome, entry);
+}
+
+#[test]
+fn only_runtime_checks_are_called_with_the_launch_own_words() {
+    let wasm = wat::parse_str(ENDLESS_COUNTER).expect("wat");
+    let kernel = translate(&wasm);
+    let func = &kernel.function;
+    let mut calls = Vec::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            if func.dfg.insts[inst].opcode().is_call() {
+                calls.push(RuntimeCheck::called_by(func, inst).expect("a runtime check"));
+            }
+        }
+    }
+    // Entry: one of each (thread 0 / the others); the loop: the clock.
+    calls.sort_by_key(|c| *c as u32);
+    assert_eq!(
+        calls,
+        [
+            RuntimeCheck::LaunchExpired,
+            RuntimeCheck::LaunchExpired,
+            RuntimeCheck::LaunchStopped
+        ]
+    );
+    // The loop's check is in a cold block of its own.
+    let cold = func
+        .layout
+        .blocks()
+        .filter(|&b| func.layout.is_cold(b))
+        .count();
+    assert_eq!(cold, 1);
+}
+
 // ---------------------------------------------------------------------------
 // The translation's interface
 // ---------------------------------------------------------------------------
@@ -1515,7 +1811,7 @@ fn names_params_and_abi() {
     check_shape(&named);
     let params = &named.function.signature.params;
     assert_eq!(params.len(), 2 + KernelAbi::HIDDEN_PARAMS);
-    for i in 0..4 {
+    for i in 0..KernelAbi::INTRINSICS {
         assert_eq!(
             params[named.abi.hidden(i)].value_type,
             cranelift_codegen::ir::types::I64
@@ -1874,8 +2170,16 @@ fn detector_bounds_inlining() {
         ));
     }
     wat.push_str(r#"(func (export "kernel") (call $f30)))"#);
-    let (_, op) = refused(&wat);
-    assert!(op.reason.contains("exceeds"), "{op}");
+    let wasm = wat::parse_str(&wat).unwrap();
+    match translate_kernel(&wasm, export_index(&wasm, "kernel")) {
+        Err(LowerError::TooLarge(op)) => {
+            assert!(
+                op.reason.contains("more than 65536 Wasm operators"),
+                "{op:?}"
+            );
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
 
     // A chain of calls deeper than the limit.
     let mut wat = String::from(r#"(module (memory (export "memory") 1) (func $f0 (nop))"#);

@@ -82,6 +82,30 @@ impl TenantConfig {
             quota = set(quota, Resource::Functions, q.functions);
             quota = set(quota, Resource::LaunchesInFlight, q.launches_in_flight);
             quota = set(quota, Resource::Streams, q.streams);
+            quota = set(quota, Resource::Compiles, q.compiles);
+            let ms = |key: &str, v: u64| {
+                v.checked_mul(1_000_000)
+                    .filter(|&ns| ns > 0)
+                    .ok_or_else(|| ConfigError(format!("quota.{key} must be 1 ..= 2^64/10^6 ms")))
+            };
+            if let Some(v) = q.kernel_operators {
+                quota = quota.with_kernel_operators(v);
+            }
+            if let Some(v) = q.kernel_branches {
+                quota = quota.with_kernel_branches(v);
+            }
+            if let Some(v) = q.compile_time_ms {
+                quota = quota.with_compile_time_ns(ms("compile_time_ms", v)?);
+            }
+            if let Some(v) = q.compile_budget_ms {
+                quota = quota.with_compile_budget_ns(ms("compile_budget_ms", v)?);
+            }
+            if let Some(v) = q.launch_time_ms {
+                quota = quota.with_launch_time_ns(ms("launch_time_ms", v)?);
+            }
+            if let Some(v) = q.tensor_work {
+                quota = quota.with_tensor_work(v);
+            }
             if let Some(fuel) = q.kernel_fuel {
                 if fuel == 0 {
                     return Err(ConfigError("quota.kernel_fuel must be at least 1".into()));
@@ -153,7 +177,14 @@ struct QuotaSection {
     functions: Option<u64>,
     launches_in_flight: Option<u64>,
     streams: Option<u64>,
+    compiles: Option<u64>,
     kernel_fuel: Option<u64>,
+    kernel_operators: Option<u64>,
+    kernel_branches: Option<u64>,
+    compile_time_ms: Option<u64>,
+    compile_budget_ms: Option<u64>,
+    launch_time_ms: Option<u64>,
+    tensor_work: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -317,9 +348,24 @@ mod tests {
         let c = TenantConfig::from_toml(
             "trusted = true\nguest_fuel = \"unlimited\"\n[policy]\nwasm_kernels = false\n\
              [quota]\nguest_memory_bytes = 65536\nmodules = 1\nfunctions = 2\n\
-             launches_in_flight = 3\nstreams = 1\nkernel_fuel = 99\n",
+             launches_in_flight = 3\nstreams = 1\nkernel_fuel = 99\ncompiles = 2\n\
+             kernel_operators = 1000\nkernel_branches = 10\ncompile_time_ms = 5\n\
+             compile_budget_ms = 50\nlaunch_time_ms = 7\ntensor_work = 12345\n",
         )
         .unwrap();
+        assert_eq!(c.quota.limit(Resource::Compiles), 2);
+        assert_eq!(c.quota.kernel_operators(), 1000);
+        assert_eq!(c.quota.kernel_branches(), 10);
+        assert_eq!(c.quota.compile_time_ns(), 5_000_000);
+        assert_eq!(c.quota.compile_budget_ns(), 50_000_000);
+        assert_eq!(c.quota.launch_time_ns(), 7_000_000);
+        assert_eq!(c.quota.tensor_work(), 12345);
+        assert!(
+            TenantConfig::from_toml("[quota]\nlaunch_time_ms = 0\n")
+                .unwrap_err()
+                .0
+                .contains("launch_time_ms")
+        );
         assert!(c.policy.raw_modules && !c.policy.wasm_kernels && c.policy.builtins);
         assert_eq!(c.guest_fuel, None);
         assert_eq!(c.quota.limit(Resource::GuestMemoryBytes), 65536);

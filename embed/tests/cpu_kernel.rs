@@ -19,7 +19,9 @@ use cranelift_codegen::{
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use tensorwasm_core::{
     DeviceMemory, Dim3, DriverError, ErrorKind, GpuDriver, KernelParam, LaunchConfig,
-    lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer, translate::translate_kernel},
+    lower::{
+        Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer, status, translate::translate_kernel,
+    },
 };
 use tensorwasm_cpu::{CpuDeviceBuffer, CpuDriver, CpuError, CpuManagedBuffer};
 use tensorwasm_embed::kernel::cpu::{
@@ -62,7 +64,8 @@ fn kernel(
     };
     let mut sig = Signature::new(CallConv::SystemV);
     sig.params.extend(wasm.iter().map(|&t| AbiParam::new(t)));
-    sig.params.extend([AbiParam::new(types::I64); 4]);
+    sig.params
+        .extend([AbiParam::new(types::I64); KernelAbi::INTRINSICS]);
     sig.params.extend([AbiParam::new(types::I32); 12]);
     let mut function = Function::with_name_signature(UserFuncName::user(0, 0), sig);
     let mut ctx = FunctionBuilderContext::new();
@@ -203,7 +206,7 @@ impl Launcher {
     }
 
     /// Zeroes the status word, launches `kernel` with guest memory
-    /// `0 .. mem_len`, waits; the stream's result.
+    /// `0 .. mem_len` and no time limit, waits; the stream's result.
     fn run(
         &self,
         kernel: &CpuKernel,
@@ -212,10 +215,31 @@ impl Launcher {
         mem_len: usize,
         fuel: u64,
     ) -> Result<(), CpuError> {
+        self.run_limited(kernel, config, args, mem_len, fuel, u64::MAX, false)
+    }
+
+    /// [`Launcher::run`] with a time limit (ns), and the status word's
+    /// `stop` set before the launch when `stopped` (the host stopping it).
+    #[allow(clippy::too_many_arguments)]
+    fn run_limited(
+        &self,
+        kernel: &CpuKernel,
+        config: LaunchConfig,
+        args: &[KernelParam],
+        mem_len: usize,
+        fuel: u64,
+        time_limit: u64,
+        stopped: bool,
+    ) -> Result<(), CpuError> {
         assert!(mem_len <= self.memory.len());
         let d = &self.driver;
         d.memset(self.status.full(), 0)
             .expect("zero the status word");
+        if stopped {
+            let stop = self.status.range(status::STOP, 4).expect("the stop word");
+            d.copy_to_device(stop, &1u32.to_le_bytes())
+                .expect("set stop");
+        }
         let module = d.host_module([("k", kernel.host_kernel())]);
         let function = d.function(&module, "k").expect("the kernel");
         let stream = d.create_stream().expect("stream");
@@ -226,6 +250,7 @@ impl Launcher {
                 mem_len: mem_len as u64,
                 status: self.status.device_ptr(),
                 fuel,
+                time_limit,
             },
         );
         // SAFETY: guest memory is `0 .. mem_len` of `self.memory` (checked
@@ -242,8 +267,20 @@ impl Launcher {
             .copy_from_device(&mut bytes, self.status.full())
             .expect("read the status word");
         let code = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
-        let offset = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
+        let offset = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
         (code, offset)
+    }
+
+    /// The status word's time fields: (stop, start_ns).
+    fn clock(&self) -> (u32, u64) {
+        let mut bytes = [0; STATUS_BYTES];
+        self.driver
+            .copy_from_device(&mut bytes, self.status.full())
+            .expect("read the status word");
+        let at = |i: usize, n: usize| &bytes[i..i + n];
+        let stop = u32::from_le_bytes(at(status::STOP, 4).try_into().expect("4 bytes"));
+        let start = u64::from_le_bytes(at(status::START_NS, 8).try_into().expect("8 bytes"));
+        (stop, start)
     }
 }
 
@@ -720,7 +757,7 @@ fn wrong_launch_parameters_fail_the_launch_only() {
         .unwrap_err();
     assert!(
         err.to_string()
-            .contains("kernel `vadd` takes 8 launch parameters (4 Wasm, then mem_base"),
+            .contains("kernel `vadd` takes 9 launch parameters (4 Wasm, then mem_base"),
         "{err}"
     );
     // The driver and the kernel still work.
@@ -988,4 +1025,50 @@ fn translated_kernels_run_natively() {
     )
     .expect("spin");
     assert_eq!(l.status().0, KernelTrap::OutOfFuel.code());
+}
+
+#[test]
+fn translated_kernels_stop_at_the_time_limit() {
+    let l = Launcher::new(4 * 4096);
+    let limit = std::time::Duration::from_millis(50);
+    // spin: fuel for ages, 50 ms of time. Every thread stops: the first to
+    // find the time up sets `stop`; the others see it at their next check.
+    let spin = translated(7, "spin");
+    let started = std::time::Instant::now();
+    l.run_limited(
+        &spin,
+        config(1000, 100),
+        &[],
+        0,
+        u64::MAX,
+        limit.as_nanos() as u64,
+        false,
+    )
+    .expect("a trap is no failed launch");
+    let took = started.elapsed();
+    assert_eq!(l.status().0, KernelTrap::TimeLimit.code());
+    let (stop, start) = l.clock();
+    assert_eq!(stop, 1, "the launch was stopped");
+    assert!(start > 0, "its clock started");
+    assert!(took >= limit, "stopped after {took:?}, before the limit");
+    assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
+
+    // Stopped before it ran (by the host): no thread does any work.
+    let saxpy = translated(4, "saxpy");
+    let n = 4096;
+    l.write_u32s(0, std::iter::repeat_n(7, n));
+    let args = [KernelParam::F32(2.0), i32p(0), i32p(0), i32p(n as u32)];
+    l.run_limited(&saxpy, config(n, 128), &args, 4 * n, 1, u64::MAX, true)
+        .expect("a trap is no failed launch");
+    assert_eq!(l.status().0, KernelTrap::TimeLimit.code());
+    assert!(l.read_u32s(0, n).iter().all(|&v| v == 7), "nothing ran");
+
+    // No limit: the same launch runs, and its clock started all the same.
+    l.run(&saxpy, config(n, 128), &args, 4 * n, 1)
+        .expect("saxpy");
+    assert_eq!(l.status(), (0, 0));
+    assert_eq!(l.clock().0, 0);
+    assert!(l.clock().1 > 0);
+    let want = (2.0f32 * f32::from_bits(7) + f32::from_bits(7)).to_bits();
+    assert!(l.read_u32s(0, n).iter().all(|&v| v == want));
 }

@@ -2,12 +2,23 @@
 //! add and SAXPY written as Wasm functions, made kernels with `kernel_get`,
 //! checked element by element by the guest; the sandbox (an out-of-bounds
 //! store writes nothing, an endless loop ends out of fuel, the next launch
-//! runs); the kernel cache; and `kernel_get`'s refusals.
+//! runs); the launch time limit (an endless loop and a loopless kernel
+//! over a huge grid both stop, the next launch runs); the kernel cache; and
+//! `kernel_get`'s refusals.
 
-use tensorwasm_core::abi::Errno;
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use tensorwasm_core::{
+    abi::Errno,
+    quota::{QuotaLedger, TenantQuota},
+};
 use tensorwasm_cpu::CpuDriver;
 use tensorwasm_embed::{
     runtime::{GuestRuntime, GuestState},
+    tenant::TenantConfig,
     wasi_cuda::WasiCudaLimits,
 };
 use wasmtime::{Instance, Store};
@@ -136,4 +147,189 @@ fn kernel_get_refuses_what_kernels_cannot_do() {
         0,
         "no function handle issued"
     );
+}
+
+/// Kernels for the launch time limit; `get(index)`, which makes a kernel of
+/// function `index`, and `run(grid, block)`, which launches it over `grid`
+/// blocks of `block` threads (x only) and waits: 0 or the errno. Function
+/// indices:
+/// the four imports, then `$spin` (4), `$busy` (5), `$mark` (6). `$busy`
+/// and `$mark` set byte `MARKS + blockIdx.x` (nonzero) once their block
+/// has done its work; `$busy` first does {BUSY} dependent float operations
+/// per thread, with no loop.
+const TIMED: &str = r#"(module
+  (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
+  (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
+  (import "tensorwasm_kernel" "block_idx_x" (func $bid (result i32)))
+  (memory (export "memory") 17)
+  (func $spin (loop $forever (br $forever)))
+  (func $busy (local $x f32)
+    (local.set $x (f32.convert_i32_u (call $bid)))
+    {CHAIN}
+    (i32.store8 (i32.add (i32.const 65536) (call $bid))
+      (i32.or (i32.const 1) (i32.reinterpret_f32 (local.get $x)))))
+  (func $mark (i32.store8 (i32.add (i32.const 65536) (call $bid)) (i32.const 1)))
+  (func (export "get") (param $index i32) (result i32)
+    (call $kernel_get (local.get $index) (i32.const 64)))
+  (func (export "run") (param $grid i32) (param $block i32) (result i32)
+    (local $err i32)
+    (local.set $err (call $launch (i64.load (i32.const 64))
+      (local.get $grid) (i32.const 1) (i32.const 1)
+      (local.get $block) (i32.const 1) (i32.const 1)
+      (i32.const 0) (i32.const 128) (i32.const 0) (i32.const 72)))
+    (if (local.get $err) (then (return (local.get $err))))
+    (call $wait (i64.load (i32.const 72)))))"#;
+
+/// Where `$busy` and `$mark` mark their blocks; room for 2^20 of them.
+const MARKS: usize = 65536;
+const SPIN: i32 = 4;
+const BUSY: i32 = 5;
+const MARK: i32 = 6;
+/// `$busy`'s float operations per thread: several µs of work, so that a
+/// thread's work dwarfs what a stopped thread costs (its entry check).
+const BUSY_OPS: usize = 8000;
+
+fn timed_wat() -> String {
+    let step =
+        "(local.set $x (f32.add (f32.mul (local.get $x) (f32.const 1.0001)) (f32.const 0.5)))\n";
+    TIMED
+        .replace("{CHAIN}", &step.repeat(BUSY_OPS / 2))
+        .replace("{BUSY}", &BUSY_OPS.to_string())
+}
+
+/// A guest of [`TIMED`] whose launches may run `limit` each (with fuel
+/// that never runs out), through the context's limits.
+fn timed_guest(limit: Duration) -> (Store<GuestState<CpuDriver>>, Instance) {
+    let mut rt = runtime(u64::MAX);
+    rt.set_limits(WasiCudaLimits {
+        kernel_fuel: u64::MAX,
+        launch_time_ns: limit.as_nanos() as u64,
+        ..WasiCudaLimits::default()
+    });
+    instantiate(&rt, &timed_wat())
+}
+
+/// Makes a kernel of function `index` (not timed: the first time, that
+/// includes its compile), then runs `run(grid, block)`: its result and how
+/// long the launch took, waiting included.
+fn timed_run(
+    store: &mut Store<GuestState<CpuDriver>>,
+    instance: &Instance,
+    (index, grid, block): (i32, i32, i32),
+) -> (i32, Duration) {
+    let get = instance
+        .get_typed_func::<i32, i32>(&mut *store, "get")
+        .unwrap();
+    let made = futures::executor::block_on(get.call_async(&mut *store, index)).unwrap();
+    assert_eq!(made, 0, "{}", store.data().cuda.last_error());
+    let run = instance
+        .get_typed_func::<(i32, i32), i32>(&mut *store, "run")
+        .unwrap();
+    let started = Instant::now();
+    let status = futures::executor::block_on(run.call_async(&mut *store, (grid, block))).unwrap();
+    (status, started.elapsed())
+}
+
+/// Blocks of the last `$busy` / `$mark` launch that did their work (and
+/// clears the marks).
+fn take_marks(store: &mut Store<GuestState<CpuDriver>>, instance: &Instance, grid: usize) -> usize {
+    let memory = instance.get_memory(&mut *store, "memory").unwrap();
+    let marks = &mut memory.data_mut(&mut *store)[MARKS..MARKS + grid];
+    let done = marks.iter().filter(|&&b| b != 0).count();
+    marks.fill(0);
+    done
+}
+
+/// The launch ran out of time: `ETRAP` from `wait`, said in the last error,
+/// no sooner than the limit and long before the fuel would end it.
+fn assert_stopped(
+    store: &Store<GuestState<CpuDriver>>,
+    status: i32,
+    took: Duration,
+    limit: Duration,
+) {
+    let text = store.data().cuda.last_error().to_string();
+    assert_eq!(status, Errno::ETRAP.code(), "{text}");
+    assert!(
+        text.starts_with("wait: ETRAP: kernel `kernel_") && text.contains("time limit"),
+        "{text}"
+    );
+    assert!(
+        took >= limit,
+        "stopped after {took:?}, before the limit {limit:?}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
+fn an_endless_loop_ends_at_the_launch_time_limit_and_the_next_launch_runs() {
+    let limit = Duration::from_millis(50);
+    let (mut store, instance) = timed_guest(limit);
+    let (status, took) = timed_run(&mut store, &instance, (SPIN, 4, 64));
+    assert_stopped(&store, status, took, limit);
+    assert!(store.data().cuda.last_error().contains("code 7"));
+    // The slot's stop flag and start time were cleared: a cheap launch
+    // runs whole, and another endless one gets its full time again.
+    let (status, _) = timed_run(&mut store, &instance, (MARK, 1000, 32));
+    assert_eq!(status, 0, "{}", store.data().cuda.last_error());
+    assert_eq!(take_marks(&mut store, &instance, 1000), 1000);
+    let (status, took) = timed_run(&mut store, &instance, (SPIN, 1, 1));
+    assert_stopped(&store, status, took, limit);
+    let (status, _) = timed_run(&mut store, &instance, (MARK, 1000, 32));
+    assert_eq!(status, 0, "{}", store.data().cuda.last_error());
+}
+
+#[test]
+fn a_loopless_kernel_over_a_huge_grid_stops_too() {
+    // 2^17 blocks of 32 threads, each several µs of work: tens of seconds
+    // without a limit. Thread 0 of each block checks the clock; once one
+    // has stopped the launch, every later thread ends at its entry.
+    let limit = Duration::from_millis(50);
+    let (mut store, instance) = timed_guest(limit);
+    let grid = 1 << 17;
+    let (status, took) = timed_run(&mut store, &instance, (BUSY, grid as i32, 32));
+    assert_stopped(&store, status, took, limit);
+    let done = take_marks(&mut store, &instance, grid);
+    eprintln!("stopped after {took:?}: {done} of {grid} blocks ran");
+    assert!(done > 0 && done < grid / 2, "{done} of {grid} blocks ran");
+    let (status, _) = timed_run(&mut store, &instance, (MARK, 1000, 32));
+    assert_eq!(status, 0, "{}", store.data().cuda.last_error());
+}
+
+#[test]
+fn the_tenant_quota_bounds_the_launch_time_too() {
+    // The context's limit is none (the default); the tenant's quota is
+    // 50 ms: the smaller one holds.
+    assert_eq!(WasiCudaLimits::default().launch_time_ns, u64::MAX);
+    let limit = Duration::from_millis(50);
+    let mut rt = runtime(u64::MAX);
+    rt.set_limits(WasiCudaLimits {
+        kernel_fuel: u64::MAX,
+        ..WasiCudaLimits::default()
+    });
+    let quota = TenantQuota::unlimited().with_launch_time_ns(limit.as_nanos() as u64);
+    let ledger = Arc::new(QuotaLedger::new(quota));
+    let mut store = rt
+        .tenant_store(&TenantConfig::trusted("timed"), ledger)
+        .unwrap();
+    let module = rt.compile(timed_wat()).unwrap();
+    let instance = futures::executor::block_on(rt.instantiate(&mut store, &module)).unwrap();
+    let (status, took) = timed_run(&mut store, &instance, (SPIN, 2, 32));
+    assert_stopped(&store, status, took, limit);
+}
+
+#[test]
+fn without_a_time_limit_kernels_run_to_completion() {
+    // The default limits: no time limit; fuel as usual.
+    let (mut store, instance) = instantiate(&runtime(1 << 16), &timed_wat());
+    let (status, took) = timed_run(&mut store, &instance, (BUSY, 256, 32));
+    eprintln!("256 blocks of 32 busy threads: {took:?}");
+    assert_eq!(status, 0, "{}", store.data().cuda.last_error());
+    assert_eq!(take_marks(&mut store, &instance, 256), 256);
+    // An endless loop still ends out of fuel, not by time.
+    let (status, _) = timed_run(&mut store, &instance, (SPIN, 2, 32));
+    assert_eq!(status, Errno::ETRAP.code());
+    let text = store.data().cuda.last_error().to_string();
+    assert!(text.contains("out of fuel"), "{text}");
 }

@@ -1020,6 +1020,9 @@ fn run_native(
             mem_len: image.len() as u64,
             status: status.device_ptr(),
             fuel: KERNEL_FUEL,
+            // Fuel, not time, bounds these kernels: the runs must be
+            // deterministic.
+            time_limit: u64::MAX,
         },
     );
     let config = LaunchConfig {
@@ -1041,7 +1044,7 @@ fn run_native(
     d.copy_from_device(&mut word, status.full())
         .expect("read the status word");
     let code = u32::from_le_bytes(word[..4].try_into().expect("4 bytes"));
-    let offset = u64::from_le_bytes(word[8..].try_into().expect("8 bytes"));
+    let offset = u64::from_le_bytes(word[8..16].try_into().expect("8 bytes"));
     let outcome = match code {
         0 => Outcome::Returned,
         _ => match KernelTrap::from_code(code)

@@ -406,6 +406,30 @@ pub enum TensorOp {
 }
 
 impl TensorOp {
+    /// The arithmetic the op asks for: multiply-adds for a GEMM
+    /// (`batch * m * n * k`), element operations otherwise (each input
+    /// element read once; softmax and layer norm count three passes).
+    /// Saturates at `u64::MAX`. A tenant's quota bounds it
+    /// ([`TenantQuota::tensor_work`](crate::quota::TenantQuota::tensor_work)):
+    /// a GEMM whose operands broadcast (batch stride 0) can ask for far
+    /// more than its buffers' sizes suggest.
+    pub fn work(&self) -> u64 {
+        let product = |xs: &[u64]| xs.iter().fold(1u64, |acc, &x| acc.saturating_mul(x));
+        match *self {
+            TensorOp::Gemm(g) => product(&[g.batch, g.m, g.n, g.k]),
+            TensorOp::Reduce {
+                outer, n, inner, ..
+            } => product(&[outer, n, inner]),
+            TensorOp::Softmax { rows, cols, .. } | TensorOp::LayerNorm { rows, cols, .. } => {
+                product(&[3, rows, cols])
+            }
+            TensorOp::Binary { n, .. } | TensorOp::Unary { n, .. } => n,
+            TensorOp::Transpose {
+                batch, rows, cols, ..
+            } => product(&[batch, rows, cols]),
+        }
+    }
+
     /// The op's kind.
     pub fn kind(&self) -> TensorOpKind {
         match self {
@@ -1269,6 +1293,44 @@ mod tests {
         // C's batches may not overlap.
         let c0 = f32s(0x8000, &[3, 4, 2]).with_strides(&[4, 2, 1]);
         assert_eq!(errno(decode(&gemm_header(), &[a, b, c0])), Errno::EINVAL);
+        // The work counts every batch, broadcast ones too.
+        assert_eq!(TensorOp::Gemm(g).work(), 3 * 4 * 2 * 8);
+    }
+
+    #[test]
+    fn work_counts_each_op_and_saturates() {
+        let p = DevicePtr(0x1000);
+        let unary = TensorOp::Unary {
+            op: UnaryOp::Relu,
+            x: p,
+            y: p,
+            n: 77,
+        };
+        assert_eq!(unary.work(), 77);
+        let softmax = TensorOp::Softmax {
+            x: p,
+            y: p,
+            rows: 5,
+            cols: 7,
+        };
+        assert_eq!(softmax.work(), 3 * 5 * 7);
+        let reduce = TensorOp::Reduce {
+            op: ReduceOp::Sum,
+            x: p,
+            y: p,
+            outer: 2,
+            n: 3,
+            inner: 4,
+        };
+        assert_eq!(reduce.work(), 24);
+        let transpose = TensorOp::Transpose {
+            x: p,
+            y: p,
+            batch: u64::MAX,
+            rows: 2,
+            cols: 2,
+        };
+        assert_eq!(transpose.work(), u64::MAX);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Wasm kernels: a guest's Wasm function translated to Cranelift IR and
 //! lowered to code for one target. `docs/kernels.md` is the contract
 //! between the pieces: this file holds what they share (the kernel's
-//! hidden parameters, trap codes, intrinsics, errors and the [`Lowerer`]
-//! trait); it touches no driver.
+//! hidden parameters, trap codes, intrinsics, the runtime checks of the
+//! launch's time limit, the status word's layout, errors and the
+//! [`Lowerer`] trait); it touches no driver.
 
 pub mod ptx;
 pub mod table;
@@ -11,7 +12,12 @@ pub mod translate;
 use alloc::string::String;
 use core::fmt;
 
-use cranelift_codegen::ir::{Function, TrapCode};
+use cranelift_codegen::ir::types::{I32, I64};
+use cranelift_codegen::ir::{
+    AbiParam, ExternalName, Function, Inst, InstructionData, Opcode, Signature, TrapCode,
+    UserExternalName,
+};
+use cranelift_codegen::isa::CallConv;
 
 /// Why a kernel trapped: the code in its status word (0 is no trap).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -29,17 +35,22 @@ pub enum KernelTrap {
     BadConversionToInteger = 5,
     /// The thread's fuel ran out.
     OutOfFuel = 6,
+    /// The launch ran past its time limit (`time_limit`, a hidden
+    /// parameter): a thread found the time up, or saw that another thread
+    /// (or the host) had stopped the launch.
+    TimeLimit = 7,
 }
 
 impl KernelTrap {
     /// Every trap, in code order.
-    pub const ALL: [KernelTrap; 6] = [
+    pub const ALL: [KernelTrap; 7] = [
         KernelTrap::Unreachable,
         KernelTrap::HeapOutOfBounds,
         KernelTrap::IntegerDivideByZero,
         KernelTrap::IntegerOverflow,
         KernelTrap::BadConversionToInteger,
         KernelTrap::OutOfFuel,
+        KernelTrap::TimeLimit,
     ];
 
     /// The status-word code.
@@ -54,7 +65,7 @@ impl KernelTrap {
 
     /// The CLIF trap code the translator emits for it.
     pub fn trap_code(self) -> TrapCode {
-        // `user` is `None` only for 0; every code here is 1..=6.
+        // `user` is `None` only for 0; every code here is 1..=7.
         TrapCode::user(self as u8).unwrap_or(TrapCode::HEAP_OUT_OF_BOUNDS)
     }
 
@@ -72,6 +83,7 @@ impl KernelTrap {
             KernelTrap::IntegerOverflow => "integer overflow",
             KernelTrap::BadConversionToInteger => "invalid conversion to integer",
             KernelTrap::OutOfFuel => "out of fuel",
+            KernelTrap::TimeLimit => "launch time limit exceeded",
         }
     }
 }
@@ -187,8 +199,9 @@ impl Intrinsic {
 
 /// Where the hidden parameters sit in a kernel's CLIF signature: after the
 /// Wasm parameters come [`KernelAbi::MEM_BASE`], [`KernelAbi::MEM_LEN`],
-/// [`KernelAbi::STATUS`], [`KernelAbi::FUEL`] (all `i64`), then the twelve
-/// intrinsics (`i32`, in [`Intrinsic::ALL`] order).
+/// [`KernelAbi::STATUS`], [`KernelAbi::FUEL`], [`KernelAbi::TIME_LIMIT`]
+/// (all `i64`), then the twelve intrinsics (`i32`, in [`Intrinsic::ALL`]
+/// order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelAbi {
     /// How many Wasm parameters come first.
@@ -204,10 +217,13 @@ impl KernelAbi {
     pub const STATUS: usize = 2;
     /// Offset of the thread's fuel (`i64`).
     pub const FUEL: usize = 3;
+    /// Offset of the launch's time limit in nanoseconds (`i64`, read as a
+    /// `u64`; `u64::MAX` is no limit).
+    pub const TIME_LIMIT: usize = 4;
     /// Offset of the first intrinsic (`i32` each).
-    pub const INTRINSICS: usize = 4;
+    pub const INTRINSICS: usize = 5;
     /// Hidden parameters in all.
-    pub const HIDDEN_PARAMS: usize = 4 + 12;
+    pub const HIDDEN_PARAMS: usize = 5 + 12;
 
     /// The CLIF parameter index of hidden parameter `offset`.
     pub const fn hidden(self, offset: usize) -> usize {
@@ -223,6 +239,148 @@ impl KernelAbi {
     pub const fn total_params(self) -> usize {
         self.wasm_params + Self::HIDDEN_PARAMS
     }
+
+    /// The ABI of a kernel's CLIF, read off its signature (`None` when it
+    /// has fewer parameters than the hidden ones).
+    pub fn of(func: &Function) -> Option<KernelAbi> {
+        let wasm_params = func
+            .signature
+            .params
+            .len()
+            .checked_sub(Self::HIDDEN_PARAMS)?;
+        Some(KernelAbi { wasm_params })
+    }
+}
+
+/// The runtime checks that bound a launch's time (`docs/kernels.md`, "Time
+/// limit"): the only functions a kernel's CLIF calls. The translator emits
+/// them as CLIF `call`s of imported functions named
+/// `UserExternalName { namespace: RuntimeCheck::NAMESPACE, index }`; each
+/// lowerer implements them itself (PTX inline, the CPU target as host
+/// functions). Both read and write the launch's status word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RuntimeCheck {
+    /// `launch_expired(status: i64, time_limit: i64) -> i32`: 1 if the launch
+    /// is stopped or its time is up (then it stops it), else 0. If `stop` is
+    /// set: 1. Else `now` is the clock in ns; `start_ns` is set to `now` if
+    /// it was 0 (compare-and-swap; the winner's value counts); if `now -
+    /// start_ns > time_limit` (unsigned, 0 when the clock reads behind
+    /// `start_ns`), `stop` becomes 1 and the result is 1.
+    LaunchExpired = 0,
+    /// `launch_stopped(status: i64) -> i32`: 1 if the launch's `stop` word is
+    /// set, else 0. The read is volatile: never hoisted or cached.
+    LaunchStopped = 1,
+}
+
+impl RuntimeCheck {
+    /// The namespace of the checks' [`UserExternalName`]s; the index is the
+    /// check's discriminant.
+    pub const NAMESPACE: u32 = 1;
+
+    /// Every check, by index.
+    pub const ALL: [RuntimeCheck; 2] = [RuntimeCheck::LaunchExpired, RuntimeCheck::LaunchStopped];
+
+    /// The name the translator's CLIF imports it under.
+    pub const fn external_name(self) -> UserExternalName {
+        UserExternalName {
+            namespace: Self::NAMESPACE,
+            index: self as u32,
+        }
+    }
+
+    /// The check an imported name stands for.
+    pub fn from_external_name(name: &UserExternalName) -> Option<RuntimeCheck> {
+        RuntimeCheck::ALL
+            .into_iter()
+            .find(|c| c.external_name() == *name)
+    }
+
+    /// Its name, as docs and host symbols spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RuntimeCheck::LaunchExpired => "launch_expired",
+            RuntimeCheck::LaunchStopped => "launch_stopped",
+        }
+    }
+
+    /// The kernel's hidden parameters it takes, in order.
+    pub const fn hidden_args(self) -> &'static [usize] {
+        match self {
+            RuntimeCheck::LaunchExpired => &[KernelAbi::STATUS, KernelAbi::TIME_LIMIT],
+            RuntimeCheck::LaunchStopped => &[KernelAbi::STATUS],
+        }
+    }
+
+    /// Its CLIF signature (`i64` parameters, an `i32` result; call conv
+    /// `SystemV` as the kernel's, which a lowerer may change to its own).
+    pub fn signature(self) -> Signature {
+        let mut sig = Signature::new(CallConv::SystemV);
+        sig.params
+            .extend(self.hidden_args().iter().map(|_| AbiParam::new(I64)));
+        sig.returns.push(AbiParam::new(I32));
+        sig
+    }
+
+    /// The check `inst` of `func` calls, if it is a `call` of one that a
+    /// lowerer may implement: the callee is imported under the check's name
+    /// with its signature, and the arguments are exactly the kernel's own
+    /// hidden parameters the check takes (so a lowerer can rely on the
+    /// status word being the launch's). Every other `call` is `None`.
+    pub fn called_by(func: &Function, inst: Inst) -> Option<RuntimeCheck> {
+        let InstructionData::Call {
+            opcode: Opcode::Call,
+            func_ref,
+            ..
+        } = func.dfg.insts[inst]
+        else {
+            return None;
+        };
+        let ext = func.dfg.ext_funcs.get(func_ref)?;
+        let ExternalName::User(name) = ext.name else {
+            return None;
+        };
+        let check = Self::from_external_name(func.params.user_named_funcs().get(name)?)?;
+        let sig = func.dfg.signatures.get(ext.signature)?;
+        let want = check.signature();
+        let types_match = |a: &[AbiParam], b: &[AbiParam]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.value_type == y.value_type)
+        };
+        if !types_match(&sig.params, &want.params) || !types_match(&sig.returns, &want.returns) {
+            return None;
+        }
+        let abi = KernelAbi::of(func)?;
+        let entry = func.dfg.block_params(func.layout.entry_block()?);
+        let args = func.dfg.inst_args(inst);
+        let hidden = check.hidden_args();
+        let args_ok = args.len() == hidden.len()
+            && args.iter().zip(hidden).all(|(&arg, &h)| {
+                entry.get(abi.hidden(h)).copied() == Some(func.dfg.resolve_aliases(arg))
+            });
+        args_ok.then_some(check)
+    }
+}
+
+/// How often a thread checks the launch's time inside loops: at a loop
+/// header where the fuel left (before the header spends its unit) is a
+/// multiple of this (a power of two, so the test is one `and`).
+pub const TIME_CHECK_INTERVAL: u64 = 4096;
+
+/// The status word of one launch (`docs/kernels.md`): bytes, and where each
+/// field sits. Host memory, device memory and both lowerers use this layout.
+pub mod status {
+    /// Bytes in all.
+    pub const BYTES: usize = 32;
+    /// `u32` trap code (0: none), written once by the first trapping thread.
+    pub const CODE: usize = 0;
+    /// `u32` stop flag: nonzero means every thread of the launch stops.
+    pub const STOP: usize = 4;
+    /// `u64` Wasm byte offset of the first trap.
+    pub const OFFSET: usize = 8;
+    /// `u64` clock (ns) when the launch's first clock check looked (0: not
+    /// yet).
+    pub const START_NS: usize = 16;
+    /// `u64`, reserved (0).
+    pub const RESERVED: usize = 24;
 }
 
 /// A kernel (or a function it calls) uses something the kernel path does
@@ -307,20 +465,43 @@ mod tests {
             assert_eq!(KernelTrap::from_trap_code(t.trap_code()), Some(t));
         }
         assert_eq!(KernelTrap::from_code(0), None);
-        assert_eq!(KernelTrap::from_code(7), None);
+        assert_eq!(KernelTrap::from_code(7), Some(KernelTrap::TimeLimit));
+        assert_eq!(KernelTrap::from_code(8), None);
     }
 
     #[test]
     fn intrinsics_have_distinct_slots() {
         let abi = KernelAbi { wasm_params: 3 };
         for (i, which) in Intrinsic::ALL.into_iter().enumerate() {
-            assert_eq!(abi.intrinsic(which), 3 + 4 + i);
+            assert_eq!(abi.intrinsic(which), 3 + 5 + i);
             assert_eq!(
                 Intrinsic::from_import(INTRINSIC_MODULE, which.import_name()),
                 Some(which)
             );
         }
-        assert_eq!(abi.total_params(), 3 + 16);
+        assert_eq!(abi.total_params(), 3 + 17);
         assert_eq!(Intrinsic::from_import("env", "thread_idx_x"), None);
+    }
+
+    #[test]
+    fn runtime_checks_are_named_by_index_in_their_namespace() {
+        for (i, check) in RuntimeCheck::ALL.into_iter().enumerate() {
+            let name = check.external_name();
+            assert_eq!(
+                (name.namespace, name.index),
+                (RuntimeCheck::NAMESPACE, i as u32)
+            );
+            assert_eq!(RuntimeCheck::from_external_name(&name), Some(check));
+            assert_eq!(check.signature().params.len(), check.hidden_args().len());
+        }
+        // Namespace 0 is cranelift-module's functions: never a check.
+        let function = UserExternalName {
+            namespace: 0,
+            index: 0,
+        };
+        assert_eq!(RuntimeCheck::from_external_name(&function), None);
+        assert!(TIME_CHECK_INTERVAL.is_power_of_two());
+        assert_eq!(status::BYTES, status::RESERVED + 8);
+        assert_eq!(status::START_NS % 8, 0);
     }
 }

@@ -37,6 +37,15 @@
 //! | `{n}` `{table}` `{targets}` | `br_table`: the table's length, its `.branchtargets` label and its targets |
 //! | `{trap}` | this trap site's stub ([`TRAP_SITE`]) |
 //!
+//! # Calls
+//!
+//! The only `call`s a kernel's CLIF holds are the runtime checks
+//! ([`RuntimeCheck`], `docs/kernels.md`, "Time limit"). A row's key cannot
+//! tell one callee from another, so their rules are not rows of the table:
+//! [`row_for`] and [`check`] give a call the rule of its check
+//! ([`runtime_row`]) when [`RuntimeCheck::called_by`] accepts it, and the
+//! `call` row (rejected) otherwise.
+//!
 //! # Invariants the rules rely on
 //!
 //! - Registers by type: `i8`, `i16`, `i32` live in `.b32` registers,
@@ -61,7 +70,7 @@ use cranelift_codegen::ir::types::{
 };
 use cranelift_codegen::ir::{DataFlowGraph, Endianness, Function, Inst, Opcode, Type};
 
-use super::UnsupportedOp;
+use super::{RuntimeCheck, UnsupportedOp};
 
 /// One row: an (opcode, type) the kernel path meets, and what becomes of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,9 +144,17 @@ impl Rule {
 /// into the status word (`atom.global.cas`: only if it was still 0), and
 /// the thread that won writes the Wasm byte offset after it; every trapping
 /// thread then returns. Never PTX `trap`, which would poison the context.
+/// A thread first reads the code (volatile) and returns at once if a trap
+/// is already recorded: its compare-and-swap would fail anyway, and when
+/// every thread of a huge grid traps (a stopped launch, measured on an
+/// H100: 2^28 threads) one atomic per thread on one address costs more
+/// than the kernel's work, while the warp's loads are one transaction.
 /// `{status}` is the status word's (global) address, `{code}` the
 /// [`KernelTrap`](super::KernelTrap) code, `{offset}` the offset.
 pub const TRAP_SITE: &[&str] = &[
+    "ld.volatile.global.u32 {r0}, [{status}];",
+    "setp.ne.b32 {p0}, {r0}, 0;",
+    "@{p0} ret;",
     "atom.global.cas.b32 {r0}, [{status}], 0, {code};",
     "setp.ne.b32 {p0}, {r0}, 0;",
     "@{p0} ret;",
@@ -145,6 +162,66 @@ pub const TRAP_SITE: &[&str] = &[
     "st.global.u64 [{status}+8], {rd0};",
     "ret;",
 ];
+
+/// [`RuntimeCheck::LaunchExpired`] inline: `{a}` is the status word's
+/// (global) address, `{b}` the time limit in ns, `{d}` the result. A stopped
+/// launch (`stop`, at +4) is 1 at once; else `start_ns` (at +16) is set to
+/// `%globaltimer` by the first thread that finds it 0
+/// (`atom.global.cas.b64`; a thread that lost takes the winner's value),
+/// and when `max(now, start) - start` passes the limit the thread sets
+/// `stop` and the result is 1. `max` keeps a thread whose clock reads
+/// behind the winner's from seeing a huge difference. Volatile loads and
+/// stores: another block's `stop` must be seen, never a cached value.
+pub const LAUNCH_EXPIRED: &[&str] = &[
+    "ld.volatile.global.u32 {r0}, [{a}+4];",
+    "setp.ne.b32 {p0}, {r0}, 0;",
+    "@{p0} bra {L0};",
+    "mov.u64 {rd0}, %globaltimer;",
+    "ld.volatile.global.u64 {rd1}, [{a}+16];",
+    "setp.ne.b64 {p0}, {rd1}, 0;",
+    "@{p0} bra {L1};",
+    "atom.global.cas.b64 {rd1}, [{a}+16], 0, {rd0};",
+    "setp.eq.b64 {p0}, {rd1}, 0;",
+    "selp.b64 {rd1}, {rd0}, {rd1}, {p0};",
+    "{L1}:",
+    "max.u64 {rd2}, {rd0}, {rd1};",
+    "sub.u64 {rd2}, {rd2}, {rd1};",
+    "setp.le.u64 {p0}, {rd2}, {b};",
+    "@{p0} bra {L2};",
+    "mov.b32 {r0}, 1;",
+    "st.volatile.global.u32 [{a}+4], {r0};",
+    "{L0}:",
+    "mov.b32 {d}, 1;",
+    "bra {L3};",
+    "{L2}:",
+    "mov.b32 {d}, 0;",
+    "{L3}:",
+];
+
+/// [`RuntimeCheck::LaunchStopped`] inline: `{d}` is 1 when the launch's
+/// `stop` word (status + 4) is set, read volatile.
+pub const LAUNCH_STOPPED: &[&str] = &[
+    "ld.volatile.global.u32 {r0}, [{a}+4];",
+    "setp.ne.b32 {p0}, {r0}, 0;",
+    "selp.b32 {d}, 1, 0, {p0};",
+];
+
+/// The rules of the runtime checks, in [`RuntimeCheck::ALL`] order: not in
+/// [`rows`] (see the module docs, "Calls").
+static RUNTIME_ROWS: [Row; 2] = [
+    ptx(Opcode::Call, I32, "launch_expired", LAUNCH_EXPIRED)
+        .note("the launch's clock check (docs/kernels.md, \"Time limit\"), inline"),
+    ptx(Opcode::Call, I32, "launch_stopped", LAUNCH_STOPPED)
+        .note("whether the launch was stopped, inline"),
+];
+
+/// The rule of a runtime check's call.
+pub fn runtime_row(check: RuntimeCheck) -> &'static Row {
+    match check {
+        RuntimeCheck::LaunchExpired => &RUNTIME_ROWS[0],
+        RuntimeCheck::LaunchStopped => &RUNTIME_ROWS[1],
+    }
+}
 
 // Row builders, so each row of the table reads as one line.
 
@@ -1497,7 +1574,8 @@ const CONTROL: &[Row] = &[
 ];
 
 const CALLS: &str = "the translator inlines every callee; a call left in a kernel's CLIF \
-                     means recursion, call_indirect or an import (docs/kernels.md)";
+                     means recursion, call_indirect or an import (docs/kernels.md); only the \
+                     runtime checks launch_expired and launch_stopped are called";
 const SIMD: &str = "Wasm SIMD is refused by the detector; lanes would map to PTX vector \
                     registers or be scalarized";
 const HOST: &str = "host-runtime machinery with no meaning in a kernel";
@@ -1788,15 +1866,20 @@ pub fn lookup(opcode: Opcode, ty: Type) -> Option<&'static Row> {
     rows().find(|r| r.opcode == opcode && (r.ty == INVALID || r.ty == ty))
 }
 
-/// The row for one instruction, matched on its whole [`Key`].
+/// The row for one instruction, matched on its whole [`Key`]; for a call
+/// of a runtime check, that check's rule ([`runtime_row`]).
 pub fn row_for(func: &Function, inst: Inst) -> Option<&'static Row> {
+    if let Some(check) = RuntimeCheck::called_by(func, inst) {
+        return Some(runtime_row(check));
+    }
     let key = Key::of(&func.dfg, inst);
     rows().find(|r| r.matches(&key))
 }
 
 /// The detector's CLIF half: every instruction of `func` must have a row
-/// with a PTX rule, and every memory access must be little endian (or of
-/// unstated endianness: the GPU is little endian). The first that is not
+/// with a PTX rule ([`row_for`]: a call only if it is a runtime check's),
+/// and every memory access must be little endian (or of unstated
+/// endianness: the GPU is little endian). The first that is not
 /// refuses the kernel, named `opcode.type`, at its source location (the
 /// Wasm byte offset).
 pub fn check(func: &Function) -> Result<(), UnsupportedOp> {
@@ -1813,7 +1896,7 @@ pub fn check(func: &Function) -> Result<(), UnsupportedOp> {
                 },
                 reason,
             };
-            match rows().find(|r| r.matches(&key)).map(|r| r.status) {
+            match row_for(func, inst).map(|r| r.status) {
                 Some(Status::Ptx(_)) => {}
                 Some(Status::Deferred(why)) => {
                     return Err(refuse(format!("not supported yet: {why}")));
@@ -1908,13 +1991,42 @@ pub fn render_markdown() -> String {
         "\n## Trap sites\n\nEach `trap`, `trapz` and `trapnz` branches to a stub of its own \
          (`{{status}}`: the status word's global address; `{{code}}`: the `KernelTrap` \
          code; `{{offset}}`: the instruction's Wasm byte offset). The first trapping \
-         thread's code wins; every trapping thread returns. Never PTX `trap`, which \
-         would poison the CUDA context.\n\n```ptx\n"
+         thread's code wins; every trapping thread returns (at once if a code is \
+         already recorded: the threads of a grid that all trap do not each make an \
+         atomic on one address). Never PTX `trap`, which would poison the CUDA \
+         context.\n\n```ptx\n"
     );
     for line in TRAP_SITE {
         let _ = writeln!(out, "{line}");
     }
-    let _ = write!(out, "```\n\n## Long rules\n{long}");
+    let _ = write!(
+        out,
+        "```\n\n## Runtime checks\n\nThe only `call`s a kernel's CLIF may hold: the \
+         launch's time checks (`docs/kernels.md`, \"Time limit\"), imported as \
+         `UserExternalName {{ namespace: {}, index }}` with the kernel's own `status` \
+         (and `time_limit`) as arguments, lowered inline (`{{a}}`: the status word's \
+         global address; `{{b}}`: the time limit in ns; `{{d}}`: the `i32` result). Any \
+         other call is refused.\n",
+        RuntimeCheck::NAMESPACE
+    );
+    for check in RuntimeCheck::ALL {
+        let row = runtime_row(check);
+        let Status::Ptx(rule) = row.status else {
+            continue;
+        };
+        let _ = write!(
+            out,
+            "\n### `{}` (index {}): {}\n\n```ptx\n",
+            check.name(),
+            check as u32,
+            row.note
+        );
+        for line in rule.ptx {
+            let _ = writeln!(out, "{line}");
+        }
+        out.push_str("```\n");
+    }
+    let _ = write!(out, "\n## Long rules\n{long}");
     out
 }
 
@@ -2030,7 +2142,7 @@ mod tests {
     #[test]
     fn templates_use_known_placeholders() {
         let mut all: Vec<&str> = TRAP_SITE.to_vec();
-        for row in rows() {
+        for row in rows().chain(RUNTIME_ROWS.iter()) {
             if let Status::Ptx(rule) = row.status {
                 assert!(!rule.ptx.is_empty(), "{:?} has an empty template", row);
                 all.extend(rule.ptx);

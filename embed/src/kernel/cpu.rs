@@ -8,7 +8,7 @@
 //!
 //! # Launch parameters
 //!
-//! The launcher passes the kernel's Wasm arguments, then four hidden
+//! The launcher passes the kernel's Wasm arguments, then five hidden
 //! parameters, in [`KernelAbi`]'s order ([`launch_params`] builds the list):
 //!
 //! | index | [`KernelParam`] | meaning |
@@ -16,8 +16,9 @@
 //! | `0 .. w` | `I32`, `I64`, `F32`, `F64` | the Wasm arguments, each of exactly its Wasm type |
 //! | `w` | `Ptr` | `mem_base`: host address of byte 0 of the guest's memory |
 //! | `w + 1` | `I64` | `mem_len`: bytes of guest memory the kernel may touch (`>= 0`) |
-//! | `w + 2` | `Ptr` | `status`: 16 bytes (`u32` code, `u32` reserved, `u64` offset, little-endian), 8-aligned, zeroed before the launch |
+//! | `w + 2` | `Ptr` | `status`: 32 bytes (`u32` code, `u32` stop, `u64` offset, `u64` start_ns, `u64` reserved, little-endian), 8-aligned, zeroed before the launch |
 //! | `w + 3` | `I64` | `fuel`: each thread's budget of loop iterations (its bits, as a `u64`) |
+//! | `w + 4` | `I64` | `time_limit`: nanoseconds the launch may run (its bits, as a `u64`; `u64::MAX`: no limit) |
 //!
 //! `w` is [`KernelAbi::wasm_params`]. The twelve intrinsics are not launch
 //! parameters: the host kernel computes them for every thread from the
@@ -34,20 +35,36 @@
 //! translator bug, divisions get a divisor that cannot fault and trapping
 //! float-to-int conversions become saturating ones (the translator's guards
 //! run first, so results do not change). A kernel that still holds a
-//! trapping instruction, a call or a symbol after that is refused.
+//! trapping instruction, a call (other than a runtime check's) or a symbol
+//! after that is refused.
+//!
+//! # Runtime checks
+//!
+//! The translator's time checks ([`RuntimeCheck`], `docs/kernels.md`, "Time
+//! limit") stay calls: the JIT links them to host functions of this module
+//! (`launch_expired`, `launch_stopped`), which use the status word's `stop`
+//! (`AtomicU32` at +4) and `start_ns` (`AtomicU64` at +16). The clock is
+//! the nanoseconds since a process-wide [`Instant`], plus one, so it never
+//! reads 0 ("not started"). Threads of one block run one after another on
+//! the CPU driver: once one has stopped the launch, the block's remaining
+//! threads and every later block end at their entry check.
 
 use std::{
     fmt, mem,
     panic::{self, AssertUnwindSafe},
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, OnceLock, PoisonError,
+        atomic::{AtomicU32, AtomicU64, Ordering},
+    },
+    time::Instant,
 };
 
 use cranelift_codegen::{
     CodegenError, Context,
     cursor::{Cursor, FuncCursor},
     ir::{
-        self, AbiParam, Block, BlockArg, Endianness, Function, Inst, InstBuilder, MemFlagsData,
-        Opcode, Type, UserFuncName, condcodes::IntCC, types,
+        self, AbiParam, Block, BlockArg, Endianness, ExternalName, Function, Inst, InstBuilder,
+        MemFlagsData, Opcode, Type, UserExternalName, UserFuncName, condcodes::IntCC, types,
     },
     settings::{self, Configurable},
 };
@@ -56,16 +73,18 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleError, default_libcall_names};
 use tensorwasm_core::{
     DevicePtr, Dim3, KernelParam,
-    lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer, UnsupportedOp},
+    lower::{
+        Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer, RuntimeCheck, UnsupportedOp, status,
+    },
 };
 use tensorwasm_cpu::{BlockContext, HostKernelFn};
 
 /// Hidden launch parameters after the Wasm arguments: `mem_base`,
-/// `mem_len`, `status`, `fuel`.
-pub const LAUNCH_HIDDEN_PARAMS: usize = 4;
+/// `mem_len`, `status`, `fuel`, `time_limit`.
+pub const LAUNCH_HIDDEN_PARAMS: usize = KernelAbi::INTRINSICS;
 
-/// Bytes of the status word a launch points at.
-pub const STATUS_BYTES: usize = 16;
+/// Bytes of the status word a launch points at (`docs/kernels.md`).
+pub const STATUS_BYTES: usize = status::BYTES;
 
 /// Alignment the status word must have (the trap handler's atomic
 /// compare-and-swap and 64-bit store need it).
@@ -83,6 +102,9 @@ pub struct HiddenParams {
     pub status: DevicePtr,
     /// Each thread's budget of loop iterations.
     pub fuel: u64,
+    /// Nanoseconds the launch may run, from its first clock check
+    /// (`u64::MAX`: no limit).
+    pub time_limit: u64,
 }
 
 /// The launch parameters of a CPU kernel: the Wasm arguments, then the
@@ -96,6 +118,7 @@ pub fn launch_params(wasm_args: &[KernelParam], hidden: HiddenParams) -> Vec<Ker
         KernelParam::I64(hidden.mem_len as i64),
         KernelParam::Ptr(hidden.status),
         KernelParam::I64(hidden.fuel as i64),
+        KernelParam::I64(hidden.time_limit as i64),
     ]);
     params
 }
@@ -259,7 +282,7 @@ impl NativeKernel {
         if params.len() != wasm + LAUNCH_HIDDEN_PARAMS {
             panic!(
                 "kernel `{name}` takes {} launch parameters ({wasm} Wasm, then mem_base, \
-                 mem_len, status, fuel), got {}",
+                 mem_len, status, fuel, time_limit), got {}",
                 wasm + LAUNCH_HIDDEN_PARAMS,
                 params.len()
             );
@@ -278,11 +301,12 @@ impl NativeKernel {
             KernelParam::I64(mem_len),
             KernelParam::Ptr(status),
             KernelParam::I64(_fuel),
+            KernelParam::I64(_time_limit),
         ] = *hidden
         else {
             panic!(
                 "kernel `{name}`: after its {wasm} Wasm parameters come mem_base (Ptr), \
-                 mem_len (I64), status (Ptr), fuel (I64); got {hidden:?}"
+                 mem_len (I64), status (Ptr), fuel (I64), time_limit (I64); got {hidden:?}"
             );
         };
         let Ok(len) = u64::try_from(mem_len) else {
@@ -472,6 +496,8 @@ fn native_hazard(function: &Function, inst: Inst) -> Option<String> {
     }
     match opcode {
         Opcode::Debugtrap => Some("a debug trap would stop the process".into()),
+        // Linked to this module's host functions (`define`).
+        Opcode::Call if RuntimeCheck::called_by(function, inst).is_some() => None,
         Opcode::Call
         | Opcode::CallIndirect
         | Opcode::ReturnCall
@@ -481,9 +507,11 @@ fn native_hazard(function: &Function, inst: Inst) -> Option<String> {
         | Opcode::FuncAddr
         | Opcode::SymbolValue
         | Opcode::TlsValue
-        | Opcode::StackSwitch => {
-            Some("a kernel calls nothing and links to nothing (docs/kernels.md)".into())
-        }
+        | Opcode::StackSwitch => Some(
+            "a kernel calls nothing but the runtime checks and links to nothing \
+                 (docs/kernels.md)"
+                .into(),
+        ),
         // Divisions got a divisor that cannot fault (`guard_divisor`).
         Opcode::Udiv | Opcode::Sdiv | Opcode::Urem | Opcode::Srem => None,
         _ if opcode.can_trap() => Some("it traps natively, which would end the process".into()),
@@ -652,10 +680,153 @@ fn jit_module() -> Result<JITModule, LowerError> {
         .map_err(|why| host(why.to_owned()))?
         .finish(settings::Flags::new(flags))
         .map_err(|e| host(e.to_string()))?;
-    Ok(JITModule::new(JITBuilder::with_isa(
-        isa,
-        default_libcall_names(),
-    )))
+    let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
+    for check in RuntimeCheck::ALL {
+        builder.symbol(check_symbol(check), host_check(check));
+    }
+    Ok(JITModule::new(builder))
+}
+
+/// The JIT symbol of a runtime check's host function.
+fn check_symbol(check: RuntimeCheck) -> &'static str {
+    match check {
+        RuntimeCheck::LaunchExpired => "tensorwasm_launch_expired",
+        RuntimeCheck::LaunchStopped => "tensorwasm_launch_stopped",
+    }
+}
+
+/// The address of a runtime check's host function.
+fn host_check(check: RuntimeCheck) -> *const u8 {
+    match check {
+        RuntimeCheck::LaunchExpired => {
+            launch_expired as unsafe extern "C" fn(u64, u64) -> u32 as *const u8
+        }
+        RuntimeCheck::LaunchStopped => {
+            launch_stopped as unsafe extern "C" fn(u64) -> u32 as *const u8
+        }
+    }
+}
+
+/// Links the kernel's calls of runtime checks to their host functions:
+/// each is declared as an import of `module`, and the CLIF's name for it
+/// (namespace [`RuntimeCheck::NAMESPACE`]) becomes the declaration's, as
+/// cranelift-module resolves calls (namespace 0, index the [`FuncId`]).
+fn link_runtime_checks(module: &mut JITModule, function: &mut Function) -> Result<(), LowerError> {
+    let call_conv = module.isa().default_call_conv();
+    let mut declared = Vec::new();
+    for check in RuntimeCheck::ALL {
+        let mut sig = check.signature();
+        sig.call_conv = call_conv;
+        let id = module
+            .declare_function(check_symbol(check), Linkage::Import, &sig)
+            .map_err(module_error)?;
+        declared.push((check, id));
+    }
+    let names: Vec<_> = function
+        .params
+        .user_named_funcs()
+        .iter()
+        .map(|(name_ref, name)| (name_ref, RuntimeCheck::from_external_name(name)))
+        .collect();
+    let mut linked = Vec::new();
+    for (name_ref, check) in names {
+        let Some(&(_, id)) = check.and_then(|c| declared.iter().find(|(d, _)| *d == c)) else {
+            continue;
+        };
+        function
+            .params
+            .reset_user_func_name(name_ref, UserExternalName::new(0, id.as_u32()));
+        linked.push(name_ref);
+    }
+    // The checks are host functions of the C calling convention, far from
+    // the JIT's code.
+    let dfg = &mut function.stencil.dfg;
+    for ext in dfg.ext_funcs.values_mut() {
+        if let ExternalName::User(name_ref) = ext.name
+            && linked.contains(&name_ref)
+        {
+            dfg.signatures[ext.signature].call_conv = call_conv;
+            ext.colocated = false;
+        }
+    }
+    Ok(())
+}
+
+/// The clock of [`launch_expired`]: nanoseconds since the first reading in
+/// this process, plus one, so it never reads 0 (a status word's `start_ns`
+/// of 0 means "not started"). Monotonic, shared by every thread.
+fn clock_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(epoch.elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1)
+}
+
+/// The `u32` stop flag and `u64` start time of the status word at `status`.
+///
+/// # Safety
+///
+/// `status` must be the address of a live status word ([`STATUS_BYTES`],
+/// [`STATUS_ALIGN`]-aligned) for `'a`, which others touch only atomically
+/// (or not at all) meanwhile.
+unsafe fn status_words<'a>(status: u64) -> (&'a AtomicU32, &'a AtomicU64) {
+    let at = status as usize;
+    // SAFETY: the caller vouches that the word is live and aligned; the
+    // fields are at their aligned offsets, and every concurrent access is
+    // atomic: the kernel's threads use only these functions on them and the
+    // host reads them after the launch.
+    unsafe {
+        (
+            &*std::ptr::with_exposed_provenance::<AtomicU32>(at + status::STOP),
+            &*std::ptr::with_exposed_provenance::<AtomicU64>(at + status::START_NS),
+        )
+    }
+}
+
+/// [`RuntimeCheck::LaunchExpired`] (see its docs) for kernels on the CPU
+/// target: 1 when the launch is stopped or its time is up, then stopped.
+///
+/// # Safety
+///
+/// Called only by a kernel's native code, with its own `status` parameter,
+/// which `launch_slots` checked to be non-null and aligned and the
+/// launcher vouches to be live for the launch.
+unsafe extern "C" fn launch_expired(status: u64, time_limit: u64) -> u32 {
+    // SAFETY: see this function's contract.
+    let (stop, start_ns) = unsafe { status_words(status) };
+    if stop.load(Ordering::Relaxed) != 0 {
+        return 1;
+    }
+    let now = clock_ns();
+    let mut start = start_ns.load(Ordering::Relaxed);
+    if start == 0 {
+        // The first thread to look starts the launch's clock.
+        start = match start_ns.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => now,
+            Err(winner) => winner,
+        };
+    }
+    // Saturating: a start another thread read after this thread's `now`
+    // is no time passed.
+    if now.saturating_sub(start) > time_limit {
+        stop.store(1, Ordering::Relaxed);
+        1
+    } else {
+        0
+    }
+}
+
+/// [`RuntimeCheck::LaunchStopped`] for kernels on the CPU target: 1 when
+/// the launch's `stop` flag is set.
+///
+/// # Safety
+///
+/// As [`launch_expired`].
+unsafe extern "C" fn launch_stopped(status: u64) -> u32 {
+    // SAFETY: see this function's contract.
+    let (stop, _) = unsafe { status_words(status) };
+    u32::from(stop.load(Ordering::Relaxed) != 0)
 }
 
 /// Defines the kernel and its trampoline and finalizes them; the
@@ -668,6 +839,7 @@ fn define(
 ) -> Result<*const u8, LowerError> {
     // docs/kernels.md says SystemV, but only our trampoline calls it.
     function.signature.call_conv = module.isa().default_call_conv();
+    link_runtime_checks(module, &mut function)?;
     let kernel = module
         .declare_function(name, Linkage::Local, &function.signature)
         .map_err(module_error)?;
@@ -776,7 +948,8 @@ mod tests {
         let abi = KernelAbi { wasm_params: 1 };
         let mut sig = Signature::new(CallConv::SystemV);
         sig.params.push(AbiParam::new(types::I32));
-        sig.params.extend([AbiParam::new(types::I64); 4]);
+        sig.params
+            .extend([AbiParam::new(types::I64); KernelAbi::INTRINSICS]);
         sig.params.extend([AbiParam::new(types::I32); 12]);
         let mut function = Function::with_name_signature(UserFuncName::user(0, 0), sig);
         let mut ctx = FunctionBuilderContext::new();
@@ -828,5 +1001,43 @@ mod tests {
         assert_eq!(count(Opcode::AtomicCas), 1, "{text}");
         assert_eq!(count(Opcode::Store), 1, "{text}");
         assert_eq!(count(Opcode::Select), 1, "the divisor guard: {text}");
+    }
+
+    #[test]
+    fn runtime_checks_follow_the_status_word() {
+        // A status word: code, stop | offset | start_ns | reserved.
+        let word = [
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+        ];
+        let at = word.as_ptr() as u64;
+        let start = || word[2].load(Ordering::Relaxed);
+        // SAFETY: `word` is a live, 8-aligned status word for every call,
+        // touched only atomically.
+        let (expired, stopped) =
+            unsafe { (|limit| launch_expired(at, limit), || launch_stopped(at)) };
+        // The first check starts the clock; no limit never expires.
+        assert_eq!(expired(u64::MAX), 0);
+        let started = start();
+        assert!(started > 0);
+        assert_eq!(stopped(), 0);
+        // Later checks keep the first start; a long limit is not reached.
+        assert_eq!(expired(60_000_000_000), 0);
+        assert_eq!(start(), started);
+        // A start ahead of this thread's clock (another thread's later
+        // reading) is no time passed.
+        word[2].store(clock_ns() + 1_000_000_000, Ordering::Relaxed);
+        assert_eq!(expired(0), 0);
+        // Past the limit: stopped, for every later check too.
+        word[2].store(started, Ordering::Relaxed);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert_eq!(expired(1_000_000), 1);
+        assert_eq!(stopped(), 1);
+        assert_eq!(expired(u64::MAX), 1);
+        // The stop flag is the u32 at +4, the code at +0 untouched.
+        let first = word[0].load(Ordering::Relaxed).to_le_bytes();
+        assert_eq!(first, [0, 0, 0, 0, 1, 0, 0, 0]);
     }
 }

@@ -1,9 +1,11 @@
 //! Wasm kernels in the embedding: a guest module's bytes kept for
 //! translation ([`GuestModule`]), how each driver turns a translated kernel
 //! into a loaded module ([`KernelTarget`]: PTX on CUDA, native code on the
-//! CPU driver), and the cache that translates, lowers and loads each
-//! (module, function) once per driver ([`KernelCache`]). Translation and
-//! lowering themselves live in `tensorwasm_core::lower`.
+//! CPU driver), the cache that translates, lowers and loads each
+//! (module, function) once per driver ([`KernelCache`]), and the compile
+//! worker that does it off the guest's fiber, bounded in size and time
+//! ([`compile_bounded`]). Translation and lowering themselves live in
+//! `tensorwasm_core::lower`.
 
 pub mod cpu;
 
@@ -11,19 +13,26 @@ use std::{
     collections::HashMap,
     fmt,
     ops::Deref,
+    panic::{self, AssertUnwindSafe},
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
+        mpsc,
     },
+    time::{Duration, Instant},
 };
 
 use tensorwasm_core::{
     DeviceInfo, DriverError, ErrorKind, GpuDriver,
+    dispatch::{DispatchFuture, dispatch},
     lower::{
-        LowerError, Lowerer,
+        LowerError, Lowerer, UnsupportedOp,
         ptx::PtxLowerer,
-        translate::{TranslatedKernel, WasmType, translate_kernel},
+        translate::{
+            KernelLimits, KernelSize, TranslatedKernel, WasmType, translate_kernel_within,
+        },
     },
+    quota::{OwnedCharge, QuotaLedger},
 };
 use tensorwasm_cpu::CpuDriver;
 use tensorwasm_cuda::CudaDriver;
@@ -105,6 +114,16 @@ pub enum KernelError {
         /// The driver's message.
         message: String,
     },
+    /// The compile ran past the time the guest may wait for it
+    /// ([`CompileBounds::wait`]); it goes on on its worker, charged to the
+    /// tenant, and its kernel is cached if it succeeds.
+    TimedOut {
+        /// How long the guest waited.
+        waited: Duration,
+    },
+    /// The compile worker panicked (a bug in translation or lowering): the
+    /// host caught it, nothing else was affected.
+    Panicked(String),
 }
 
 impl fmt::Display for KernelError {
@@ -114,6 +133,14 @@ impl fmt::Display for KernelError {
             KernelError::Driver { message, .. } => {
                 write!(f, "loading the kernel failed: {message}")
             }
+            KernelError::TimedOut { waited } => write!(
+                f,
+                "compile-time quota exceeded: the kernel did not compile within {} ms \
+                 (the compile goes on, charged to the tenant; a later kernel_get may find it \
+                 ready)",
+                waited.as_millis()
+            ),
+            KernelError::Panicked(why) => write!(f, "the kernel compiler failed: {why}"),
         }
     }
 }
@@ -230,6 +257,9 @@ pub struct LoadedKernel<D: GpuDriver> {
     pub params: Vec<WasmType>,
     /// Its symbol (the export name, or `kernel_<index>`).
     pub name: String,
+    /// Its size, callees inlined: a cache hit is checked against the
+    /// asking tenant's limits with it.
+    pub size: KernelSize,
 }
 
 /// A cache key: the module's identity and the function's index.
@@ -252,19 +282,58 @@ impl<D: GpuDriver> Default for KernelCache<D> {
 }
 
 impl<D: KernelTarget> KernelCache<D> {
-    /// The kernel of function `index` of `source`, made on first use.
+    /// The kernel of function `index` of `source`, made on first use, within
+    /// the host's caps ([`KernelLimits::HOST`]), on the calling thread.
     pub fn get(
         &self,
         driver: &D,
         source: &KernelSource,
         index: u32,
     ) -> Result<Arc<LoadedKernel<D>>, KernelError> {
-        let key = (source.id, index);
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(hit) = entries.get(&key) {
-            return Ok(Arc::clone(hit));
+        self.get_within(driver, source, index, KernelLimits::HOST)
+    }
+
+    /// The kernel of function `index` of `source` if it is cached and fits
+    /// `limits` (`Some(Err(TooLarge))` when cached but larger).
+    pub fn lookup(
+        &self,
+        source: &KernelSource,
+        index: u32,
+        limits: KernelLimits,
+    ) -> Option<Result<Arc<LoadedKernel<D>>, KernelError>> {
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let hit = entries.get(&(source.id, index))?;
+        Some(if limits.admits(hit.size) {
+            Ok(Arc::clone(hit))
+        } else {
+            Err(KernelError::Lower(LowerError::TooLarge(UnsupportedOp {
+                op: hit.name.clone(),
+                offset: 0,
+                reason: format!(
+                    "the kernel, every callee inlined, has {} Wasm operators and {} branch \
+                     points; this tenant's limits are {} and {}",
+                    hit.size.operators, hit.size.branches, limits.operators, limits.branches
+                ),
+            })))
+        })
+    }
+
+    /// As [`get`](Self::get), refusing a kernel larger than `limits`. The
+    /// cache's lock is not held while a kernel is made, so a slow compile
+    /// stalls nobody else's `kernel_get`; two callers racing to make the
+    /// same kernel may both make it, and the first one cached wins.
+    pub fn get_within(
+        &self,
+        driver: &D,
+        source: &KernelSource,
+        index: u32,
+        limits: KernelLimits,
+    ) -> Result<Arc<LoadedKernel<D>>, KernelError> {
+        if let Some(hit) = self.lookup(source, index, limits) {
+            return hit;
         }
-        let translated = translate_kernel(source.wasm(), index).map_err(KernelError::Lower)?;
+        let translated =
+            translate_kernel_within(source.wasm(), index, limits).map_err(KernelError::Lower)?;
         let module = driver.load_kernel(&translated)?;
         let function = driver
             .function(&module, &translated.name)
@@ -275,15 +344,117 @@ impl<D: KernelTarget> KernelCache<D> {
             function,
             params: translated.params.clone(),
             name: translated.name.clone(),
+            size: translated.size,
         });
-        entries.insert(key, Arc::clone(&loaded));
-        Ok(loaded)
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(Arc::clone(
+            entries.entry((source.id, index)).or_insert(loaded),
+        ))
     }
 
     /// How many kernels this cache has translated, lowered and loaded.
     pub fn lowerings(&self) -> u64 {
         self.lowerings.load(Ordering::Relaxed)
     }
+}
+
+/// What one `kernel_get` may cost: the kernel's size, and how long the
+/// guest waits for its compile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileBounds {
+    /// The largest kernel it may make (the tenant's quota; the host's caps
+    /// hold either way).
+    pub limits: KernelLimits,
+    /// How long the guest waits before `kernel_get` answers `EQUOTA`.
+    pub wait: Duration,
+}
+
+/// Stack of a compile worker. Translation and lowering recurse over a
+/// kernel's values and blocks; at the host's caps
+/// ([`KernelLimits::HOST`]) they need far less than this (the tests compile
+/// kernels at the caps on it). Only the pages touched are ever mapped.
+pub const COMPILE_STACK_BYTES: usize = 256 << 20;
+
+/// Makes the kernel of function `index` of `source` on a worker thread of
+/// its own (never the guest's fiber, whose stack is small, and never the
+/// executor's thread, which other guests share), within `bounds`.
+///
+/// The future completes with the kernel, or with
+/// [`KernelError::TimedOut`] once `bounds.wait` has passed. A compile that
+/// outlives the wait cannot be interrupted (the driver's PTX JIT is one
+/// call); it runs on, holds `compile_slot` (the tenant's
+/// [`Resource::Compiles`](tensorwasm_core::quota::Resource::Compiles)
+/// charge) until it ends, and its whole time is charged to `ledger`'s
+/// compile budget. Its kernel is cached if it succeeds.
+pub fn compile_bounded<D: KernelTarget + Clone + 'static>(
+    driver: &D,
+    cache: &Arc<KernelCache<D>>,
+    source: &KernelSource,
+    index: u32,
+    bounds: CompileBounds,
+    ledger: Arc<QuotaLedger>,
+    compile_slot: OwnedCharge,
+) -> DispatchFuture<Result<Arc<LoadedKernel<D>>, KernelError>> {
+    let (done, result) = dispatch();
+    let (driver, cache, source) = (driver.clone(), Arc::clone(cache), source.clone());
+    let (sent, received) = mpsc::channel();
+    let worker = std::thread::Builder::new()
+        .name("tensorwasm-compile".into())
+        .stack_size(COMPILE_STACK_BYTES)
+        .spawn(move || {
+            let start = Instant::now();
+            let made = panic::catch_unwind(AssertUnwindSafe(|| {
+                cache.get_within(&driver, &source, index, bounds.limits)
+            }))
+            .unwrap_or_else(|payload| Err(KernelError::Panicked(panic_text(&*payload))));
+            let spent = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            ledger.spend_compile_time(spent);
+            drop(compile_slot);
+            // The waiter may have given up: then nobody reads this.
+            let _ = sent.send(made);
+        });
+    if let Err(e) = worker {
+        let _ = done.complete(Err(KernelError::Driver {
+            kind: ErrorKind::OutOfMemory,
+            message: format!("no compile worker could be started: {e}"),
+        }));
+        return result;
+    }
+    // The watchdog ends when the compile does or the wait is over,
+    // whichever comes first; the guest's future completes then.
+    let watchdog = std::thread::Builder::new()
+        .name("tensorwasm-compile-wait".into())
+        .spawn(move || {
+            let outcome = match received.recv_timeout(bounds.wait) {
+                Ok(made) => made,
+                Err(mpsc::RecvTimeoutError::Timeout) => Err(KernelError::TimedOut {
+                    waited: bounds.wait,
+                }),
+                Err(mpsc::RecvTimeoutError::Disconnected) => Err(KernelError::Panicked(
+                    "the compile worker ended without an answer".into(),
+                )),
+            };
+            let _ = done.complete(outcome);
+        });
+    if let Err(e) = watchdog {
+        // Without a watchdog the guest would wait for the compile however
+        // long it takes; refuse instead (the worker still ends on its own).
+        let (done, refused) = dispatch();
+        let _ = done.complete(Err(KernelError::Driver {
+            kind: ErrorKind::OutOfMemory,
+            message: format!("no compile watchdog could be started: {e}"),
+        }));
+        return refused;
+    }
+    result
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 #[cfg(test)]

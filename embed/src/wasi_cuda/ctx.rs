@@ -19,11 +19,17 @@ use tensorwasm_core::{
     quota::{OwnedCharge, QuotaLedger, Resource, TenantQuota},
 };
 
-use tensorwasm_core::lower::{KernelTrap, LowerError, translate::WasmType};
+use tensorwasm_core::lower::{
+    KernelAbi, KernelTrap, LowerError, status,
+    translate::{KernelLimits, WasmType},
+};
 
 use crate::{
     builtins::BuiltinCache,
-    kernel::{KernelCache, KernelError, KernelSource, KernelTarget},
+    kernel::{
+        CompileBounds, KernelCache, KernelError, KernelSource, KernelTarget, LoadedKernel,
+        compile_bounded,
+    },
     memory::{GuestMemoryLookup, GuestRegionInfo},
 };
 
@@ -41,6 +47,15 @@ pub struct WasiCudaLimits {
     /// Fuel of each thread of a Wasm kernel launch: every loop iteration
     /// spends one; a thread that runs out traps with "out of fuel".
     pub kernel_fuel: u64,
+    /// Nanoseconds one Wasm kernel launch may run, from its first thread's
+    /// clock check: then its threads stop and it traps with "launch time
+    /// limit exceeded" (`u64::MAX`: no limit).
+    pub launch_time_ns: u64,
+    /// The largest kernel `kernel_get` makes (the host's caps,
+    /// [`KernelLimits::HOST`], hold whatever this says).
+    pub kernel_limits: KernelLimits,
+    /// How long `kernel_get` waits for one kernel's compile.
+    pub compile_wait: Duration,
 }
 
 impl Default for WasiCudaLimits {
@@ -51,6 +66,9 @@ impl Default for WasiCudaLimits {
             functions: 4096,
             launches: 65536,
             kernel_fuel: 1 << 24,
+            launch_time_ns: u64::MAX,
+            kernel_limits: KernelLimits::HOST,
+            compile_wait: Duration::MAX,
         }
     }
 }
@@ -185,10 +203,14 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     kernels: Arc<KernelCache<D>>,
     /// The built-in tensor kernels loaded on this driver.
     builtins: Arc<BuiltinCache<D>>,
-    /// 16-byte trap status words of Wasm kernel launches, one per launch
-    /// slot, in managed memory (made on the first kernel launch).
+    /// Status words (`docs/kernels.md`) of Wasm kernel launches, one per
+    /// launch slot, in managed memory (made on the first kernel launch).
     status: Option<D::ManagedBuffer>,
     kernel_fuel: u64,
+    /// Each Wasm kernel launch's time limit, in nanoseconds.
+    launch_time_ns: u64,
+    /// What one `kernel_get` may cost.
+    compile_bounds: CompileBounds,
     last_error: String,
     /// The tenant's quota ledger (shared by every context of the tenant).
     ledger: Arc<QuotaLedger>,
@@ -227,7 +249,8 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     /// stream it makes is charged to `ledger` (shared with the tenant's
     /// other contexts and its guest memory) before the driver is asked, and
     /// `policy` decides what it may load. Wasm kernels get the quota's
-    /// fuel or `limits.kernel_fuel`, whichever is less. Fails with `EQUOTA`
+    /// fuel or `limits.kernel_fuel`, whichever is less, and likewise for
+    /// the launch time limit (`launch_time_ns`). Fails with `EQUOTA`
     /// when the tenant has no stream left.
     pub fn for_tenant(
         driver: D,
@@ -238,8 +261,17 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     ) -> Result<Self, AbiError> {
         let stream_charge = QuotaLedger::try_reserve_owned(&ledger, Resource::Streams, 1)?.commit();
         // The host's cap and the tenant's quota: the smaller one holds.
+        let quota = ledger.quota();
         let limits = WasiCudaLimits {
-            kernel_fuel: limits.kernel_fuel.min(ledger.quota().kernel_fuel()),
+            kernel_fuel: limits.kernel_fuel.min(quota.kernel_fuel()),
+            launch_time_ns: limits.launch_time_ns.min(quota.launch_time_ns()),
+            kernel_limits: limits.kernel_limits.min(KernelLimits {
+                operators: quota.kernel_operators(),
+                branches: quota.kernel_branches(),
+            }),
+            compile_wait: limits
+                .compile_wait
+                .min(Duration::from_nanos(quota.compile_time_ns())),
             ..limits
         };
         Self::build(driver, memories, limits, ledger, policy, stream_charge)
@@ -271,6 +303,11 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             builtins: Arc::default(),
             status: None,
             kernel_fuel: limits.kernel_fuel,
+            launch_time_ns: limits.launch_time_ns,
+            compile_bounds: CompileBounds {
+                limits: limits.kernel_limits,
+                wait: limits.compile_wait,
+            },
             last_error: String::new(),
             ledger,
             policy,
@@ -673,7 +710,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         let uses_guest_memory = args
             .iter()
             .any(|a| matches!(a, LaunchArg::Param(KernelParam::Ptr(_))));
-        let mut params = Vec::with_capacity(args.len() + 4);
+        let mut params = Vec::with_capacity(args.len() + KernelAbi::INTRINSICS);
         let mut buffers = Vec::new();
         for arg in args {
             match arg {
@@ -737,6 +774,8 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 KernelParam::I64(guest.len as i64),
                 KernelParam::Ptr(status),
                 KernelParam::I64(self.kernel_fuel as i64),
+                // Its bits: the kernel reads it as a u64.
+                KernelParam::I64(self.launch_time_ns as i64),
             ]);
         }
         // SAFETY: every pointer parameter was produced by the decoder inside
@@ -788,7 +827,9 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     }
 
     /// After a kernel launch finished: the trap it recorded, if any, with
-    /// the slot cleared for the next launch.
+    /// the slot cleared for the next launch: code, stop, offset and start
+    /// time, every time (a launch that did not trap has still started its
+    /// clock, and the next launch in this slot must start its own).
     pub(crate) fn take_trap(&mut self, slot: usize, name: &str) -> Result<(), AbiError> {
         let Some(words) = &self.status else {
             return Ok(());
@@ -801,14 +842,17 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         // (checked by `range`), which the host may read and write at the
         // same address; the launch that used it has finished (its stream
         // reached the completion callback or was idle), and no other launch
-        // uses this slot until the launch handle is released.
+        // uses this slot until the launch handle is released. Each field is
+        // aligned: the allocation is, and words are STATUS_BYTES (a multiple
+        // of 8) apart.
         let (code, offset) = unsafe {
-            let code = std::ptr::with_exposed_provenance::<u32>(at).read_volatile();
-            let offset = std::ptr::with_exposed_provenance::<u64>(at + 8).read_volatile();
-            if code != 0 {
-                std::ptr::with_exposed_provenance_mut::<u32>(at).write_volatile(0);
-                std::ptr::with_exposed_provenance_mut::<u64>(at + 8).write_volatile(0);
-            }
+            let code = std::ptr::with_exposed_provenance::<u32>(at + status::CODE).read_volatile();
+            let offset =
+                std::ptr::with_exposed_provenance::<u64>(at + status::OFFSET).read_volatile();
+            std::ptr::with_exposed_provenance_mut::<u32>(at + status::CODE).write_volatile(0);
+            std::ptr::with_exposed_provenance_mut::<u32>(at + status::STOP).write_volatile(0);
+            std::ptr::with_exposed_provenance_mut::<u64>(at + status::OFFSET).write_volatile(0);
+            std::ptr::with_exposed_provenance_mut::<u64>(at + status::START_NS).write_volatile(0);
             (code, offset)
         };
         if code == 0 {
@@ -1000,6 +1044,16 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
                 held.push(buf);
                 Ok(at)
             })?;
+        let (work, limit) = (op.work(), self.ledger.quota().tensor_work());
+        if work > limit {
+            return Err(AbiError::new(
+                Errno::EQUOTA,
+                format!(
+                    "tensor-op work quota exceeded: the op asks for {work} multiply-adds or \
+                     element operations, this tenant's limit is {limit} per op"
+                ),
+            ));
+        }
         let sm = self
             .driver
             .device()
@@ -1041,14 +1095,20 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         abi::write_u64(mem.bytes, out, handle.0)
     }
 
-    /// Makes a kernel of the guest's own function `index` and writes its
-    /// function handle.
-    pub(crate) fn kernel_get(
+    /// The first half of `kernel_get`: checks the call, then finds the
+    /// kernel of the guest's own function `index` in the cache or starts
+    /// its compile on a worker ([`compile_bounded`]); the guest awaits the
+    /// second (`KernelGet::Compiling`), then [`kernel_get_finish`]
+    /// (Self::kernel_get_finish) writes the handle.
+    pub(crate) fn kernel_get_start(
         &mut self,
         mem: GuestMem<'_>,
         index: u32,
         out: u32,
-    ) -> Result<(), AbiError> {
+    ) -> Result<KernelGet<D>, AbiError>
+    where
+        D: Clone + 'static,
+    {
         check_out_u64(mem.bytes, out)?;
         self.allowed(self.policy.wasm_kernels, "Wasm kernels")?;
         let Some(source) = &self.kernel_source else {
@@ -1058,10 +1118,40 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             ));
         };
         let charge = self.charge(Resource::Functions, 1)?;
-        let loaded = self
-            .kernels
-            .get(&self.driver, source, index)
-            .map_err(|e| kernel_error(&e))?;
+        let bounds = self.compile_bounds;
+        if let Some(hit) = self.kernels.lookup(source, index, bounds.limits) {
+            return Ok(KernelGet::Ready(hit.map_err(|e| kernel_error(&e))?, charge));
+        }
+        // A compile costs the tenant time: refuse once its budget is spent,
+        // and wait no longer than what is left of it.
+        let left = self.ledger.compile_time_left()?;
+        let slot = self.charge(Resource::Compiles, 1)?;
+        let bounds = CompileBounds {
+            wait: bounds.wait.min(Duration::from_nanos(left)),
+            ..bounds
+        };
+        let compiling = compile_bounded(
+            &self.driver,
+            &self.kernels,
+            source,
+            index,
+            bounds,
+            Arc::clone(&self.ledger),
+            slot,
+        );
+        Ok(KernelGet::Compiling(compiling, charge))
+    }
+
+    /// The second half of `kernel_get`: the kernel is made (or failed);
+    /// writes its function handle.
+    pub(crate) fn kernel_get_finish(
+        &mut self,
+        mem: GuestMem<'_>,
+        out: u32,
+        loaded: Result<Arc<LoadedKernel<D>>, KernelError>,
+        charge: OwnedCharge,
+    ) -> Result<(), AbiError> {
+        let loaded = loaded.map_err(|e| kernel_error(&e))?;
         let handle = self.functions.insert(Arc::new(FunctionEntry {
             function: loaded.function.clone(),
             _module: Arc::clone(&loaded.module),
@@ -1074,6 +1164,16 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         }))?;
         abi::write_u64(mem.bytes, out, handle.0)
     }
+}
+
+/// Where a `kernel_get` stands after its checks: the kernel (a cache hit),
+/// or its compile under way; each with the function handle's charge.
+pub(crate) enum KernelGet<D: GpuDriver> {
+    Ready(Arc<LoadedKernel<D>>, OwnedCharge),
+    Compiling(
+        DispatchFuture<Result<Arc<LoadedKernel<D>>, KernelError>>,
+        OwnedCharge,
+    ),
 }
 
 impl<D: GpuDriver> Drop for WasiCudaCtx<D> {
@@ -1092,8 +1192,9 @@ fn check_out_u64(mem: &[u8], out: u32) -> Result<(), AbiError> {
 
 /// Launch slots with a status word (one per possible launch handle).
 const STATUS_WORDS: usize = abi::handle::MAX_TABLE_CAPACITY;
-/// A status word: `u32` trap code, `u32` reserved, `u64` offset.
-const STATUS_BYTES: usize = 16;
+/// A status word: `u32` trap code, `u32` stop, `u64` offset, `u64` start
+/// time, `u64` reserved (`docs/kernels.md`).
+const STATUS_BYTES: usize = status::BYTES;
 
 /// A Wasm kernel's arguments are values of its Wasm parameter types (guest
 /// offsets are `i32` values, not pointer descriptors).
@@ -1148,7 +1249,10 @@ fn kernel_error(e: &KernelError) -> AbiError {
             AbiError::new(Errno::ENOTSUP, e.to_string())
         }
         KernelError::Lower(LowerError::Invalid(_)) => AbiError::new(Errno::EINVAL, e.to_string()),
-        KernelError::Lower(LowerError::TooLarge(_)) => AbiError::new(Errno::EQUOTA, e.to_string()),
+        KernelError::Lower(LowerError::TooLarge(_)) | KernelError::TimedOut { .. } => {
+            AbiError::new(Errno::EQUOTA, e.to_string())
+        }
+        KernelError::Panicked(_) => AbiError::new(Errno::EDRIVER, e.to_string()),
         KernelError::Driver { kind, .. } => AbiError::new(Errno::from(*kind), e.to_string()),
     }
 }

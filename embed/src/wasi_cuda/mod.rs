@@ -10,7 +10,7 @@ mod ctx;
 pub(crate) use ctx::FunctionEntry;
 pub use ctx::{TenantPolicy, WasiCudaCtx, WasiCudaLimits};
 
-use ctx::GuestMem;
+use ctx::{GuestMem, KernelGet};
 use tensorwasm_core::{
     Dim3, GpuDriver,
     abi::Handle,
@@ -86,7 +86,7 @@ async fn quiesce<T, D: GpuDriver>(
 pub fn add_to_linker<T, D>(linker: &mut Linker<T>, get: GetCtx<T, D>) -> wasmtime::Result<()>
 where
     T: Send + 'static,
-    D: KernelTarget + 'static,
+    D: KernelTarget + Clone + 'static,
 {
     linker.func_wrap(
         MODULE,
@@ -236,12 +236,28 @@ where
             })
         },
     )?;
-    linker.func_wrap(
+    // Making a kernel runs on a compile worker, bounded in size and time:
+    // the guest is suspended meanwhile, never its fiber's stack or the
+    // executor's thread spent on it.
+    linker.func_wrap_async(
         MODULE,
         "kernel_get",
-        move |mut caller: Caller<'_, T>, index: i32, out: i32| -> i32 {
-            with_mem(&mut caller, get, "kernel_get", |ctx, mem| {
-                ctx.kernel_get(mem, index as u32, out as u32)
+        move |mut caller: Caller<'_, T>, (index, out): (i32, i32)| {
+            Box::new(async move {
+                const CALL: &str = "kernel_get";
+                let mut started = None;
+                let errno = with_mem(&mut caller, get, CALL, |ctx, mem| {
+                    started = Some(ctx.kernel_get_start(mem, index as u32, out as u32)?);
+                    Ok(())
+                });
+                let (loaded, charge) = match started {
+                    None => return errno,
+                    Some(KernelGet::Ready(kernel, charge)) => (Ok(kernel), charge),
+                    Some(KernelGet::Compiling(compiling, charge)) => (compiling.await, charge),
+                };
+                with_mem(&mut caller, get, CALL, |ctx, mem| {
+                    ctx.kernel_get_finish(mem, out as u32, loaded, charge)
+                })
             })
         },
     )?;

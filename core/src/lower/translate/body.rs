@@ -17,8 +17,8 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
 use cranelift_codegen::ir::{
-    AbiParam, Block, Endianness, Function, InstBuilder, JumpTableData, MemFlagsData, Signature,
-    SourceLoc, Type, UserFuncName, Value,
+    AbiParam, Block, Endianness, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder,
+    JumpTableData, MemFlagsData, Signature, SourceLoc, Type, UserFuncName, Value,
 };
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -27,7 +27,9 @@ use wasmparser::{BlockType, BrTable, MemArg, Operator, ValType};
 use super::WasmType;
 use super::detect::op_name;
 use super::module::{ConstValue, GlobalKind, ModuleInfo, invalid};
-use crate::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, UnsupportedOp};
+use crate::lower::{
+    Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck, TIME_CHECK_INTERVAL, UnsupportedOp,
+};
 
 /// A translator invariant broke (the detector or validation should have
 /// caught the input).
@@ -49,7 +51,9 @@ pub(super) fn translate(
     signature
         .params
         .extend(params.iter().map(|p| AbiParam::new(p.clif_type())));
-    signature.params.extend([AbiParam::new(I64); 4]);
+    signature
+        .params
+        .extend([AbiParam::new(I64); KernelAbi::INTRINSICS]);
     signature
         .params
         .extend(Intrinsic::ALL.map(|_| AbiParam::new(I32)));
@@ -65,10 +69,26 @@ pub(super) fn translate(
     let values = builder.block_params(entry).to_vec();
     let fuel = builder.declare_var(I64);
     builder.def_var(fuel, values[abi.hidden(KernelAbi::FUEL)]);
+    let [launch_expired, launch_stopped] = RuntimeCheck::ALL.map(|check| {
+        let signature = builder.import_signature(check.signature());
+        let name = builder
+            .func
+            .declare_imported_user_function(check.external_name());
+        builder.import_function(ExtFuncData {
+            name: ExternalName::user(name),
+            signature,
+            colocated: false,
+            patchable: false,
+        })
+    });
     let hidden = Hidden {
         mem_base: values[abi.hidden(KernelAbi::MEM_BASE)],
         mem_len: values[abi.hidden(KernelAbi::MEM_LEN)],
+        status: values[abi.hidden(KernelAbi::STATUS)],
+        time_limit: values[abi.hidden(KernelAbi::TIME_LIMIT)],
         intrinsics: core::array::from_fn(|i| values[abi.hidden(KernelAbi::INTRINSICS) + i]),
+        launch_expired,
+        launch_stopped,
     };
 
     let mut translator = Translator {
@@ -77,6 +97,11 @@ pub(super) fn translate(
         hidden,
         fuel,
     };
+    let def = module
+        .defined(func_index)
+        .ok_or_else(|| internal("translating a function that is not defined"))?;
+    let body_offset = module.bodies[def].range().start;
+    translator.entry_check(u32::try_from(body_offset).unwrap_or(u32::MAX));
     if translator
         .inline(func_index, &values[..params.len()])?
         .is_some()
@@ -91,11 +116,18 @@ pub(super) fn translate(
     Ok(function)
 }
 
-/// The kernel's hidden parameters the translator reads.
+/// The kernel's hidden parameters the translator reads, and the runtime
+/// checks it calls.
 struct Hidden {
     mem_base: Value,
     mem_len: Value,
+    status: Value,
+    time_limit: Value,
     intrinsics: [Value; 12],
+    /// [`RuntimeCheck::LaunchExpired`].
+    launch_expired: FuncRef,
+    /// [`RuntimeCheck::LaunchStopped`].
+    launch_stopped: FuncRef,
 }
 
 struct Translator<'m, 'a, 'f> {
@@ -206,6 +238,59 @@ fn scalar(ty: ValType) -> Result<WasmType, LowerError> {
 }
 
 impl<'m> Translator<'m, '_, '_> {
+    /// The launch's time check at the kernel's entry (`docs/kernels.md`,
+    /// "Time limit"): thread (0, 0, 0) of each block checks the clock, every
+    /// other thread only whether the launch was stopped, so a launch of many
+    /// short blocks stops too. A trap here carries `offset`, the kernel
+    /// body's byte offset.
+    fn entry_check(&mut self, offset: u32) {
+        self.builder.set_srcloc(SourceLoc::new(offset));
+        let [x, y, z] = [
+            Intrinsic::ThreadIdxX,
+            Intrinsic::ThreadIdxY,
+            Intrinsic::ThreadIdxZ,
+        ]
+        .map(|which| self.hidden.intrinsics[which.index()]);
+        let xy = self.builder.ins().bor(x, y);
+        let xyz = self.builder.ins().bor(xy, z);
+        let clock = self.builder.create_block();
+        let flag = self.builder.create_block();
+        let body = self.builder.create_block();
+        self.builder.ins().brif(xyz, flag, &[], clock, &[]);
+        self.builder.seal_block(clock);
+        self.builder.seal_block(flag);
+        self.builder.switch_to_block(clock);
+        self.time_check(RuntimeCheck::LaunchExpired);
+        self.builder.ins().jump(body, &[]);
+        self.builder.switch_to_block(flag);
+        self.time_check(RuntimeCheck::LaunchStopped);
+        self.builder.ins().jump(body, &[]);
+        self.builder.seal_block(body);
+        self.builder.switch_to_block(body);
+    }
+
+    /// Calls `check` and traps `TimeLimit` (at the current source location)
+    /// when it says the launch is over.
+    fn time_check(&mut self, check: RuntimeCheck) {
+        let Hidden {
+            status, time_limit, ..
+        } = self.hidden;
+        let call = match check {
+            RuntimeCheck::LaunchExpired => self
+                .builder
+                .ins()
+                .call(self.hidden.launch_expired, &[status, time_limit]),
+            RuntimeCheck::LaunchStopped => self
+                .builder
+                .ins()
+                .call(self.hidden.launch_stopped, &[status]),
+        };
+        let over = self.builder.inst_results(call)[0];
+        self.builder
+            .ins()
+            .trapnz(over, KernelTrap::TimeLimit.trap_code());
+    }
+
     /// Translates defined function `func_index` at the current position,
     /// its parameters bound to `args`. Returns its results, or `None` when
     /// the code after it cannot execute (it always traps or loops).
@@ -487,11 +572,31 @@ impl<'m> Translator<'m, '_, '_> {
             let value = self.builder.use_var(var);
             st.stack.push(value);
         }
-        // Fuel: once on entry and once per back edge.
+        // Fuel, once on entry and once per back edge, and the launch's
+        // clock every TIME_CHECK_INTERVAL headers a thread passes: both in
+        // a cold block, entered when the fuel left is a multiple of the
+        // interval (0 is one: the fuel check runs whenever it could trap).
+        // The hot path is one `and` and one branch, as the fuel check alone
+        // was a compare and a branch (the way back from the cold block
+        // still costs a GPU's tightest loops: docs/kernels.md).
         let fuel = self.builder.use_var(self.fuel);
+        let due = self
+            .builder
+            .ins()
+            .band_imm_u(fuel, (TIME_CHECK_INTERVAL - 1).cast_signed());
+        let check = self.builder.create_block();
+        let body = self.builder.create_block();
+        self.builder.ins().brif(due, body, &[], check, &[]);
+        self.builder.seal_block(check);
+        self.builder.set_cold_block(check);
+        self.builder.switch_to_block(check);
         self.builder
             .ins()
             .trapz(fuel, KernelTrap::OutOfFuel.trap_code());
+        self.time_check(RuntimeCheck::LaunchExpired);
+        self.builder.ins().jump(body, &[]);
+        self.builder.seal_block(body);
+        self.builder.switch_to_block(body);
         let fuel = self.builder.ins().iadd_imm_s(fuel, -1);
         self.builder.def_var(self.fuel, fuel);
 

@@ -10,9 +10,9 @@ use alloc::vec::Vec;
 
 use wasmparser::{BlockType, MemArgTarget, Operator, ValType};
 
-use super::{KernelLimits, KernelSize, WasmType};
 use super::body::{binary_op, memory_access, unary_op};
 use super::module::{GlobalKind, ModuleInfo, invalid};
+use super::{KernelLimits, KernelSize, WasmType};
 use crate::lower::{INTRINSIC_MODULE, Intrinsic, LowerError, UnsupportedOp};
 
 /// The deepest chain of inlined calls below a kernel.
@@ -175,7 +175,12 @@ impl Detector<'_, '_> {
     }
 
     /// Refuses the kernel once its size so far passes a limit.
-    fn check_size(&self, size: KernelSize, op: &Operator<'_>, offset: u64) -> Result<(), LowerError> {
+    fn check_size(
+        &self,
+        size: KernelSize,
+        op: &Operator<'_>,
+        offset: u64,
+    ) -> Result<(), LowerError> {
         let KernelLimits {
             operators,
             branches,
