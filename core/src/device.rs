@@ -37,6 +37,9 @@ pub struct DeviceInfo {
     pub compute_capability: Option<(u32, u32)>,
     /// Streaming multiprocessors (GPU) or worker threads (CPU).
     pub multiprocessor_count: u32,
+    /// Most threads resident on one multiprocessor at once (2048 on the
+    /// H100); with `multiprocessor_count`, the device's thread slots.
+    pub max_threads_per_multiprocessor: u32,
     /// Total device memory in bytes.
     pub total_memory: u64,
     /// Largest number of threads in one block.

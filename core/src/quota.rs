@@ -125,6 +125,7 @@ pub struct TenantQuota {
     compile_time_ns: u64,
     compile_budget_ns: u64,
     launch_time_ns: u64,
+    launch_share_percent: u64,
     tensor_work: u64,
 }
 
@@ -179,6 +180,11 @@ impl TenantQuota {
     /// moment its first thread checks the clock; its threads then trap with
     /// "time limit". Launches in flight times this bounds a tenant's queue.
     pub const DEFAULT_LAUNCH_TIME_NS: u64 = 1_000_000_000;
+    /// Default share of the device one Wasm-kernel launch may occupy at
+    /// once: 50% of its thread slots. The rest stays free for other
+    /// tenants' launches, which a long launch would otherwise keep waiting
+    /// (a GPU does not preempt one kernel's blocks for another's).
+    pub const DEFAULT_LAUNCH_SHARE_PERCENT: u64 = 50;
     /// Default multiply-adds (or element operations) one built-in tensor op
     /// may ask for: 2^40, about 50 ms of an H100's f32 GEMM. A batched GEMM
     /// whose operands broadcast can ask for far more than its buffers hold.
@@ -195,6 +201,7 @@ impl TenantQuota {
             compile_time_ns: u64::MAX,
             compile_budget_ns: u64::MAX,
             launch_time_ns: u64::MAX,
+            launch_share_percent: 100,
             tensor_work: u64::MAX,
         }
     }
@@ -239,6 +246,28 @@ impl TenantQuota {
     /// its threads trap with "time limit".
     pub const fn launch_time_ns(&self) -> u64 {
         self.launch_time_ns
+    }
+
+    /// The share of the device's thread slots (multiprocessors x threads
+    /// per multiprocessor), in percent (1 ..= 100), that one Wasm-kernel
+    /// launch may occupy at once: a larger grid runs as virtual blocks over
+    /// that many physical ones (docs/kernels.md, "Virtual blocks").
+    pub const fn launch_share_percent(&self) -> u64 {
+        self.launch_share_percent
+    }
+
+    /// The same quota with one launch occupying at most `percent` of the
+    /// device's thread slots (clamped to 1 ..= 100).
+    #[must_use]
+    pub const fn with_launch_share_percent(mut self, percent: u64) -> Self {
+        self.launch_share_percent = if percent < 1 {
+            1
+        } else if percent > 100 {
+            100
+        } else {
+            percent
+        };
+        self
     }
 
     /// The most multiply-adds (GEMM) or element operations one built-in
@@ -346,8 +375,8 @@ impl Default for TenantQuota {
     /// device buffers, 1 GiB of guest memory, 64 modules, 1024 functions,
     /// 256 launches in flight, 4 streams, one compile in flight, 2^24 fuel
     /// per kernel thread, kernels of 2^14 operators and 256 branch points,
-    /// 2 s per compile and 60 s in all, 1 s per launch, 2^40 multiply-adds
-    /// per tensor op).
+    /// 2 s per compile and 60 s in all, 1 s per launch on at most half the
+    /// device, 2^40 multiply-adds per tensor op).
     fn default() -> Self {
         TenantQuota::unlimited()
             .with_device_bytes(Self::DEFAULT_DEVICE_BYTES)
@@ -363,6 +392,7 @@ impl Default for TenantQuota {
             .with_compile_time_ns(Self::DEFAULT_COMPILE_TIME_NS)
             .with_compile_budget_ns(Self::DEFAULT_COMPILE_BUDGET_NS)
             .with_launch_time_ns(Self::DEFAULT_LAUNCH_TIME_NS)
+            .with_launch_share_percent(Self::DEFAULT_LAUNCH_SHARE_PERCENT)
             .with_tensor_work(Self::DEFAULT_TENSOR_WORK)
     }
 }
@@ -900,6 +930,10 @@ mod tests {
         assert_eq!(q.kernel_branches(), 256);
         assert_eq!(q.compile_time_ns(), 2_000_000_000);
         assert_eq!(q.launch_time_ns(), 1_000_000_000);
+        assert_eq!(q.launch_share_percent(), 50);
+        assert_eq!(q.with_launch_share_percent(0).launch_share_percent(), 1);
+        assert_eq!(q.with_launch_share_percent(500).launch_share_percent(), 100);
+        assert_eq!(TenantQuota::unlimited().launch_share_percent(), 100);
         assert_eq!(q.tensor_work(), 1 << 40);
         let u = TenantQuota::unlimited();
         assert_eq!(u.launch_time_ns(), u64::MAX);

@@ -822,8 +822,22 @@ fn every_kernel_lowers_and_is_written_out() {
             assert!(ptx.contains(&format!(".visible .entry {}(\n", k.name)));
             assert_eq!(ptx.matches(".visible .entry").count(), 1);
             let params = ptx.matches("    .param ").count();
-            assert_eq!(params, k.abi.wasm_params + 5, "{}: .params", k.name);
-            for hidden in ["mem_base", "mem_len", "status", "fuel", "time_limit"] {
+            assert_eq!(
+                params,
+                k.abi.wasm_params + KernelAbi::INTRINSICS,
+                "{}: .params",
+                k.name
+            );
+            for hidden in [
+                "mem_base",
+                "mem_len",
+                "status",
+                "fuel",
+                "time_limit",
+                "grid_x",
+                "grid_y",
+                "grid_z",
+            ] {
                 assert!(ptx.contains(&format!(".param .u64 {}_{hidden}", k.name)));
             }
             for inst in instructions(&ptx) {

@@ -502,7 +502,30 @@ fn interpret_launch(
         DataValue::I64(fuel),
         DataValue::I64(launch.time_limit as i64),
     ]);
-    values.extend(launch.intrinsics.map(DataValue::I32));
+    // The launch's grid is the intrinsics' grid; the host launches it as
+    // one physical block per virtual one (a 1-D grid of all of them), so
+    // this thread's physical block is its virtual block's linear index.
+    let at = |which: Intrinsic| i64::from(launch.intrinsics[which.index()]);
+    let (gx, gy, gz) = (
+        at(Intrinsic::GridDimX),
+        at(Intrinsic::GridDimY),
+        at(Intrinsic::GridDimZ),
+    );
+    values.extend([gx, gy, gz].map(DataValue::I64));
+    let linear =
+        at(Intrinsic::BlockIdxX) + gx * (at(Intrinsic::BlockIdxY) + gy * at(Intrinsic::BlockIdxZ));
+    let mut physical = launch.intrinsics;
+    for (which, v) in [
+        (Intrinsic::BlockIdxX, linear),
+        (Intrinsic::BlockIdxY, 0),
+        (Intrinsic::BlockIdxZ, 0),
+        (Intrinsic::GridDimX, gx * gy * gz),
+        (Intrinsic::GridDimY, 1),
+        (Intrinsic::GridDimZ, 1),
+    ] {
+        physical[which.index()] = i32::try_from(v).expect("a test grid fits i32");
+    }
+    values.extend(physical.map(DataValue::I32));
     assert_eq!(values.len(), kernel.abi.total_params());
 
     machine.push_frame(func);

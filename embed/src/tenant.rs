@@ -103,6 +103,14 @@ impl TenantConfig {
             if let Some(v) = q.launch_time_ms {
                 quota = quota.with_launch_time_ns(ms("launch_time_ms", v)?);
             }
+            if let Some(v) = q.launch_share_percent {
+                if !(1..=100).contains(&v) {
+                    return Err(ConfigError(
+                        "quota.launch_share_percent must be 1 ..= 100".into(),
+                    ));
+                }
+                quota = quota.with_launch_share_percent(v);
+            }
             if let Some(v) = q.tensor_work {
                 quota = quota.with_tensor_work(v);
             }
@@ -184,6 +192,7 @@ struct QuotaSection {
     compile_time_ms: Option<u64>,
     compile_budget_ms: Option<u64>,
     launch_time_ms: Option<u64>,
+    launch_share_percent: Option<u64>,
     tensor_work: Option<u64>,
 }
 
@@ -350,7 +359,8 @@ mod tests {
              [quota]\nguest_memory_bytes = 65536\nmodules = 1\nfunctions = 2\n\
              launches_in_flight = 3\nstreams = 1\nkernel_fuel = 99\ncompiles = 2\n\
              kernel_operators = 1000\nkernel_branches = 10\ncompile_time_ms = 5\n\
-             compile_budget_ms = 50\nlaunch_time_ms = 7\ntensor_work = 12345\n",
+             compile_budget_ms = 50\nlaunch_time_ms = 7\ntensor_work = 12345\n\
+             launch_share_percent = 25\n",
         )
         .unwrap();
         assert_eq!(c.quota.limit(Resource::Compiles), 2);
@@ -360,6 +370,7 @@ mod tests {
         assert_eq!(c.quota.compile_budget_ns(), 50_000_000);
         assert_eq!(c.quota.launch_time_ns(), 7_000_000);
         assert_eq!(c.quota.tensor_work(), 12345);
+        assert_eq!(c.quota.launch_share_percent(), 25);
         assert!(
             TenantConfig::from_toml("[quota]\nlaunch_time_ms = 0\n")
                 .unwrap_err()

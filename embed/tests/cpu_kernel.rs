@@ -25,7 +25,7 @@ use tensorwasm_core::{
 };
 use tensorwasm_cpu::{CpuDeviceBuffer, CpuDriver, CpuError, CpuManagedBuffer};
 use tensorwasm_embed::kernel::cpu::{
-    CpuKernel, CpuKernelLowerer, HiddenParams, STATUS_BYTES, launch_params,
+    CpuKernel, CpuKernelLowerer, HiddenParams, STATUS_BYTES, launch_params, one_block_each,
 };
 
 /// Elements of the large tests: not a multiple of any block size.
@@ -251,8 +251,13 @@ impl Launcher {
                 status: self.status.device_ptr(),
                 fuel,
                 time_limit,
+                grid: (config.grid.x, config.grid.y, config.grid.z),
             },
         );
+        let config = LaunchConfig {
+            grid: one_block_each(config.grid),
+            ..config
+        };
         // SAFETY: guest memory is `0 .. mem_len` of `self.memory` (checked
         // above) and the status word is `self.status`; both outlive the
         // launch, which ends at the synchronize below.
@@ -649,9 +654,11 @@ fn every_thread_sees_its_intrinsics() {
             b.ins().return_(&[]);
         }),
     );
-    let grid = Dim3 { x: 3, y: 2, z: 2 };
+    // A Wasm kernel's physical grid is 1-D (the translator maps the guest's
+    // grid onto it as virtual blocks), so that is what the CPU target gets.
+    let grid = Dim3 { x: 12, y: 1, z: 1 };
     let block = Dim3 { x: 4, y: 2, z: 3 };
-    let (w, h, depth) = (12, 4, 6);
+    let (w, h, depth) = (48, 2, 3);
     let threads = w * h * depth;
     let l = Launcher::new(48 * threads);
     let config = LaunchConfig {
@@ -675,9 +682,9 @@ fn every_thread_sees_its_intrinsics() {
             4,
             2,
             3,
-            3,
-            2,
-            2,
+            12,
+            1,
+            1,
         ];
         assert_eq!(record, want, "thread ({gx}, {gy}, {gz})");
     }
@@ -757,7 +764,7 @@ fn wrong_launch_parameters_fail_the_launch_only() {
         .unwrap_err();
     assert!(
         err.to_string()
-            .contains("kernel `vadd` takes 9 launch parameters (4 Wasm, then mem_base"),
+            .contains("kernel `vadd` takes 12 launch parameters (4 Wasm, then mem_base"),
         "{err}"
     );
     // The driver and the kernel still work.

@@ -346,15 +346,33 @@ fn the_compile_budget_and_the_compile_slots_are_quotas() {
         "{}",
         last_error(&t)
     );
-    // A budget of 1 ns: the first compile spends it (it is charged whole),
-    // the next (another kernel: the first is cached) is refused up front.
+    // A budget of 1 ns: the guest waits no longer than what is left of it,
+    // so the first compile answers EQUOTA at once; it goes on, is charged
+    // whole and cached. Then a cache hit is free, and another kernel is
+    // refused up front: the budget is spent.
     let two = guest(
         "",
         "local.get 0 drop",
         "  (func (export \"other\") (param i32) local.get 0 drop)",
     );
     let mut t = tenant(&w, &two, TenantQuota::unlimited().with_compile_budget_ns(1));
-    assert_eq!(kernel_get(&mut t), 0, "{}", last_error(&t));
+    assert_eq!(kernel_get(&mut t), Errno::EQUOTA.code());
+    assert!(
+        last_error(&t).contains("did not compile within 0 ms"),
+        "{}",
+        last_error(&t)
+    );
+    let ledger = std::sync::Arc::clone(t.ledger());
+    let start = Instant::now();
+    while ledger.in_use(Resource::Compiles) != 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the compile never ended"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(ledger.compile_spent_ns() > 1);
+    assert_eq!(kernel_get(&mut t), 0, "cached: {}", last_error(&t));
     let instance = t.instance().unwrap();
     let get = instance.get_func(t.store_mut(), "get").unwrap();
     let mut results = [Val::I32(0)];
@@ -363,6 +381,11 @@ fn the_compile_budget_and_the_compile_slots_are_quotas() {
     assert_eq!(results[0].unwrap_i32(), Errno::EQUOTA.code());
     assert!(
         last_error(&t).starts_with("kernel_get: EQUOTA: compile-time quota exceeded: "),
+        "{}",
+        last_error(&t)
+    );
+    assert!(
+        last_error(&t).contains("spent of 0 ms"),
         "{}",
         last_error(&t)
     );

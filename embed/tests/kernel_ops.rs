@@ -755,10 +755,8 @@ const NO_WASM_SOURCE: &[(Opcode, Type, Option<Type>, Option<Cond>)] = &[
     (Opcode::Select, I64, Some(I64), None),
     (Opcode::Select, F32, Some(I64), None),
     (Opcode::Select, F64, Some(I64), None),
-    // `if`, `br_if` and `br_table` branch on Wasm i32 values (a
-    // comparison's i8 flag is zero-extended to i32 first); the only i64
-    // branch is the loop header's time-check test on the fuel.
-    (Opcode::Brif, I8, None, None),
+    // `brif` on i8 flags: the virtual-block loop branches on comparisons
+    // (docs/kernels.md), so every Brif row is reached.
     // The translator traps with trapnz on i8 flags and on a time check's
     // i32 result, and with trapz on a divisor (i32/i64) or on the fuel
     // (i64).

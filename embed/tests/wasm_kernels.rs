@@ -333,3 +333,76 @@ fn without_a_time_limit_kernels_run_to_completion() {
     let text = store.data().cuda.last_error().to_string();
     assert!(text.contains("out of fuel"), "{text}");
 }
+
+/// `$where` writes, for every thread of a 3-D launch, its global linear
+/// index (from all twelve intrinsics) as an i32 at that index: the test
+/// checks each slot, so every virtual block ran exactly once with its own
+/// block index. `run3` launches it over grid (5, 3, 2) of blocks (4, 2, 2).
+const WHERE: &str = r#"(module
+  (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
+  (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
+  (import "tensorwasm_kernel" "thread_idx_x" (func $tx (result i32)))
+  (import "tensorwasm_kernel" "thread_idx_y" (func $ty (result i32)))
+  (import "tensorwasm_kernel" "thread_idx_z" (func $tz (result i32)))
+  (import "tensorwasm_kernel" "block_idx_x" (func $bx (result i32)))
+  (import "tensorwasm_kernel" "block_idx_y" (func $by (result i32)))
+  (import "tensorwasm_kernel" "block_idx_z" (func $bz (result i32)))
+  (import "tensorwasm_kernel" "block_dim_x" (func $dx (result i32)))
+  (import "tensorwasm_kernel" "block_dim_y" (func $dy (result i32)))
+  (import "tensorwasm_kernel" "block_dim_z" (func $dz (result i32)))
+  (import "tensorwasm_kernel" "grid_dim_x" (func $gx (result i32)))
+  (import "tensorwasm_kernel" "grid_dim_y" (func $gy (result i32)))
+  (import "tensorwasm_kernel" "grid_dim_z" (func $gz (result i32)))
+  (memory (export "memory") 1)
+  (func $where (local $x i32) (local $y i32) (local $z i32) (local $i i32)
+    (local.set $x (i32.add (i32.mul (call $bx) (call $dx)) (call $tx)))
+    (local.set $y (i32.add (i32.mul (call $by) (call $dy)) (call $ty)))
+    (local.set $z (i32.add (i32.mul (call $bz) (call $dz)) (call $tz)))
+    (local.set $i (i32.add (local.get $x)
+      (i32.mul (i32.mul (call $gx) (call $dx))
+        (i32.add (local.get $y) (i32.mul (i32.mul (call $gy) (call $dy)) (local.get $z))))))
+    (i32.store offset=1024 (i32.shl (local.get $i) (i32.const 2))
+      (i32.add (i32.load offset=1024 (i32.shl (local.get $i) (i32.const 2)))
+        (i32.add (local.get $i) (i32.const 1)))))
+  (func (export "run3") (result i32)
+    (local $err i32)
+    (local.set $err (call $kernel_get (i32.const 15) (i32.const 64)))
+    (if (local.get $err) (then (return (local.get $err))))
+    (local.set $err (call $launch (i64.load (i32.const 64))
+      (i32.const 5) (i32.const 3) (i32.const 2)
+      (i32.const 4) (i32.const 2) (i32.const 2)
+      (i32.const 0) (i32.const 128) (i32.const 0) (i32.const 72)))
+    (if (local.get $err) (then (return (local.get $err))))
+    (call $wait (i64.load (i32.const 72)))))"#;
+
+#[test]
+fn a_grid_larger_than_the_launch_share_runs_every_virtual_block_once() {
+    // The CPU driver's thread slots are its workers x 1024; a 1% share is
+    // a few blocks of 16 threads, so each physical block takes many of the
+    // grid's 30 virtual blocks. Every thread adds its index + 1 to its own
+    // slot: a block run twice, or skipped, shows.
+    for share in [1, 100] {
+        let mut rt = runtime(1 << 16);
+        rt.set_limits(WasiCudaLimits {
+            launch_share_percent: share,
+            ..WasiCudaLimits::default()
+        });
+        let (mut store, instance) = instantiate(&rt, WHERE);
+        let run = instance
+            .get_typed_func::<(), i32>(&mut store, "run3")
+            .unwrap();
+        let status = futures::executor::block_on(run.call_async(&mut store, ())).unwrap();
+        assert_eq!(status, 0, "{}", store.data().cuda.last_error());
+        let memory = instance.get_memory(&mut store, "memory").unwrap();
+        let data = memory.data(&store);
+        let threads = 5 * 3 * 2 * 4 * 2 * 2;
+        for i in 0..threads {
+            let at = 1024 + 4 * i;
+            let got = u32::from_le_bytes(data[at..at + 4].try_into().unwrap());
+            assert_eq!(got, i as u32 + 1, "share {share}%: thread {i}");
+        }
+        let past = 1024 + 4 * threads;
+        assert_eq!(&data[past..past + 4], &[0; 4], "nothing past the grid");
+    }
+}

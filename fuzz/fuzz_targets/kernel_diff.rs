@@ -61,7 +61,9 @@ use tensorwasm_core::{
     },
 };
 use tensorwasm_cpu::{CpuDriver, CpuStream};
-use tensorwasm_embed::kernel::cpu::{CpuKernelLowerer, HiddenParams, STATUS_BYTES, launch_params};
+use tensorwasm_embed::kernel::cpu::{
+    CpuKernelLowerer, HiddenParams, STATUS_BYTES, launch_params, one_block_each,
+};
 use wasmparser::{Operator, Parser, Payload, ValType};
 
 const PAGE: u64 = 65536;
@@ -1023,10 +1025,11 @@ fn run_native(
             // Fuel, not time, bounds these kernels: the runs must be
             // deterministic.
             time_limit: u64::MAX,
+            grid: (launch.grid.x, launch.grid.y, launch.grid.z),
         },
     );
     let config = LaunchConfig {
-        grid: launch.grid,
+        grid: one_block_each(launch.grid),
         block: launch.block,
         shared_mem_bytes: 0,
     };

@@ -199,9 +199,11 @@ impl Intrinsic {
 
 /// Where the hidden parameters sit in a kernel's CLIF signature: after the
 /// Wasm parameters come [`KernelAbi::MEM_BASE`], [`KernelAbi::MEM_LEN`],
-/// [`KernelAbi::STATUS`], [`KernelAbi::FUEL`], [`KernelAbi::TIME_LIMIT`]
-/// (all `i64`), then the twelve intrinsics (`i32`, in [`Intrinsic::ALL`]
-/// order).
+/// [`KernelAbi::STATUS`], [`KernelAbi::FUEL`], [`KernelAbi::TIME_LIMIT`],
+/// [`KernelAbi::GRID_X`], [`KernelAbi::GRID_Y`], [`KernelAbi::GRID_Z`] (all
+/// `i64`), then the twelve intrinsics (`i32`, in [`Intrinsic::ALL`] order).
+/// The block-index and grid-size intrinsics are the *physical* launch's
+/// (a 1-D grid); the translator derives the virtual ones the kernel sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelAbi {
     /// How many Wasm parameters come first.
@@ -220,10 +222,18 @@ impl KernelAbi {
     /// Offset of the launch's time limit in nanoseconds (`i64`, read as a
     /// `u64`; `u64::MAX` is no limit).
     pub const TIME_LIMIT: usize = 4;
+    /// Offset of the x extent of the grid the guest launched (`i64`, at
+    /// least 1): the kernel runs it as virtual blocks over the physical
+    /// grid (`docs/kernels.md`, "Virtual blocks").
+    pub const GRID_X: usize = 5;
+    /// Offset of the grid's y extent (`i64`, at least 1).
+    pub const GRID_Y: usize = 6;
+    /// Offset of the grid's z extent (`i64`, at least 1).
+    pub const GRID_Z: usize = 7;
     /// Offset of the first intrinsic (`i32` each).
-    pub const INTRINSICS: usize = 5;
+    pub const INTRINSICS: usize = 8;
     /// Hidden parameters in all.
-    pub const HIDDEN_PARAMS: usize = 5 + 12;
+    pub const HIDDEN_PARAMS: usize = 8 + 12;
 
     /// The CLIF parameter index of hidden parameter `offset`.
     pub const fn hidden(self, offset: usize) -> usize {
@@ -473,13 +483,13 @@ mod tests {
     fn intrinsics_have_distinct_slots() {
         let abi = KernelAbi { wasm_params: 3 };
         for (i, which) in Intrinsic::ALL.into_iter().enumerate() {
-            assert_eq!(abi.intrinsic(which), 3 + 5 + i);
+            assert_eq!(abi.intrinsic(which), 3 + 8 + i);
             assert_eq!(
                 Intrinsic::from_import(INTRINSIC_MODULE, which.import_name()),
                 Some(which)
             );
         }
-        assert_eq!(abi.total_params(), 3 + 17);
+        assert_eq!(abi.total_params(), 3 + 20);
         assert_eq!(Intrinsic::from_import("env", "thread_idx_x"), None);
     }
 

@@ -374,8 +374,16 @@ struct Emitter<'a> {
 }
 
 /// The hidden parameters' `.param` names, in [`KernelAbi`] order.
-const HIDDEN: [&str; KernelAbi::INTRINSICS] =
-    ["mem_base", "mem_len", "status", "fuel", "time_limit"];
+const HIDDEN: [&str; KernelAbi::INTRINSICS] = [
+    "mem_base",
+    "mem_len",
+    "status",
+    "fuel",
+    "time_limit",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+];
 
 impl Emitter<'_> {
     fn reg(&mut self, value: Value) -> Result<String, LowerError> {

@@ -8,7 +8,7 @@
 //!
 //! # Launch parameters
 //!
-//! The launcher passes the kernel's Wasm arguments, then five hidden
+//! The launcher passes the kernel's Wasm arguments, then eight hidden
 //! parameters, in [`KernelAbi`]'s order ([`launch_params`] builds the list):
 //!
 //! | index | [`KernelParam`] | meaning |
@@ -19,6 +19,7 @@
 //! | `w + 2` | `Ptr` | `status`: 32 bytes (`u32` code, `u32` stop, `u64` offset, `u64` start_ns, `u64` reserved, little-endian), 8-aligned, zeroed before the launch |
 //! | `w + 3` | `I64` | `fuel`: each thread's budget of loop iterations (its bits, as a `u64`) |
 //! | `w + 4` | `I64` | `time_limit`: nanoseconds the launch may run (its bits, as a `u64`; `u64::MAX`: no limit) |
+//! | `w + 5 ..= w + 7` | `I64` | `grid_x`, `grid_y`, `grid_z`: the grid the guest launched (each at least 1), which the kernel runs as virtual blocks over the physical (1-D) grid of the launch |
 //!
 //! `w` is [`KernelAbi::wasm_params`]. The twelve intrinsics are not launch
 //! parameters: the host kernel computes them for every thread from the
@@ -80,7 +81,7 @@ use tensorwasm_core::{
 use tensorwasm_cpu::{BlockContext, HostKernelFn};
 
 /// Hidden launch parameters after the Wasm arguments: `mem_base`,
-/// `mem_len`, `status`, `fuel`, `time_limit`.
+/// `mem_len`, `status`, `fuel`, `time_limit`, `grid_x`, `grid_y`, `grid_z`.
 pub const LAUNCH_HIDDEN_PARAMS: usize = KernelAbi::INTRINSICS;
 
 /// Bytes of the status word a launch points at (`docs/kernels.md`).
@@ -105,6 +106,21 @@ pub struct HiddenParams {
     /// Nanoseconds the launch may run, from its first clock check
     /// (`u64::MAX`: no limit).
     pub time_limit: u64,
+    /// The grid the guest launched, run as virtual blocks over the physical
+    /// grid (`docs/kernels.md`, "Virtual blocks"); each extent at least 1.
+    pub grid: (u32, u32, u32),
+}
+
+/// A 1-D physical grid with one block per virtual block of `grid` (at most
+/// `i32::MAX`), for launchers that do not share the device: a Wasm kernel's
+/// physical grid is always 1-D (`docs/kernels.md`, "Virtual blocks").
+pub fn one_block_each(grid: Dim3) -> Dim3 {
+    let blocks = u64::from(grid.x) * u64::from(grid.y) * u64::from(grid.z);
+    Dim3 {
+        x: u32::try_from(blocks.min(i32::MAX as u64)).unwrap_or(i32::MAX as u32),
+        y: 1,
+        z: 1,
+    }
 }
 
 /// The launch parameters of a CPU kernel: the Wasm arguments, then the
@@ -119,6 +135,9 @@ pub fn launch_params(wasm_args: &[KernelParam], hidden: HiddenParams) -> Vec<Ker
         KernelParam::Ptr(hidden.status),
         KernelParam::I64(hidden.fuel as i64),
         KernelParam::I64(hidden.time_limit as i64),
+        KernelParam::I64(i64::from(hidden.grid.0)),
+        KernelParam::I64(i64::from(hidden.grid.1)),
+        KernelParam::I64(i64::from(hidden.grid.2)),
     ]);
     params
 }
@@ -282,7 +301,7 @@ impl NativeKernel {
         if params.len() != wasm + LAUNCH_HIDDEN_PARAMS {
             panic!(
                 "kernel `{name}` takes {} launch parameters ({wasm} Wasm, then mem_base, \
-                 mem_len, status, fuel, time_limit), got {}",
+                 mem_len, status, fuel, time_limit, grid_x, grid_y, grid_z), got {}",
                 wasm + LAUNCH_HIDDEN_PARAMS,
                 params.len()
             );
@@ -302,13 +321,22 @@ impl NativeKernel {
             KernelParam::Ptr(status),
             KernelParam::I64(_fuel),
             KernelParam::I64(_time_limit),
+            KernelParam::I64(grid_x),
+            KernelParam::I64(grid_y),
+            KernelParam::I64(grid_z),
         ] = *hidden
         else {
             panic!(
                 "kernel `{name}`: after its {wasm} Wasm parameters come mem_base (Ptr), \
-                 mem_len (I64), status (Ptr), fuel (I64), time_limit (I64); got {hidden:?}"
+                 mem_len (I64), status (Ptr), fuel (I64), time_limit (I64), grid_x, grid_y, \
+                 grid_z (I64); got {hidden:?}"
             );
         };
+        for extent in [grid_x, grid_y, grid_z] {
+            if !(1..=i64::from(u32::MAX)).contains(&extent) {
+                panic!("kernel `{name}`: grid extent {extent} is not 1 ..= 2^32 - 1");
+            }
+        }
         let Ok(len) = u64::try_from(mem_len) else {
             panic!("kernel `{name}`: mem_len {mem_len} is negative");
         };

@@ -51,6 +51,10 @@ pub struct WasiCudaLimits {
     /// clock check: then its threads stop and it traps with "launch time
     /// limit exceeded" (`u64::MAX`: no limit).
     pub launch_time_ns: u64,
+    /// The share of the device's thread slots, in percent (1 ..= 100), one
+    /// Wasm kernel launch may occupy at once; a larger grid runs as virtual
+    /// blocks over that many physical ones (`docs/kernels.md`).
+    pub launch_share_percent: u64,
     /// The largest kernel `kernel_get` makes (the host's caps,
     /// [`KernelLimits::HOST`], hold whatever this says).
     pub kernel_limits: KernelLimits,
@@ -67,6 +71,7 @@ impl Default for WasiCudaLimits {
             launches: 65536,
             kernel_fuel: 1 << 24,
             launch_time_ns: u64::MAX,
+            launch_share_percent: 100,
             kernel_limits: KernelLimits::HOST,
             compile_wait: Duration::MAX,
         }
@@ -209,6 +214,8 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     kernel_fuel: u64,
     /// Each Wasm kernel launch's time limit, in nanoseconds.
     launch_time_ns: u64,
+    /// The share of the device one Wasm kernel launch may occupy.
+    launch_share_percent: u64,
     /// What one `kernel_get` may cost.
     compile_bounds: CompileBounds,
     last_error: String,
@@ -265,6 +272,9 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         let limits = WasiCudaLimits {
             kernel_fuel: limits.kernel_fuel.min(quota.kernel_fuel()),
             launch_time_ns: limits.launch_time_ns.min(quota.launch_time_ns()),
+            launch_share_percent: limits
+                .launch_share_percent
+                .min(quota.launch_share_percent()),
             kernel_limits: limits.kernel_limits.min(KernelLimits {
                 operators: quota.kernel_operators(),
                 branches: quota.kernel_branches(),
@@ -304,6 +314,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             status: None,
             kernel_fuel: limits.kernel_fuel,
             launch_time_ns: limits.launch_time_ns,
+            launch_share_percent: limits.launch_share_percent.clamp(1, 100),
             compile_bounds: CompileBounds {
                 limits: limits.kernel_limits,
                 wait: limits.compile_wait,
@@ -727,8 +738,9 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             }
         }
         // Geometry and parameter count are checked by the driver against
-        // the device's limits before it runs anything (`EINVAL`).
-        let config = LaunchConfig {
+        // the device's limits before it runs anything (`EINVAL`); a Wasm
+        // kernel's grid is checked here, since it runs as virtual blocks.
+        let mut config = LaunchConfig {
             grid,
             block,
             shared_mem_bytes,
@@ -742,6 +754,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 ));
             }
             self.status_words()?;
+            config.grid = self.physical_grid(grid, block)?;
         }
         let kernel = function.kernel.as_ref().map(|k| k.name.clone());
         let is_kernel = kernel.is_some();
@@ -776,6 +789,9 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 KernelParam::I64(self.kernel_fuel as i64),
                 // Its bits: the kernel reads it as a u64.
                 KernelParam::I64(self.launch_time_ns as i64),
+                KernelParam::I64(i64::from(grid.x)),
+                KernelParam::I64(i64::from(grid.y)),
+                KernelParam::I64(i64::from(grid.z)),
             ]);
         }
         // SAFETY: every pointer parameter was produced by the decoder inside
@@ -798,6 +814,54 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             return Err(driver_error("launch", e));
         }
         abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// The physical grid of a Wasm kernel launch of `grid` x `block`: a 1-D
+    /// grid of at most as many blocks as fit in the tenant's share of the
+    /// device's thread slots (and the device's largest grid x), over which
+    /// the kernel runs `grid` as virtual blocks (`docs/kernels.md`,
+    /// "Virtual blocks"). The rest of the device stays free for other
+    /// tenants however long the launch runs. `EINVAL` for a grid or block
+    /// outside the device's limits.
+    fn physical_grid(&self, grid: Dim3, block: Dim3) -> Result<Dim3, AbiError> {
+        let device = self.driver.device();
+        let (gx, gy, gz) = device.max_grid_dim;
+        let dims = [(grid.x, gx), (grid.y, gy), (grid.z, gz)];
+        if dims.iter().any(|&(g, max)| g == 0 || g > max) {
+            return Err(AbiError::new(
+                Errno::EINVAL,
+                format!(
+                    "grid ({}, {}, {}) is outside 1 ..= ({gx}, {gy}, {gz})",
+                    grid.x, grid.y, grid.z
+                ),
+            ));
+        }
+        let threads = u64::from(block.x) * u64::from(block.y) * u64::from(block.z);
+        if threads == 0 || threads > u64::from(device.max_threads_per_block) {
+            return Err(AbiError::new(
+                Errno::EINVAL,
+                format!(
+                    "block ({}, {}, {}) has {threads} threads; 1 ..= {} allowed",
+                    block.x, block.y, block.z, device.max_threads_per_block
+                ),
+            ));
+        }
+        let blocks = u64::from(grid.x) * u64::from(grid.y) * u64::from(grid.z);
+        let slots = u64::from(device.multiprocessor_count)
+            * u64::from(device.max_threads_per_multiprocessor);
+        // At least one block, or a launch could never run.
+        let share = (slots * self.launch_share_percent / 100 / threads).max(1);
+        let cap = if self.launch_share_percent >= 100 {
+            u64::MAX
+        } else {
+            share
+        };
+        let x = blocks.min(cap).min(u64::from(gx));
+        Ok(Dim3 {
+            x: u32::try_from(x).unwrap_or(gx),
+            y: 1,
+            z: 1,
+        })
     }
 
     /// The status words of kernel launches, made (and zeroed) on first use.

@@ -101,13 +101,14 @@ pub(super) fn translate(
         .defined(func_index)
         .ok_or_else(|| internal("translating a function that is not defined"))?;
     let body_offset = module.bodies[def].range().start;
-    translator.entry_check(u32::try_from(body_offset).unwrap_or(u32::MAX));
-    if translator
-        .inline(func_index, &values[..params.len()])?
-        .is_some()
-    {
-        translator.builder.ins().return_(&[]);
-    }
+    let grid =
+        [KernelAbi::GRID_X, KernelAbi::GRID_Y, KernelAbi::GRID_Z].map(|k| values[abi.hidden(k)]);
+    let fuel_param = values[abi.hidden(KernelAbi::FUEL)];
+    translator.virtual_blocks(grid, fuel_param, |t| {
+        t.entry_check(u32::try_from(body_offset).unwrap_or(u32::MAX));
+        t.inline(func_index, &values[..params.len()])
+            .map(|results| results.is_some())
+    })?;
     translator.builder.seal_all_blocks();
     // No `finalize`: its `TargetFrontendConfig` needs target-lexicon's
     // `PointerWidth`, which no_std Cranelift does not re-export, and it only
@@ -238,6 +239,101 @@ fn scalar(ty: ValType) -> Result<WasmType, LowerError> {
 }
 
 impl<'m> Translator<'m, '_, '_> {
+    /// The loop over the launch's virtual blocks (`docs/kernels.md`,
+    /// "Virtual blocks"): the launch runs `grid` (x, y, z: the grid the
+    /// guest asked for) on however many physical blocks the host launched
+    /// (a 1-D grid); each physical block takes the virtual blocks
+    /// `ctaid.x, ctaid.x + nctaid.x, ...`, and for each, the kernel's body
+    /// (`body`, which returns whether its end is reachable) runs with the
+    /// block-index and grid-size intrinsics of that virtual block and fresh
+    /// fuel. Every thread of a physical block takes the same virtual blocks
+    /// in the same order.
+    fn virtual_blocks(
+        &mut self,
+        grid: [Value; 3],
+        fuel: Value,
+        body: impl FnOnce(&mut Self) -> Result<bool, LowerError>,
+    ) -> Result<(), LowerError> {
+        let physical = |which: Intrinsic, t: &mut Self| {
+            let v = t.hidden.intrinsics[which.index()];
+            t.builder.ins().uextend(I64, v)
+        };
+        let first = physical(Intrinsic::BlockIdxX, self);
+        let stride = physical(Intrinsic::GridDimX, self);
+        let [gx, gy, gz] = grid;
+        let gyz = self.builder.ins().imul(gy, gz);
+        let total = self.builder.ins().imul(gx, gyz);
+        let one_d = self.builder.ins().icmp_imm_u(IntCC::Equal, gyz, 1);
+
+        let header = self.builder.create_block();
+        let vb = self.builder.append_block_param(header, I64);
+        let split = self.builder.create_block();
+        let flat = self.builder.create_block();
+        let deep = self.builder.create_block();
+        let start = self.builder.create_block();
+        let [bx, by, bz] = [(); 3].map(|()| self.builder.append_block_param(start, I64));
+        let exit = self.builder.create_block();
+        self.builder.ins().jump(header, &[first.into()]);
+
+        self.builder.switch_to_block(header);
+        let more = self.builder.ins().icmp(IntCC::UnsignedLessThan, vb, total);
+        self.builder.ins().brif(more, split, &[], exit, &[]);
+        self.builder.seal_block(split);
+        self.builder.switch_to_block(split);
+        self.builder.ins().brif(one_d, flat, &[], deep, &[]);
+        self.builder.seal_block(flat);
+        self.builder.seal_block(deep);
+        // A 1-D grid needs no division.
+        self.builder.switch_to_block(flat);
+        let zero = self.builder.ins().iconst(I64, 0);
+        self.builder
+            .ins()
+            .jump(start, &[vb.into(), zero.into(), zero.into()]);
+        // `vb < total` here, so gx and gy are at least 1.
+        self.builder.switch_to_block(deep);
+        let x = self.builder.ins().urem(vb, gx);
+        let rest = self.builder.ins().udiv(vb, gx);
+        let y = self.builder.ins().urem(rest, gy);
+        let z = self.builder.ins().udiv(rest, gy);
+        self.builder
+            .ins()
+            .jump(start, &[x.into(), y.into(), z.into()]);
+        self.builder.seal_block(start);
+
+        self.builder.switch_to_block(start);
+        let narrow = |v: Value, t: &mut Self| t.builder.ins().ireduce(I32, v);
+        let block_idx = [bx, by, bz].map(|v| narrow(v, self));
+        let grid_dim = [gx, gy, gz].map(|v| narrow(v, self));
+        for (which, v) in [
+            Intrinsic::BlockIdxX,
+            Intrinsic::BlockIdxY,
+            Intrinsic::BlockIdxZ,
+        ]
+        .into_iter()
+        .zip(block_idx)
+        .chain(
+            [
+                Intrinsic::GridDimX,
+                Intrinsic::GridDimY,
+                Intrinsic::GridDimZ,
+            ]
+            .into_iter()
+            .zip(grid_dim),
+        ) {
+            self.hidden.intrinsics[which.index()] = v;
+        }
+        self.builder.def_var(self.fuel, fuel);
+        if body(self)? {
+            let next = self.builder.ins().iadd(vb, stride);
+            self.builder.ins().jump(header, &[next.into()]);
+        }
+        self.builder.seal_block(header);
+        self.builder.seal_block(exit);
+        self.builder.switch_to_block(exit);
+        self.builder.ins().return_(&[]);
+        Ok(())
+    }
+
     /// The launch's time check at the kernel's entry (`docs/kernels.md`,
     /// "Time limit"): thread (0, 0, 0) of each block checks the clock, every
     /// other thread only whether the launch was stopped, so a launch of many
