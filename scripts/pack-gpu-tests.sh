@@ -9,8 +9,8 @@
 # The runner runs every packed test binary with --include-ignored, then
 # `tensorwasm devices`, and writes one log per binary plus summary.txt to $OUT.
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
-# of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest` and
-# `tenants_stress` test targets are packed (the others run in CI and each
+# of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest`,
+# `tenants_stress` and `kernel_limits` test targets are packed (the others run in CI and each
 # carries a whole wasmtime).
 # The example guests go along too (examples/*.wat, and the Rust guests if
 # guest/ has been built; run.sh points the `mlp_guest` tests at the packed
@@ -41,7 +41,7 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "tenants_stress"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "tenants_stress", "kernel_limits"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]
