@@ -14,14 +14,25 @@
 //! 2. The aggregate launch rate of 32 tenants each doing 992 small
 //!    launches (ReLU over 4K floats, 16 queued, then `sync`), next to one
 //!    tenant doing the same.
-//! 3. The 4-noisy scenario again in a child process of this binary with
+//! 3. A hostile tenant: the quiet tenant's launches alone, then while an
+//!    untrusted tenant, on its own thread, submits the largest launch its
+//!    quota allows, again and again: a Wasm kernel that never ends
+//!    (`loop ... br 0`) over the device's largest grid x (2^31 - 1 blocks
+//!    on an H100) of 256 threads, with fuel that never runs out, so only
+//!    the launch time limit ends it (200 ms, or `--hostile-launch-ms N`).
+//!    Each launch is waited and must end with `ETRAP`, "launch time limit
+//!    exceeded". Both quiet runs spread their timed launches over 10
+//!    hostile launch times, so they sample every part of a hostile launch
+//!    (its blocks arriving, running, stopping) and are paced alike.
+//! 4. The 4-noisy scenario again in a child process of this binary with
 //!    `CUDA_DEVICE_MAX_CONNECTIONS` removed from its environment (the
 //!    driver's default: 8 hardware queues), against 32 here.
 //!
-//! Every tenant is untrusted (`TenantConfig::untrusted`), on one
+//! Every tenant is untrusted (`TenantConfig::untrusted`; the hostile one
+//! with unlimited kernel fuel and its own launch time), on one
 //! [`GuestRuntime`] shared by every thread. The quiet tenant's last output
 //! and one noisy GEMM (64 sampled elements) are checked against float64
-//! references. Prints a markdown table and writes every latency to
+//! references. Prints markdown tables and writes every latency to
 //! `$OUT/tenants.json` (or `./tenants.json`) with the command line. Run with
 //! `cargo bench -p tensorwasm-embed --bench tenants`; exits 2 when no CUDA
 //! device is usable.
@@ -44,12 +55,14 @@ use tensorwasm_core::{
         Errno, Handle,
         tensor::{DType, OperandDescriptor, TensorHeader, TensorOpKind, encode_tensor_op},
     },
+    quota::TenantQuota,
 };
 use tensorwasm_cuda::CudaDriver;
 use tensorwasm_embed::{
     kernel::GuestModule,
     runtime::GuestRuntime,
     tenant::{Tenant, TenantConfig},
+    wasi_cuda::WasiCudaLimits,
 };
 use tensorwasm_kernels::oracle;
 use wasmtime::{Memory, TypedFunc};
@@ -79,6 +92,32 @@ const GUEST_WAT: &str = r#"(module
     (local.set $e (call $tensor_op (local.get $desc) (local.get $len) (i32.const 64)))
     (if (local.get $e) (then (return (local.get $e))))
     (call $wait (i64.load (i32.const 64))))
+)
+"#;
+
+/// The hostile tenant's guest: `$spin`, function 4 (after the four
+/// imports), a kernel that never ends; `get` makes it a kernel (handle at
+/// 64), `launch(grid, block)` queues it over `grid` x `block` threads (x
+/// only; handle at 72) and `wait_last` waits for that launch. The
+/// intrinsic gives the loop work of its own; the loop could not be dropped
+/// anyway, since its header checks fuel and the clock.
+const HOSTILE_WAT: &str = r#"(module
+  (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
+  (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
+  (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
+  (memory (export "memory") 1)
+  (func $spin (local $acc i32)
+    (loop $forever
+      (local.set $acc (i32.add (local.get $acc) (call $tid)))
+      (br $forever)))
+  (func (export "get") (result i32) (call $kernel_get (i32.const 4) (i32.const 64)))
+  (func (export "launch") (param $grid i32) (param $block i32) (result i32)
+    (call $launch (i64.load (i32.const 64))
+      (local.get $grid) (i32.const 1) (i32.const 1)
+      (local.get $block) (i32.const 1) (i32.const 1)
+      (i32.const 0) (i32.const 128) (i32.const 0) (i32.const 72)))
+  (func (export "wait_last") (result i32) (call $wait (i64.load (i32.const 72))))
 )
 "#;
 
@@ -114,6 +153,17 @@ const AGGREGATE_WINDOW: usize = 16;
 const _: () = assert!(AGGREGATE_LAUNCHES.is_multiple_of(AGGREGATE_WINDOW));
 /// Each guest memory's reservation (managed memory, populated lazily).
 const GUEST_MEMORY_LIMIT: usize = 16 << 20;
+/// Sets the hostile tenant's launch time, in milliseconds.
+const HOSTILE_FLAG: &str = "--hostile-launch-ms";
+/// The hostile tenant's launch time without the flag: long enough that a
+/// launch has all its blocks resident for most of its life, short enough
+/// that the scenario takes seconds.
+const HOSTILE_LAUNCH_MS: u64 = 200;
+/// Threads per block of the hostile launch.
+const HOSTILE_BLOCK: u32 = 256;
+/// The quiet tenant's timed launches are spread over this many hostile
+/// launch times (alone and under the flood alike).
+const HOSTILE_SPAN: u32 = 10;
 
 /// Guest memory layout.
 const OUT: u32 = 64;
@@ -124,6 +174,13 @@ type BenchResult<T> = Result<T, String>;
 
 fn main() -> ExitCode {
     let child = std::env::args().any(|a| a == CHILD_FLAG);
+    let hostile_ms = match hostile_launch_ms() {
+        Ok(ms) => ms,
+        Err(e) => {
+            eprintln!("tenants: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let connections = if child {
         format!("{CONNECTIONS_ENV} unset (the driver's default, 8)")
     } else {
@@ -147,7 +204,7 @@ fn main() -> ExitCode {
     let result = if child {
         run_child(driver)
     } else {
-        run(driver, &connections)
+        run(driver, &connections, hostile_ms)
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -155,6 +212,31 @@ fn main() -> ExitCode {
             eprintln!("tenants: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The hostile tenant's launch time: `--hostile-launch-ms N` (or `=N`),
+/// else [`HOSTILE_LAUNCH_MS`].
+fn hostile_launch_ms() -> BenchResult<u64> {
+    let args: Vec<String> = std::env::args().collect();
+    let mut value = None;
+    for (i, a) in args.iter().enumerate() {
+        if a == HOSTILE_FLAG {
+            value = Some(args.get(i + 1).map_or("", String::as_str));
+        } else if let Some(v) = a
+            .strip_prefix(HOSTILE_FLAG)
+            .and_then(|v| v.strip_prefix('='))
+        {
+            value = Some(v);
+        }
+    }
+    match value {
+        None => Ok(HOSTILE_LAUNCH_MS),
+        Some(v) => v
+            .parse()
+            .ok()
+            .filter(|&ms| ms >= 1)
+            .ok_or_else(|| format!("{HOSTILE_FLAG} wants milliseconds, at least 1; got {v:?}")),
     }
 }
 
@@ -430,8 +512,13 @@ impl Scenario {
     }
 
     fn max(&self) -> f64 {
-        self.latencies_us.iter().copied().fold(f64::NAN, f64::max)
+        max_of(&self.latencies_us)
     }
+}
+
+/// The largest of `xs` (NaN when empty).
+fn max_of(xs: &[f64]) -> f64 {
+    xs.iter().copied().fold(f64::NAN, f64::max)
 }
 
 /// The `p`-th percentile (nearest rank) of `xs`.
@@ -607,9 +694,246 @@ fn aggregate(
     })
 }
 
+// ---------------------------------------------------------------------------
+// The hostile tenant.
+
+/// The hostile tenant's quota: the untrusted defaults (launches in flight,
+/// the device share of one launch, ...), except fuel that never runs out,
+/// so that only `launch_time` ends its kernel.
+fn hostile_quota(launch_time: Duration) -> TenantQuota {
+    TenantQuota::default()
+        .with_kernel_fuel(u64::MAX)
+        .with_launch_time_ns(u64::try_from(launch_time.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The hostile tenant's guest ([`HOSTILE_WAT`]).
+struct HostileGuest {
+    tenant: Tenant<CudaDriver>,
+    get: TypedFunc<(), i32>,
+    launch: TypedFunc<(i32, i32), i32>,
+    wait_last: TypedFunc<(), i32>,
+}
+
+impl HostileGuest {
+    fn new(
+        runtime: &GuestRuntime<CudaDriver>,
+        module: &GuestModule,
+        launch_time: Duration,
+    ) -> BenchResult<Self> {
+        let config = TenantConfig {
+            quota: hostile_quota(launch_time),
+            ..TenantConfig::untrusted("hostile")
+        };
+        let mut tenant = Tenant::new(runtime, &config).map_err(wasm_error("the hostile tenant"))?;
+        let instance = futures::executor::block_on(tenant.instantiate(runtime, module))
+            .map_err(wasm_error("instantiating the hostile guest"))?;
+        let store = tenant.store_mut();
+        macro_rules! typed {
+            ($name:literal) => {
+                instance
+                    .get_typed_func(&mut *store, $name)
+                    .map_err(wasm_error(concat!("the hostile export ", $name)))?
+            };
+        }
+        Ok(HostileGuest {
+            get: typed!("get"),
+            launch: typed!("launch"),
+            wait_last: typed!("wait_last"),
+            tenant,
+        })
+    }
+
+    fn last_error(&self) -> String {
+        self.tenant.store().data().cuda.last_error().to_string()
+    }
+
+    fn ok(&self, what: &str, errno: i32) -> BenchResult<()> {
+        if errno == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "hostile {what}: errno {errno}: {}",
+                self.last_error()
+            ))
+        }
+    }
+}
+
+/// How the hostile tenant's launches ended.
+#[derive(Default)]
+struct HostileLaunches {
+    /// Each launch's wall time, from its `launch` to the return of its
+    /// `wait`, in milliseconds.
+    durations_ms: Vec<f64>,
+    /// Launches whose `wait` returned `ETRAP` with "time limit" in the last
+    /// error.
+    time_limit_traps: usize,
+    /// The first launch that ended otherwise: its errno and last error.
+    other: Option<String>,
+}
+
+/// The hostile tenant: makes its kernel, says `ready`, waits for `go`,
+/// then launches the endless kernel over `grid` x [`HOSTILE_BLOCK`] and
+/// waits for it, again and again until `stop` (`flooding` once its first
+/// launch is queued).
+fn hostile_flood(
+    runtime: &GuestRuntime<CudaDriver>,
+    module: &GuestModule,
+    launch_time: Duration,
+    grid: u32,
+    [ready, go, flooding, stop]: [&AtomicBool; 4],
+) -> BenchResult<HostileLaunches> {
+    let prepared = (|| {
+        let mut guest = HostileGuest::new(runtime, module, launch_time)?;
+        let e = block(guest.get.call_async(guest.tenant.store_mut(), ()))?;
+        guest.ok("kernel_get", e)?;
+        BenchResult::Ok(guest)
+    })();
+    // Said even when it failed: the quiet tenant waits for it.
+    ready.store(true, Ordering::SeqCst);
+    let mut guest = prepared?;
+    let mut out = HostileLaunches::default();
+    while !go.load(Ordering::SeqCst) {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(out);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The grid's bits: the ABI reads geometry as u32.
+    let args = (grid as i32, HOSTILE_BLOCK as i32);
+    while !stop.load(Ordering::SeqCst) {
+        let t = Instant::now();
+        let e = block(guest.launch.call_async(guest.tenant.store_mut(), args))?;
+        guest.ok("launch", e)?;
+        flooding.store(true, Ordering::SeqCst);
+        let e = block(guest.wait_last.call_async(guest.tenant.store_mut(), ()))?;
+        out.durations_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let text = guest.last_error();
+        if e == Errno::ETRAP.code() && text.contains("time limit") {
+            out.time_limit_traps += 1;
+        } else if out.other.is_none() {
+            out.other = Some(format!("wait returned errno {e}; last error: {text}"));
+        }
+    }
+    Ok(out)
+}
+
+/// The quiet tenant's latencies, microseconds: [`QUIET_WARMUP`] untimed
+/// launches, then [`QUIET_LAUNCHES`] timed ones, started `interval` apart
+/// (at once when one ran late). The gaps are spun, not slept: a thread
+/// woken from a sleep before each launch measures its own wake-up too.
+fn paced_latencies(guest: &mut BenchGuest, interval: Duration) -> BenchResult<Vec<f64>> {
+    for _ in 0..QUIET_WARMUP {
+        guest.launch_wait()?;
+    }
+    let mut latencies_us = Vec::with_capacity(QUIET_LAUNCHES);
+    let start = Instant::now();
+    for i in 0..QUIET_LAUNCHES {
+        let at = start + interval * i as u32;
+        while Instant::now() < at {
+            std::hint::spin_loop();
+        }
+        let t = Instant::now();
+        guest.launch_wait()?;
+        latencies_us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(latencies_us)
+}
+
+/// What the hostile scenario measured.
+struct Hostile {
+    launch_ms: u64,
+    grid: u32,
+    /// The hostile quota's share of the device one launch may hold.
+    share_percent: u64,
+    /// Between the starts of the quiet tenant's timed launches.
+    interval: Duration,
+    /// The quiet tenant's latencies alone and under the hostile tenant,
+    /// microseconds.
+    alone_us: Vec<f64>,
+    flooded_us: Vec<f64>,
+    launches: HostileLaunches,
+}
+
+impl Hostile {
+    fn all_time_limit(&self) -> bool {
+        !self.launches.durations_ms.is_empty()
+            && self.launches.time_limit_traps == self.launches.durations_ms.len()
+    }
+}
+
+/// The quiet tenant alone, then while the hostile tenant floods with its
+/// largest launch (its launches `launch_ms` each).
+fn hostile_scenario(
+    runtime: &GuestRuntime<CudaDriver>,
+    module: &GuestModule,
+    launch_ms: u64,
+) -> BenchResult<Hostile> {
+    let hostile_module = runtime
+        .compile(HOSTILE_WAT)
+        .map_err(wasm_error("compiling the hostile guest"))?;
+    let launch_time = Duration::from_millis(launch_ms);
+    let grid = runtime.driver().device().max_grid_dim.0;
+    let interval = launch_time * HOSTILE_SPAN / QUIET_LAUNCHES as u32;
+    let flags = [(); 4].map(|()| AtomicBool::new(false));
+    let [ready, go, flooding, stop] = &flags;
+    std::thread::scope(|s| {
+        let hostile = s.spawn(|| {
+            let flags = [ready, go, flooding, stop];
+            hostile_flood(runtime, &hostile_module, launch_time, grid, flags)
+        });
+        // False when the hostile tenant ended (failed) first.
+        let wait_for = |flag: &AtomicBool| {
+            while !flag.load(Ordering::SeqCst) && !hostile.is_finished() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            flag.load(Ordering::SeqCst)
+        };
+        let quiet = (|| {
+            let mut guest = BenchGuest::new(runtime, module, "quiet")?;
+            let (x, yb) = relu_tenant(&mut guest, QUIET_ELEMS, 0x0071_7569_6574)?;
+            if !wait_for(ready) {
+                return Err("the hostile tenant ended before it was ready".to_string());
+            }
+            let alone = paced_latencies(&mut guest, interval)?;
+            go.store(true, Ordering::SeqCst);
+            if !wait_for(flooding) {
+                return Err("the hostile tenant ended before its first launch".to_string());
+            }
+            let flooded = paced_latencies(&mut guest, interval)?;
+            let y = guest.read_buffer(yb, x.len())?;
+            oracle::check_close(&y, &oracle::relu(&oracle::widen(&x)), 0.0, 0.0)
+                .map_err(|e| format!("the quiet tenant's ReLU: {e}"))?;
+            BenchResult::Ok((alone, flooded))
+        })();
+        stop.store(true, Ordering::SeqCst);
+        // The hostile tenant's own failure explains the quiet one's.
+        let launches = hostile
+            .join()
+            .map_err(|_| "the hostile tenant panicked")??;
+        let (alone_us, flooded_us) = quiet?;
+        Ok(Hostile {
+            launch_ms,
+            grid,
+            share_percent: hostile_quota(launch_time).launch_share_percent(),
+            interval,
+            alone_us,
+            flooded_us,
+            launches,
+        })
+    })
+}
+
 fn setup(driver: CudaDriver) -> BenchResult<(GuestRuntime<CudaDriver>, GuestModule)> {
-    let runtime =
+    let mut runtime =
         GuestRuntime::new(driver, GUEST_MEMORY_LIMIT).map_err(wasm_error("the guest runtime"))?;
+    // The runtime's own cap on kernel fuel (2^24 a thread by default) would
+    // end the hostile tenant's loop before its launch time does. Every
+    // tenant here is untrusted, so its quota's fuel still bounds it.
+    runtime.set_limits(WasiCudaLimits {
+        kernel_fuel: u64::MAX,
+        ..WasiCudaLimits::default()
+    });
     let module = runtime
         .compile(GUEST_WAT)
         .map_err(wasm_error("compiling the bench guest"))?;
@@ -671,7 +995,7 @@ fn scenario_in_child() -> BenchResult<Scenario> {
     })
 }
 
-fn run(driver: CudaDriver, connections: &str) -> BenchResult<()> {
+fn run(driver: CudaDriver, connections: &str, hostile_ms: u64) -> BenchResult<()> {
     let info = driver.device().clone();
     let command = command_line();
     let date = utc_timestamp();
@@ -693,6 +1017,14 @@ fn run(driver: CudaDriver, connections: &str) -> BenchResult<()> {
         println!("{tenants} tenant(s) of small launches...");
         aggregates.push(aggregate(&runtime, &module, tenants)?);
     }
+    println!(
+        "the quiet tenant alone, then under a hostile tenant's largest launches \
+         ({hostile_ms} ms each)..."
+    );
+    let hostile = hostile_scenario(&runtime, &module, hostile_ms);
+    if let Err(e) = &hostile {
+        println!("(the hostile scenario failed: {e})");
+    }
     drop(module);
     drop(runtime);
     println!("the 4-noisy scenario again in a child without {CONNECTIONS_ENV}...");
@@ -709,9 +1041,13 @@ fn run(driver: CudaDriver, connections: &str) -> BenchResult<()> {
 
     println!();
     print!("{}", table(&scenarios, &aggregates));
+    if let Ok(h) = &hostile {
+        print!("{}", hostile_table(h));
+    }
     let json = json(&Record {
         scenarios: &scenarios,
         aggregates: &aggregates,
+        hostile: hostile.as_ref(),
         info: &info,
         driver_version: &driver_version,
         date: &date,
@@ -724,7 +1060,11 @@ fn run(driver: CudaDriver, connections: &str) -> BenchResult<()> {
     );
     std::fs::write(&path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;
     println!("raw numbers: {}", path.display());
-    Ok(())
+    // The other numbers are written; a failed hostile run still fails the
+    // bench, since it means a launch the sandbox must take went wrong.
+    hostile
+        .map(drop)
+        .map_err(|e| format!("the hostile scenario: {e}"))
 }
 
 // ---------------------------------------------------------------------------
@@ -776,9 +1116,61 @@ fn table(scenarios: &[Scenario], aggregates: &[Aggregate]) -> String {
     out
 }
 
+/// The hostile scenario's tables.
+fn hostile_table(h: &Hostile) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nHostile tenant: a Wasm kernel that never ends, grid {} x {HOSTILE_BLOCK} threads, \
+         unlimited kernel fuel, launch time {} ms, at most {}% of the device's thread slots at \
+         once (the untrusted default); each launch waited. The quiet tenant's {QUIET_LAUNCHES} \
+         timed launches start {:.0} us apart ({HOSTILE_SPAN} hostile launch times).\n",
+        h.grid,
+        h.launch_ms,
+        h.share_percent,
+        h.interval.as_secs_f64() * 1e6
+    );
+    out.push_str(
+        "| quiet tenant | p50 (us) | p99 (us) | max (us) |\n| --- | ---: | ---: | ---: |\n",
+    );
+    for (what, xs) in [
+        ("alone", &h.alone_us),
+        ("under the hostile tenant", &h.flooded_us),
+    ] {
+        let _ = writeln!(
+            out,
+            "| {what} | {:.1} | {:.1} | {:.1} |",
+            percentile(xs, 50.0),
+            percentile(xs, 99.0),
+            max_of(xs)
+        );
+    }
+    let l = &h.launches;
+    let ended = if h.all_time_limit() {
+        format!("all {}", l.time_limit_traps)
+    } else {
+        format!(
+            "{} of {} (first other: {})",
+            l.time_limit_traps,
+            l.durations_ms.len(),
+            l.other.as_deref().unwrap_or("none")
+        )
+    };
+    let _ = writeln!(
+        out,
+        "\n| hostile launches | ended by the time-limit trap | median (ms) | max (ms) |\n\
+         | ---: | --- | ---: | ---: |\n| {} | {ended} | {:.1} | {:.1} |",
+        l.durations_ms.len(),
+        percentile(&l.durations_ms, 50.0),
+        max_of(&l.durations_ms)
+    );
+    out
+}
+
 struct Record<'a> {
     scenarios: &'a [Scenario],
     aggregates: &'a [Aggregate],
+    hostile: Result<&'a Hostile, &'a String>,
     info: &'a tensorwasm_core::DeviceInfo,
     driver_version: &'a str,
     date: &'a str,
@@ -823,6 +1215,11 @@ fn json(r: &Record<'_>) -> String {
          their final sync",
         "the unset row is a child process of this binary with CUDA_DEVICE_MAX_CONNECTIONS \
          removed from its environment",
+        "hostile: the quiet tenant's launches are paced (started quiet_interval_us apart, \
+         spinning in between, alone and under the hostile tenant alike, after 100 unpaced \
+         untimed ones); each hostile launch's duration is host time from its launch call to \
+         the return of its wait; a launch counts as ended by the time limit when wait \
+         returned ETRAP and the last error says time limit",
     ];
     let notes: Vec<String> = notes.iter().map(|n| json_string(n)).collect();
     let _ = writeln!(out, "  \"notes\": [{}],", notes.join(", "));
@@ -871,6 +1268,58 @@ fn json(r: &Record<'_>) -> String {
             "\n"
         });
     }
-    out.push_str("  ]\n}\n");
+    out.push_str("  ],\n");
+    match r.hostile {
+        Ok(h) => out.push_str(&hostile_json(h)),
+        Err(e) => {
+            let _ = writeln!(out, "  \"hostile_error\": {}", json_string(e));
+        }
+    }
+    out.push_str("}\n");
     out
+}
+
+/// The hostile scenario as the record's last member.
+fn hostile_json(h: &Hostile) -> String {
+    let list = |xs: &[f64]| -> String {
+        xs.iter()
+            .map(|x| format!("{x:.2}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let l = &h.launches;
+    let other = l
+        .other
+        .as_deref()
+        .map_or_else(|| "null".into(), json_string);
+    format!(
+        "  \"hostile\": {{\"launch_time_ms\": {}, \"grid_x\": {}, \"block_x\": {HOSTILE_BLOCK}, \
+         \"kernel_fuel\": \"unlimited\", \"launch_share_percent\": {}, \"quiet_interval_us\": \
+         {:.1}, \"quiet_alone_p50_us\": {:.2}, \"quiet_alone_p99_us\": {:.2}, \
+         \"quiet_alone_max_us\": {:.2}, \"quiet_hostile_p50_us\": {:.2}, \"quiet_hostile_p99_us\": \
+         {:.2}, \"quiet_hostile_max_us\": {:.2}, \"hostile_launches\": {}, \
+         \"hostile_time_limit_traps\": {}, \"hostile_all_time_limit\": {}, \
+         \"hostile_median_ms\": {:.2}, \"hostile_max_ms\": {:.2}, \"hostile_other_outcome\": {}, \
+         \"hostile_durations_ms\": [{}], \"quiet_alone_latencies_us\": [{}], \
+         \"quiet_hostile_latencies_us\": [{}]}}\n",
+        h.launch_ms,
+        h.grid,
+        h.share_percent,
+        h.interval.as_secs_f64() * 1e6,
+        percentile(&h.alone_us, 50.0),
+        percentile(&h.alone_us, 99.0),
+        max_of(&h.alone_us),
+        percentile(&h.flooded_us, 50.0),
+        percentile(&h.flooded_us, 99.0),
+        max_of(&h.flooded_us),
+        l.durations_ms.len(),
+        l.time_limit_traps,
+        h.all_time_limit(),
+        percentile(&l.durations_ms, 50.0),
+        max_of(&l.durations_ms),
+        other,
+        list(&l.durations_ms),
+        list(&h.alone_us),
+        list(&h.flooded_us)
+    )
 }

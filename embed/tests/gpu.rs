@@ -1,18 +1,31 @@
 //! Guests on a real GPU: the example guests over managed guest memory and
 //! device buffers, the refusal of a host-heap pointer, many guests
-//! waiting on one executor thread, and Wasm kernels' sandbox (traps, fuel,
-//! the launch time limit). Run on the device machine with
-//! `--include-ignored` (scripts/pack-gpu-tests.sh packs this file).
+//! waiting on one executor thread, Wasm kernels' sandbox (traps, fuel,
+//! the launch time limit), and a quiet tenant's latency while a hostile
+//! tenant submits the largest launch its quota allows. Run on the device
+//! machine with `--include-ignored` (scripts/pack-gpu-tests.sh packs this
+//! file).
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
 
-use tensorwasm_core::{GpuDriver, abi::Errno};
+use tensorwasm_core::{
+    GpuDriver,
+    abi::{
+        Errno, Handle,
+        tensor::{DType, OperandDescriptor, TensorHeader, TensorOpKind, encode_tensor_op},
+    },
+    quota::TenantQuota,
+};
 use tensorwasm_cuda::CudaDriver;
 use tensorwasm_embed::{
     runtime::{GuestRuntime, GuestState},
+    tenant::{Tenant, TenantConfig},
     wasi_cuda::WasiCudaLimits,
 };
-use wasmtime::{Instance, Store};
+use wasmtime::{Instance, Store, TypedFunc};
 
 const VECTOR_ADD: &str = include_str!("../../examples/vector_add.wat");
 const DEVICE_BUFFERS: &str = include_str!("../../examples/device_buffers.wat");
@@ -255,7 +268,7 @@ fn wasm_kernel_traps_leave_the_context_healthy() {
 }
 
 /// An endless loop and a cheap marking kernel; `get(index)` makes a kernel
-/// of function `index` (imports first: `$spin` is 3, `$mark` 4), `run(grid,
+/// of function `index` (imports first: `$spin` is 4, `$mark` 5), `run(grid,
 /// block)` launches it over `grid` x `block` threads and waits (0 or the
 /// errno). `$mark` sets byte `65536 + blockIdx.x`.
 const TIMED: &str = r#"(module
@@ -316,18 +329,18 @@ fn wasm_kernel_endless_loop_ends_at_the_launch_time_limit() {
     });
     let (mut store, instance) = instantiate(&rt, TIMED);
     for grid in [1024, 1 << 20] {
-        let (status, took) = timed_run(&mut store, &instance, (3, grid, 256));
+        let (status, took) = timed_run(&mut store, &instance, (4, grid, 256));
         let text = store.data().cuda.last_error().to_string();
         eprintln!("{grid} blocks of an endless loop stopped after {took:?}");
         assert_eq!(status, Errno::ETRAP.code(), "{text}");
         assert!(
-            text.starts_with("wait: ETRAP: kernel `kernel_3` trapped: launch time limit exceeded"),
+            text.starts_with("wait: ETRAP: kernel `kernel_4` trapped: launch time limit exceeded"),
             "{text}"
         );
         assert!(took >= limit, "stopped after {took:?}");
         assert!(took < Duration::from_secs(5), "took {took:?}");
 
-        let (status, _) = timed_run(&mut store, &instance, (4, 1000, 32));
+        let (status, _) = timed_run(&mut store, &instance, (5, 1000, 32));
         assert_eq!(status, 0, "{}", store.data().cuda.last_error());
         let memory = instance.get_memory(&mut store, "memory").unwrap();
         let marks = &mut memory.data_mut(&mut store)[65536..65536 + 1000];
@@ -337,4 +350,312 @@ fn wasm_kernel_endless_loop_ends_at_the_launch_time_limit() {
         );
         marks.fill(0);
     }
+}
+
+/// Both tenants' guest in the hostile-launch test. The hostile tenant's
+/// kernel is `$spin`, function 8 (after the eight imports), which never
+/// ends: `get` makes it a kernel (handle at 64), `launch(grid, block)`
+/// queues it over `grid` x `block` threads (x only; handle at 72),
+/// `wait_last` waits for that launch. The quiet tenant uses the thin
+/// exports over buffers and `relu_wait(desc, len)`, a built-in op and its
+/// wait in one guest call. The intrinsic gives `$spin`'s loop work of its
+/// own; the loop could not be dropped anyway, since its header checks fuel
+/// and the clock.
+const TENANTS: &str = r#"(module
+  (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
+  (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
+  (import "wasi_cuda" "tensor_op" (func $tensor_op (param i32 i32 i32) (result i32)))
+  (import "wasi_cuda" "buffer_alloc" (func $buffer_alloc (param i64 i32) (result i32)))
+  (import "wasi_cuda" "copy_to_buffer" (func $copy_to_buffer (param i64 i64 i32 i32) (result i32)))
+  (import "wasi_cuda" "copy_from_buffer" (func $copy_from_buffer (param i32 i64 i64 i32) (result i32)))
+  (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
+  (memory (export "memory") 8)
+  (func $spin (local $acc i32)
+    (loop $forever
+      (local.set $acc (i32.add (local.get $acc) (call $tid)))
+      (br $forever)))
+  (func (export "get") (result i32) (call $kernel_get (i32.const 8) (i32.const 64)))
+  (func (export "launch") (param $grid i32) (param $block i32) (result i32)
+    (call $launch (i64.load (i32.const 64))
+      (local.get $grid) (i32.const 1) (i32.const 1)
+      (local.get $block) (i32.const 1) (i32.const 1)
+      (i32.const 0) (i32.const 128) (i32.const 0) (i32.const 72)))
+  (func (export "wait_last") (result i32) (call $wait (i64.load (i32.const 72))))
+  (func (export "buffer_alloc") (param i64) (result i32)
+    (call $buffer_alloc (local.get 0) (i32.const 80)))
+  (func (export "copy_to_buffer") (param i64 i32 i32) (result i32)
+    (call $copy_to_buffer (local.get 0) (i64.const 0) (local.get 1) (local.get 2)))
+  (func (export "copy_from_buffer") (param i32 i64 i32) (result i32)
+    (call $copy_from_buffer (local.get 0) (local.get 1) (i64.const 0) (local.get 2)))
+  (func (export "relu_wait") (param $desc i32) (param $len i32) (result i32)
+    (local $e i32)
+    (local.set $e (call $tensor_op (local.get $desc) (local.get $len) (i32.const 88)))
+    (if (local.get $e) (then (return (local.get $e))))
+    (call $wait (i64.load (i32.const 88))))
+)"#;
+
+/// The quiet tenant's ReLU: 64K floats, in device buffers, as in the
+/// tenants bench.
+const QUIET_ELEMS: usize = 64 << 10;
+/// Where the quiet tenant's descriptor and data sit in its memory.
+const QUIET_DESC: u32 = 256;
+const QUIET_DATA: u32 = 65536;
+
+fn typed<P, R>(tenant: &mut Tenant<CudaDriver>, name: &str) -> TypedFunc<P, R>
+where
+    P: wasmtime::WasmParams,
+    R: wasmtime::WasmResults,
+{
+    let instance = tenant.instance().expect("instantiated");
+    instance
+        .get_typed_func(tenant.store_mut(), name)
+        .unwrap_or_else(|e| panic!("the export {name}: {e:#}"))
+}
+
+fn tenant_error(tenant: &Tenant<CudaDriver>) -> String {
+    tenant.store().data().cuda.last_error().to_string()
+}
+
+/// An instantiated tenant of [`TENANTS`].
+fn tenants_guest(
+    rt: &GuestRuntime<CudaDriver>,
+    module: &tensorwasm_embed::kernel::GuestModule,
+    config: &TenantConfig,
+) -> Tenant<CudaDriver> {
+    let mut tenant = Tenant::new(rt, config).expect("tenant");
+    futures::executor::block_on(tenant.instantiate(rt, module)).expect("instantiate");
+    tenant
+}
+
+/// The quiet tenant: a ReLU over [`QUIET_ELEMS`] floats from one device
+/// buffer to another, its descriptor at [`QUIET_DESC`]; its input, the
+/// output buffer and the `relu_wait` call.
+struct Quiet {
+    tenant: Tenant<CudaDriver>,
+    x: Vec<f32>,
+    y: Handle,
+    desc_len: i32,
+    relu_wait: TypedFunc<(i32, i32), i32>,
+}
+
+impl Quiet {
+    fn new(rt: &GuestRuntime<CudaDriver>, module: &tensorwasm_embed::kernel::GuestModule) -> Self {
+        let mut tenant = tenants_guest(rt, module, &TenantConfig::untrusted("quiet"));
+        let memory = tenant
+            .instance()
+            .unwrap()
+            .get_memory(tenant.store_mut(), "memory")
+            .unwrap();
+        // Both signs, so the ReLU has something to do.
+        let x: Vec<f32> = (0..QUIET_ELEMS)
+            .map(|i| ((i * 7919) % 2001) as f32 * 0.5 - 500.0)
+            .collect();
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let len = bytes.len();
+        memory.data_mut(tenant.store_mut())[QUIET_DATA as usize..][..len].copy_from_slice(&bytes);
+        let alloc = typed::<i64, i32>(&mut tenant, "buffer_alloc");
+        let buffer = |tenant: &mut Tenant<CudaDriver>| {
+            let e = futures::executor::block_on(alloc.call_async(tenant.store_mut(), len as i64))
+                .unwrap();
+            assert_eq!(e, 0, "buffer_alloc: {}", tenant_error(tenant));
+            let at = &memory.data(tenant.store())[80..88];
+            Handle(u64::from_le_bytes(at.try_into().unwrap()))
+        };
+        let (xb, yb) = (buffer(&mut tenant), buffer(&mut tenant));
+        let copy = typed::<(i64, i32, i32), i32>(&mut tenant, "copy_to_buffer");
+        let args = (xb.0 as i64, QUIET_DATA as i32, len as i32);
+        let e = futures::executor::block_on(copy.call_async(tenant.store_mut(), args)).unwrap();
+        assert_eq!(e, 0, "copy_to_buffer: {}", tenant_error(&tenant));
+        let n = QUIET_ELEMS as u64;
+        let desc = encode_tensor_op(
+            &TensorHeader::new(TensorOpKind::Relu),
+            &[
+                OperandDescriptor::buffer(xb, 0, DType::F32, &[n]),
+                OperandDescriptor::buffer(yb, 0, DType::F32, &[n]),
+            ],
+        );
+        memory.data_mut(tenant.store_mut())[QUIET_DESC as usize..][..desc.len()]
+            .copy_from_slice(&desc);
+        let relu_wait = typed(&mut tenant, "relu_wait");
+        Quiet {
+            tenant,
+            x,
+            y: yb,
+            desc_len: desc.len() as i32,
+            relu_wait,
+        }
+    }
+
+    /// One ReLU, launched and waited.
+    fn launch_wait(&mut self) {
+        let args = (QUIET_DESC as i32, self.desc_len);
+        let e =
+            futures::executor::block_on(self.relu_wait.call_async(self.tenant.store_mut(), args))
+                .unwrap();
+        assert_eq!(e, 0, "quiet relu_wait: {}", tenant_error(&self.tenant));
+    }
+
+    /// `warmup` untimed launches, then `timed` ones started `interval`
+    /// apart: their latencies, sorted. The gaps are spun, not slept: a
+    /// thread woken from a sleep before each launch measures its own
+    /// wake-up too.
+    fn latencies(&mut self, warmup: usize, timed: usize, interval: Duration) -> Vec<Duration> {
+        for _ in 0..warmup {
+            self.launch_wait();
+        }
+        let start = Instant::now();
+        let mut out: Vec<Duration> = (0..timed)
+            .map(|i| {
+                while Instant::now() < start + interval * i as u32 {
+                    std::hint::spin_loop();
+                }
+                let t = Instant::now();
+                self.launch_wait();
+                t.elapsed()
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The output buffer holds the ReLU of the input, exactly.
+    fn check(&mut self) {
+        let len = QUIET_ELEMS * 4;
+        let copy = typed::<(i32, i64, i32), i32>(&mut self.tenant, "copy_from_buffer");
+        let args = (QUIET_DATA as i32, self.y.0 as i64, len as i32);
+        let e =
+            futures::executor::block_on(copy.call_async(self.tenant.store_mut(), args)).unwrap();
+        assert_eq!(e, 0, "copy_from_buffer: {}", tenant_error(&self.tenant));
+        let memory = self
+            .tenant
+            .instance()
+            .unwrap()
+            .get_memory(self.tenant.store_mut(), "memory")
+            .unwrap();
+        let y = &memory.data(self.tenant.store())[QUIET_DATA as usize..][..len];
+        for (i, (x, y)) in self.x.iter().zip(y.chunks_exact(4)).enumerate() {
+            let y = f32::from_le_bytes(y.try_into().unwrap());
+            assert_eq!(y.to_bits(), x.max(0.0).to_bits(), "element {i}");
+        }
+    }
+}
+
+/// The p-th percentile (nearest rank) of sorted `xs`.
+fn percentile(xs: &[Duration], p: usize) -> Duration {
+    xs[(xs.len() * p).div_ceil(100).clamp(1, xs.len()) - 1]
+}
+
+/// An untrusted tenant submits the largest launch its quota allows (an
+/// endless Wasm kernel over the device's largest grid x of 256 threads,
+/// fuel that never runs out: only its 200 ms launch time ends it), again
+/// and again on its own thread; a quiet tenant's built-in ReLU, launched
+/// and waited, keeps its latency: p99 under the flood at most 3 x its p99
+/// alone (or that plus 2 ms, when alone is tiny). Every hostile launch ends
+/// with the time-limit trap, within its launch time plus 1 s. The quiet
+/// launches are paced over 5 hostile launch times (alone too, alike), so
+/// they meet every part of a hostile launch: its blocks arriving, running,
+/// being stopped.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_quiet_tenant_keeps_its_p99_while_a_hostile_tenant_launches_its_largest_kernel() {
+    const WARMUP: usize = 50;
+    const TIMED: usize = 500;
+    const BLOCK: u32 = 256;
+    let _serial = serial();
+    let limit = Duration::from_millis(200);
+    let interval = limit * 5 / TIMED as u32;
+    let mut rt = runtime(1 << 30);
+    // The runtime's own cap on kernel fuel (2^24 a thread by default)
+    // would end the endless loop first; the tenants' quotas still bound it.
+    rt.set_limits(WasiCudaLimits {
+        kernel_fuel: u64::MAX,
+        ..WasiCudaLimits::default()
+    });
+    let module = rt.compile(TENANTS).unwrap();
+    let grid = rt.driver().device().max_grid_dim.0;
+    let hostile_config = TenantConfig {
+        quota: TenantQuota::default()
+            .with_kernel_fuel(u64::MAX)
+            .with_launch_time_ns(limit.as_nanos() as u64),
+        ..TenantConfig::untrusted("hostile")
+    };
+
+    let mut quiet = Quiet::new(&rt, &module);
+    let alone = quiet.latencies(WARMUP, TIMED, interval);
+    let (flooding, stop) = (AtomicBool::new(false), AtomicBool::new(false));
+    let (flooded, hostile) = std::thread::scope(|s| {
+        let hostile = s.spawn(|| {
+            let mut tenant = tenants_guest(&rt, &module, &hostile_config);
+            let get = typed::<(), i32>(&mut tenant, "get");
+            let e = futures::executor::block_on(get.call_async(tenant.store_mut(), ())).unwrap();
+            assert_eq!(e, 0, "kernel_get: {}", tenant_error(&tenant));
+            let launch = typed::<(i32, i32), i32>(&mut tenant, "launch");
+            let wait = typed::<(), i32>(&mut tenant, "wait_last");
+            // (status, last error, launch to wait's return) of each launch.
+            let mut ends = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let t = Instant::now();
+                // The grid's bits: the ABI reads geometry as u32.
+                let args = (grid as i32, BLOCK as i32);
+                let e = futures::executor::block_on(launch.call_async(tenant.store_mut(), args))
+                    .unwrap();
+                assert_eq!(e, 0, "hostile launch: {}", tenant_error(&tenant));
+                flooding.store(true, Ordering::SeqCst);
+                let e =
+                    futures::executor::block_on(wait.call_async(tenant.store_mut(), ())).unwrap();
+                ends.push((e, tenant_error(&tenant), t.elapsed()));
+            }
+            ends
+        });
+        while !flooding.load(Ordering::SeqCst) && !hostile.is_finished() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Stopped however the quiet tenant ends, so a failure there does not
+        // leave the hostile thread launching for ever.
+        let flooded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            assert!(
+                flooding.load(Ordering::SeqCst),
+                "the hostile tenant never launched"
+            );
+            quiet.latencies(WARMUP, TIMED, interval)
+        }));
+        stop.store(true, Ordering::SeqCst);
+        // The hostile tenant's own failure, if any, explains the quiet one's.
+        let hostile = hostile
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        let flooded = flooded.unwrap_or_else(|e| std::panic::resume_unwind(e));
+        (flooded, hostile)
+    });
+    quiet.check();
+
+    let (p99_alone, p99_flooded) = (percentile(&alone, 99), percentile(&flooded, 99));
+    let durations: Vec<Duration> = hostile.iter().map(|h| h.2).collect();
+    eprintln!(
+        "quiet tenant over {TIMED} launches {interval:?} apart: alone p50 {:?} p99 {p99_alone:?}; \
+         under the hostile tenant p50 {:?} p99 {p99_flooded:?}; {} hostile launches of {grid} x \
+         {BLOCK} threads: {durations:?}",
+        percentile(&alone, 50),
+        percentile(&flooded, 50),
+        hostile.len()
+    );
+    assert!(!hostile.is_empty());
+    for (i, (status, text, took)) in hostile.iter().enumerate() {
+        assert_eq!(*status, Errno::ETRAP.code(), "hostile launch {i}: {text}");
+        assert!(
+            text.starts_with("wait: ETRAP") && text.contains("time limit"),
+            "hostile launch {i}: {text}"
+        );
+        assert!(
+            *took >= limit && *took <= limit + Duration::from_secs(1),
+            "hostile launch {i} took {took:?} with a launch time of {limit:?}"
+        );
+    }
+    let bound = (p99_alone * 3).max(p99_alone + Duration::from_millis(2));
+    assert!(
+        p99_flooded <= bound,
+        "quiet p99 {p99_flooded:?} under the hostile tenant, {p99_alone:?} alone: more than \
+         {bound:?}"
+    );
 }
