@@ -37,6 +37,10 @@ pub struct DeviceInfo {
     pub compute_capability: Option<(u32, u32)>,
     /// Streaming multiprocessors (GPU) or worker threads (CPU).
     pub multiprocessor_count: u32,
+    /// The multiprocessors' peak clock in kHz: the rate of the cycle
+    /// counter a Wasm kernel's time checks read (the CPU driver reports
+    /// 1 GHz: its kernels' clock counts nanoseconds).
+    pub clock_rate_khz: u32,
     /// Most threads resident on one multiprocessor at once (2048 on the
     /// H100); with `multiprocessor_count`, the device's thread slots.
     pub max_threads_per_multiprocessor: u32,

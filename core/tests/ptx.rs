@@ -50,7 +50,6 @@ struct Params {
     mem_len: Value,
     status: Value,
     fuel: Value,
-    time_limit: Value,
     intrinsics: Vec<Value>,
 }
 
@@ -79,7 +78,6 @@ fn build(b: &mut FunctionBuilder, n: usize, body: impl FnOnce(&mut FunctionBuild
         mem_len: v[n + KernelAbi::MEM_LEN],
         status: v[n + KernelAbi::STATUS],
         fuel: v[n + KernelAbi::FUEL],
-        time_limit: v[n + KernelAbi::TIME_LIMIT],
         intrinsics: v[n + KernelAbi::INTRINSICS..].to_vec(),
     };
     body(b, &params);
@@ -755,7 +753,7 @@ fn time_loop() -> Kernel {
     )
 }
 
-/// No loop: only the entry's checks (thread 0 of a block reads the clock).
+/// No loop: only the thread's start and its (virtual) block's check.
 fn time_straight() -> Kernel {
     translated(
         "time_straight",
@@ -1164,42 +1162,32 @@ fn time_checks_are_lowered_inline() {
         let ptx = lower(&time_loop(), target);
         assert!(ptx.contains(".param .u64 time_loop_time_limit"), "{ptx}");
         assert!(ptx.contains(", [time_loop_time_limit];"), "{ptx}");
-        // No PTX call: each check is inline. The entry's clock check (thread
-        // 0) and the loop's read %globaltimer and set start_ns and stop; the
-        // entry's other threads only read stop.
+        // No PTX call and no memory: each check reads the cycle counter
+        // inline, at the thread's start, at its (virtual) block's start and
+        // at the loop header.
         assert!(
             !instructions(&ptx).any(|i| i.starts_with("call")),
             "a PTX call\n{ptx}"
         );
-        assert_eq!(ptx.matches("mov.u64 %trd0, %globaltimer;").count(), 2);
-        assert_eq!(ptx.matches("atom.global.cas.b64").count(), 2);
-        assert_eq!(ptx.matches("st.volatile.global.u32 [").count(), 2);
-        let stop_reads = ptx
-            .lines()
-            .filter(|l| l.contains("ld.volatile.global.u32") && l.ends_with("+4];"))
-            .count();
-        assert_eq!(stop_reads, 3);
+        assert_eq!(ptx.matches("%clock64;").count(), 3, "{ptx}");
+        assert!(!ptx.contains("%globaltimer"));
         // Each trap site reads the code before its compare-and-swap.
         assert_eq!(
             ptx.matches("ld.volatile.global.u32 %tr0, [%status];")
                 .count(),
             ptx.matches("atom.global.cas.b32").count()
         );
-        assert_eq!(ptx.matches("ld.volatile.global.u64").count(), 2);
-        // Checked when the fuel left is a multiple of 4096.
-        assert!(ptx.contains(", 0x0000000000000FFF;"), "{ptx}");
         let code = KernelTrap::TimeLimit.code();
         assert_eq!(code, 7);
         assert!(ptx.contains(&format!("[%status], 0, {code};")), "{ptx}");
 
         let ptx = lower(&time_straight(), target);
-        assert_eq!(ptx.matches("%globaltimer").count(), 1);
-        assert!(ptx.contains("%tid.y") && ptx.contains("%tid.z"));
+        assert_eq!(ptx.matches("%clock64;").count(), 2, "{ptx}");
     }
 }
 
 /// `call` of a function named `name` with signature `sig` and `args`; its
-/// result traps `TimeLimit`.
+/// result (as a clock reading) traps `TimeLimit` past a limit.
 fn call_check(
     b: &mut FunctionBuilder,
     name: cranelift_codegen::ir::UserExternalName,
@@ -1216,8 +1204,13 @@ fn call_check(
     });
     at(b, 0x21);
     let call = b.ins().call(callee, args);
-    let over = b.inst_results(call)[0];
-    b.ins().trapnz(over, KernelTrap::TimeLimit.trap_code());
+    let now = b.inst_results(call)[0];
+    if b.func.dfg.value_type(now) == I64 {
+        let over = b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, now, 1000);
+        b.ins().trapnz(over, KernelTrap::TimeLimit.trap_code());
+    } else {
+        b.ins().trapnz(now, KernelTrap::TimeLimit.trap_code());
+    }
     b.ins().return_(&[]);
 }
 
@@ -1225,69 +1218,54 @@ fn call_check(
 type Body = fn(&mut FunctionBuilder, &Params);
 
 #[test]
-fn only_runtime_checks_of_the_launch_own_words_are_called() {
-    use RuntimeCheck::{LaunchExpired, LaunchStopped};
-    let good = kernel("expired_ok", &[], |b, p| {
-        let name = LaunchExpired.external_name();
-        call_check(
-            b,
-            name,
-            LaunchExpired.signature(),
-            &[p.status, p.time_limit],
-        );
+fn only_runtime_checks_are_called() {
+    use RuntimeCheck::Clock;
+    let good = kernel("clock_ok", &[], |b, _| {
+        call_check(b, Clock.external_name(), Clock.signature(), &[]);
     });
     let ptx = lower(&good, &TARGETS[0]);
-    assert!(ptx.contains("%globaltimer"));
-    let good = kernel("stopped_ok", &[], |b, p| {
-        let name = LaunchStopped.external_name();
-        call_check(b, name, LaunchStopped.signature(), &[p.status]);
-    });
-    let ptx = lower(&good, &TARGETS[0]);
-    assert!(ptx.contains("ld.volatile.global.u32"));
+    assert!(ptx.contains("%clock64"));
 
-    let bad: [(&str, Body); 6] = [
-        ("status_elsewhere", |b, p| {
-            let name = LaunchStopped.external_name();
-            call_check(b, name, LaunchStopped.signature(), &[p.mem_base]);
-        }),
-        ("swapped_args", |b, p| {
-            let name = LaunchExpired.external_name();
+    fn with_arg(mut sig: Signature) -> Signature {
+        sig.params.push(AbiParam::new(I64));
+        sig
+    }
+    fn narrow(mut sig: Signature) -> Signature {
+        sig.returns[0] = AbiParam::new(I32);
+        sig
+    }
+    let bad: [(&str, &str, Body); 4] = [
+        ("with_an_argument", "call.i64", |b, p| {
             call_check(
                 b,
-                name,
-                LaunchExpired.signature(),
-                &[p.time_limit, p.status],
+                Clock.external_name(),
+                with_arg(Clock.signature()),
+                &[p.status],
             );
         }),
-        ("other_limit", |b, p| {
-            let name = LaunchExpired.external_name();
-            call_check(b, name, LaunchExpired.signature(), &[p.status, p.fuel]);
+        ("wrong_result", "call.i32", |b, _| {
+            call_check(b, Clock.external_name(), narrow(Clock.signature()), &[]);
         }),
-        ("wrong_signature", |b, p| {
-            // launch_expired's name with launch_stopped's signature.
-            let name = LaunchExpired.external_name();
-            call_check(b, name, LaunchStopped.signature(), &[p.status]);
-        }),
-        ("wrong_namespace", |b, p| {
+        ("wrong_namespace", "call.i64", |b, _| {
             let name = cranelift_codegen::ir::UserExternalName {
                 namespace: 0,
-                index: LaunchStopped as u32,
+                index: Clock as u32,
             };
-            call_check(b, name, LaunchStopped.signature(), &[p.status]);
+            call_check(b, name, Clock.signature(), &[]);
         }),
-        ("no_such_check", |b, p| {
+        ("no_such_check", "call.i64", |b, _| {
             let name = cranelift_codegen::ir::UserExternalName {
                 namespace: RuntimeCheck::NAMESPACE,
-                index: 2,
+                index: 1,
             };
-            call_check(b, name, LaunchStopped.signature(), &[p.status]);
+            call_check(b, name, Clock.signature(), &[]);
         }),
     ];
-    for (name, body) in bad {
+    for (name, op_name, body) in bad {
         let k = kernel(name, &[], body);
         match refused(&k) {
             LowerError::Unsupported(op) => {
-                assert_eq!((op.op.as_str(), op.offset), ("call.i32", 0x21), "{name}");
+                assert_eq!((op.op.as_str(), op.offset), (op_name, 0x21), "{name}");
                 assert!(op.reason.contains("inlines"), "{name}: {}", op.reason);
             }
             other => panic!("{name}: {other}"),

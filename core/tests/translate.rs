@@ -34,7 +34,6 @@ use cranelift_interpreter::step::{ControlFlow, CraneliftTrap, step};
 use tensorwasm_core::lower::translate::{TranslatedKernel, WasmType, translate_kernel};
 use tensorwasm_core::lower::{
     INTRINSIC_MODULE, Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck,
-    TIME_CHECK_INTERVAL,
 };
 use wasmparser::{Operator, Parser, Payload};
 
@@ -390,20 +389,14 @@ impl Arg {
     }
 }
 
-/// The launch as the runtime checks see it: the status word's `stop` and
-/// `start_ns`, the time limit, the thread's intrinsics, and what the checks
-/// were asked. The clock is the interpreter's step count plus one (never
-/// 0, as on the hosts): time passes with every instruction.
+/// The launch as the runtime checks see it: the time limit, the thread's
+/// intrinsics, and every clock reading the thread made. The clock is the
+/// interpreter's step count plus one: time passes with every instruction.
 #[derive(Clone, Debug)]
 struct Launch {
     time_limit: u64,
-    stop: bool,
-    start_ns: u64,
     intrinsics: [i32; 12],
-    /// The clock at each call of `launch_expired`, and how many calls of
-    /// `launch_stopped` there were.
-    expired_at: Vec<u64>,
-    stopped_calls: u64,
+    clock_reads: Vec<u64>,
 }
 
 impl Launch {
@@ -415,58 +408,19 @@ impl Launch {
     fn limited(time_limit: u64) -> Launch {
         Launch {
             time_limit,
-            stop: false,
-            start_ns: 0,
             intrinsics: INTRINSIC_VALUES,
-            expired_at: Vec::new(),
-            stopped_calls: 0,
+            clock_reads: Vec::new(),
         }
-    }
-
-    /// Thread (0, 0, 0) of its block: the one whose entry checks the clock.
-    fn first_thread(mut self) -> Launch {
-        for which in [
-            Intrinsic::ThreadIdxX,
-            Intrinsic::ThreadIdxY,
-            Intrinsic::ThreadIdxZ,
-        ] {
-            self.intrinsics[which.index()] = 0;
-        }
-        self
     }
 
     /// The runtime check `check` at clock `now`, as `docs/kernels.md`
     /// specifies it.
-    fn answer(&mut self, check: RuntimeCheck, args: &[DataValue], now: u64) -> i32 {
-        // The status word of this harness is address 0 (see `interpret`).
-        assert_eq!(
-            args.first(),
-            Some(&DataValue::I64(0)),
-            "not the status word"
-        );
+    fn answer(&mut self, check: RuntimeCheck, args: &[DataValue], now: u64) -> DataValue {
+        assert!(args.is_empty(), "the clock takes no arguments");
         match check {
-            RuntimeCheck::LaunchStopped => {
-                self.stopped_calls += 1;
-                i32::from(self.stop)
-            }
-            RuntimeCheck::LaunchExpired => {
-                assert_eq!(
-                    args.get(1),
-                    Some(&DataValue::I64(self.time_limit as i64)),
-                    "not the time limit"
-                );
-                self.expired_at.push(now);
-                if self.stop {
-                    return 1;
-                }
-                if self.start_ns == 0 {
-                    self.start_ns = now;
-                }
-                if now.saturating_sub(self.start_ns) > self.time_limit {
-                    self.stop = true;
-                    return 1;
-                }
-                0
+            RuntimeCheck::Clock => {
+                self.clock_reads.push(now);
+                DataValue::I64(now as i64)
             }
         }
     }
@@ -556,7 +510,7 @@ fn interpret_launch(
             let answer = launch.answer(check, &args, steps + 1);
             machine
                 .current_frame_mut()
-                .set_all(func.dfg.inst_results(inst), vec![DataValue::I32(answer)]);
+                .set_all(func.dfg.inst_results(inst), vec![answer]);
             next = func.layout.next_inst(inst);
             continue;
         }
@@ -1671,9 +1625,9 @@ fn counter(memory: &[u8]) -> u64 {
 }
 
 #[test]
-fn time_limit_ends_an_endless_loop_at_a_checked_header() {
+fn time_limit_ends_an_endless_loop_at_a_header() {
     // Fuel enough for 2^40 iterations; 200_000 interpreter steps of time.
-    let mut launch = Launch::limited(200_000).first_thread();
+    let mut launch = Launch::limited(200_000);
     let (wasm, outcome, memory) = run_launch(ENDLESS_COUNTER, PLENTY, &mut launch);
     let offset = offset_of(&wasm, 0, |op| matches!(op, Operator::Loop { .. }));
     assert_eq!(
@@ -1683,34 +1637,22 @@ fn time_limit_ends_an_endless_loop_at_a_checked_header() {
             offset
         }
     );
-    assert!(
-        launch.stop,
-        "the thread that found the time up stops the launch"
-    );
-    // The trap came at header k = n + 1 (the body ran n times before it),
-    // where the fuel left before the header's unit, PLENTY - (k - 1), is a
-    // multiple of the interval: headers 1, 1 + 4096, 1 + 2 * 4096, ...
-    let header = counter(&memory) + 1;
-    assert_eq!((header - 1) % TIME_CHECK_INTERVAL, 0, "{header}");
-    // The entry's check (thread 0 reads the clock and starts it), then one
-    // per interval.
-    let checks = 1 + (header - 1) / TIME_CHECK_INTERVAL;
-    assert!(checks > 1);
-    assert_eq!(launch.expired_at.len() as u64, 1 + checks);
-    assert_eq!(launch.stopped_calls, 0);
-    assert_eq!(launch.start_ns, launch.expired_at[0]);
-    // The last check found the time up; the one before it did not.
-    let [.., before, last] = launch.expired_at[..] else {
+    // The thread's start, its block's start, then every header: the body
+    // ran once after each header but the last.
+    let reads = &launch.clock_reads;
+    assert_eq!(reads.len() as u64, 2 + counter(&memory) + 1);
+    let start = reads[0];
+    let [.., before, last] = reads[..] else {
         unreachable!()
     };
-    assert!(last - launch.start_ns > 200_000);
-    assert!(before - launch.start_ns <= 200_000);
+    assert!(last - start > 200_000);
+    assert!(before - start <= 200_000);
 }
 
 #[test]
 fn without_a_time_limit_fuel_ends_the_loop_as_before() {
     let fuel: u64 = 10_000;
-    let mut launch = Launch::unlimited().first_thread();
+    let mut launch = Launch::unlimited();
     let (wasm, outcome, memory) = run_launch(ENDLESS_COUNTER, fuel as i64, &mut launch);
     let offset = offset_of(&wasm, 0, |op| matches!(op, Operator::Loop { .. }));
     assert_eq!(
@@ -1720,66 +1662,37 @@ fn without_a_time_limit_fuel_ends_the_loop_as_before() {
             offset
         }
     );
-    // Headers 1..=fuel ran (the body after each), header fuel + 1 trapped.
+    // Headers 1..=fuel ran (the body after each), header fuel + 1 trapped
+    // out of fuel before it read the clock.
     assert_eq!(counter(&memory), fuel);
-    assert!(!launch.stop);
-    // The clock was checked at the entry and at the headers where the fuel
-    // left was a positive multiple of the interval (where it was 0, the
-    // header trapped out of fuel first).
-    let checked = (1..=fuel)
-        .filter(|left| left.is_multiple_of(TIME_CHECK_INTERVAL))
-        .count() as u64;
-    assert_eq!(checked, 2);
-    assert_eq!(launch.expired_at.len() as u64, 1 + checked);
+    assert_eq!(launch.clock_reads.len() as u64, 2 + fuel);
 }
 
 #[test]
-fn a_stopped_launch_ends_every_thread_at_its_entry() {
+fn a_thread_out_of_time_stops_before_its_block_runs() {
     let store_first = r#"(module (memory (export "memory") 1)
       (func (export "kernel") (i32.store (i32.const 0) (i32.const 7))))"#;
     let wasm = wat::parse_str(store_first).expect("wat");
-    let entry = Outcome::Trapped {
-        trap: KernelTrap::TimeLimit,
-        offset: body_offset(&wasm),
-    };
-    // Another thread (or the host) stopped the launch: thread 0 and the
-    // others alike end before the store.
-    for first in [true, false] {
-        let mut launch = Launch::unlimited();
-        if first {
-            launch = launch.first_thread();
-        }
-        launch.stop = true;
-        let (_, outcome, memory) = run_launch(store_first, PLENTY, &mut launch);
-        assert_eq!(outcome, entry, "first thread: {first}");
-        assert_eq!(counter(&memory), 0, "the store did not run");
-        assert_eq!(
-            (launch.expired_at.len(), launch.stopped_calls),
-            if first { (1, 0) } else { (0, 1) }
-        );
-    }
-    // A launch whose time is up: thread 0 of a block finds it and stops
-    // the launch; any other thread only reads `stop`, so it runs while no
-    // thread has stopped the launch yet.
-    // (A limit of 0 ns: any clock past `start_ns` is too late.)
-    let mut launch = Launch::limited(0).first_thread();
-    launch.start_ns = 1;
-    let (_, outcome, memory) = run_launch(store_first, PLENTY, &mut launch);
-    assert_eq!(outcome, entry);
-    assert_eq!(counter(&memory), 0);
-    assert!(launch.stop);
+    // A limit of 0: by its block's start, the thread's clock has moved.
     let mut launch = Launch::limited(0);
-    launch.start_ns = 1;
+    let (_, outcome, memory) = run_launch(store_first, PLENTY, &mut launch);
+    assert_eq!(
+        outcome,
+        Outcome::Trapped {
+            trap: KernelTrap::TimeLimit,
+            offset: body_offset(&wasm),
+        }
+    );
+    assert_eq!(counter(&memory), 0, "the store did not run");
+    assert_eq!(launch.clock_reads.len(), 2);
+    let mut launch = Launch::limited(1000);
     let (_, outcome, memory) = run_launch(store_first, PLENTY, &mut launch);
     assert_eq!(outcome, Outcome::Returned);
     assert_eq!(counter(&memory), 7);
-    launch.stop = true;
-    let (_, outcome, _) = run_launch(store_first, PLENTY, &mut launch);
-    assert_eq!(outcome, entry);
 }
 
 #[test]
-fn only_runtime_checks_are_called_with_the_launch_own_words() {
+fn only_the_clock_is_called_and_no_check_rejoins_the_loop() {
     let wasm = wat::parse_str(ENDLESS_COUNTER).expect("wat");
     let kernel = translate(&wasm);
     let func = &kernel.function;
@@ -1791,23 +1704,16 @@ fn only_runtime_checks_are_called_with_the_launch_own_words() {
             }
         }
     }
-    // Entry: one of each (thread 0 / the others); the loop: the clock.
-    calls.sort_by_key(|c| *c as u32);
+    // The thread's start, the virtual block's start, the loop header.
+    assert_eq!(calls, [RuntimeCheck::Clock; 3]);
+    // Checks are conditional traps, not branches to blocks that come back.
     assert_eq!(
-        calls,
-        [
-            RuntimeCheck::LaunchExpired,
-            RuntimeCheck::LaunchExpired,
-            RuntimeCheck::LaunchStopped
-        ]
+        func.layout
+            .blocks()
+            .filter(|&b| func.layout.is_cold(b))
+            .count(),
+        0
     );
-    // The loop's check is in a cold block of its own.
-    let cold = func
-        .layout
-        .blocks()
-        .filter(|&b| func.layout.is_cold(b))
-        .count();
-    assert_eq!(cold, 1);
 }
 
 // ---------------------------------------------------------------------------

@@ -755,11 +755,13 @@ const NO_WASM_SOURCE: &[(Opcode, Type, Option<Type>, Option<Cond>)] = &[
     (Opcode::Select, I64, Some(I64), None),
     (Opcode::Select, F32, Some(I64), None),
     (Opcode::Select, F64, Some(I64), None),
-    // `brif` on i8 flags: the virtual-block loop branches on comparisons
-    // (docs/kernels.md), so every Brif row is reached.
-    // The translator traps with trapnz on i8 flags and on a time check's
-    // i32 result, and with trapz on a divisor (i32/i64) or on the fuel
-    // (i64).
+    // `if`, `br_if` and `br_table` branch on Wasm i32 values and the
+    // virtual-block loop on comparisons' i8 flags: no i64 branch.
+    (Opcode::Brif, I64, None, None),
+    // The translator traps with trapnz on i8 flags (a time check's
+    // comparison among them), and with trapz on a divisor (i32/i64) or on
+    // the fuel (i64).
+    (Opcode::Trapnz, I32, None, None),
     (Opcode::Trapnz, I64, None, None),
     (Opcode::Trapz, I8, None, None),
 ];

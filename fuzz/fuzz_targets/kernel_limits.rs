@@ -99,7 +99,7 @@ fn case(u: &mut Unstructured<'_>) -> ArbitraryResult<Case> {
     let mut functions = FunctionSection::new();
     let mut code = CodeSection::new();
     let mut size = KernelSize::default();
-    let mut op = |n: u64, branches: u64, size: &mut KernelSize| {
+    let op = |n: u64, branches: u64, size: &mut KernelSize| {
         size.operators = size.operators.saturating_add(n);
         size.branches = size.branches.saturating_add(branches);
     };

@@ -97,6 +97,7 @@ mod tests {
             compute_capability: Some((9, 0)),
             multiprocessor_count: 132,
             max_threads_per_multiprocessor: 2048,
+            clock_rate_khz: 1_980_000,
             total_memory: 0x0000_0013_fc00_0000,
             max_threads_per_block: 1024,
             max_block_dim: (1024, 1024, 64),

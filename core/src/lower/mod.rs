@@ -12,7 +12,7 @@ pub mod translate;
 use alloc::string::String;
 use core::fmt;
 
-use cranelift_codegen::ir::types::{I32, I64};
+use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::{
     AbiParam, ExternalName, Function, Inst, InstructionData, Opcode, Signature, TrapCode,
     UserExternalName,
@@ -262,24 +262,22 @@ impl KernelAbi {
     }
 }
 
-/// The runtime checks that bound a launch's time (`docs/kernels.md`, "Time
-/// limit"): the only functions a kernel's CLIF calls. The translator emits
-/// them as CLIF `call`s of imported functions named
+/// The runtime functions a kernel's CLIF calls to bound a launch's time
+/// (`docs/kernels.md`, "Time limit"): the only calls in a kernel. The
+/// translator emits them as CLIF `call`s of imported functions named
 /// `UserExternalName { namespace: RuntimeCheck::NAMESPACE, index }`; each
 /// lowerer implements them itself (PTX inline, the CPU target as host
-/// functions). Both read and write the launch's status word.
+/// functions). They touch no memory: a check every thread makes must not
+/// make every thread read one shared word (on an H100 that tripled a vector
+/// add's time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RuntimeCheck {
-    /// `launch_expired(status: i64, time_limit: i64) -> i32`: 1 if the launch
-    /// is stopped or its time is up (then it stops it), else 0. If `stop` is
-    /// set: 1. Else `now` is the clock in ns; `start_ns` is set to `now` if
-    /// it was 0 (compare-and-swap; the winner's value counts); if `now -
-    /// start_ns > time_limit` (unsigned, 0 when the clock reads behind
-    /// `start_ns`), `stop` becomes 1 and the result is 1.
-    LaunchExpired = 0,
-    /// `launch_stopped(status: i64) -> i32`: 1 if the launch's `stop` word is
-    /// set, else 0. The read is volatile: never hoisted or cached.
-    LaunchStopped = 1,
+    /// `clock() -> i64`: the thread's clock, in the launch's ticks (the
+    /// unit of `time_limit`): PTX reads `%clock64`, its multiprocessor's
+    /// cycle counter (the host converts the limit at the device's clock
+    /// rate); the CPU target reads nanoseconds of a monotonic host clock.
+    /// Monotonic for the thread.
+    Clock = 0,
 }
 
 impl RuntimeCheck {
@@ -288,7 +286,7 @@ impl RuntimeCheck {
     pub const NAMESPACE: u32 = 1;
 
     /// Every check, by index.
-    pub const ALL: [RuntimeCheck; 2] = [RuntimeCheck::LaunchExpired, RuntimeCheck::LaunchStopped];
+    pub const ALL: [RuntimeCheck; 1] = [RuntimeCheck::Clock];
 
     /// The name the translator's CLIF imports it under.
     pub const fn external_name(self) -> UserExternalName {
@@ -308,26 +306,24 @@ impl RuntimeCheck {
     /// Its name, as docs and host symbols spell it.
     pub const fn name(self) -> &'static str {
         match self {
-            RuntimeCheck::LaunchExpired => "launch_expired",
-            RuntimeCheck::LaunchStopped => "launch_stopped",
+            RuntimeCheck::Clock => "clock",
         }
     }
 
     /// The kernel's hidden parameters it takes, in order.
     pub const fn hidden_args(self) -> &'static [usize] {
         match self {
-            RuntimeCheck::LaunchExpired => &[KernelAbi::STATUS, KernelAbi::TIME_LIMIT],
-            RuntimeCheck::LaunchStopped => &[KernelAbi::STATUS],
+            RuntimeCheck::Clock => &[],
         }
     }
 
-    /// Its CLIF signature (`i64` parameters, an `i32` result; call conv
+    /// Its CLIF signature (`i64` parameters, an `i64` result; call conv
     /// `SystemV` as the kernel's, which a lowerer may change to its own).
     pub fn signature(self) -> Signature {
         let mut sig = Signature::new(CallConv::SystemV);
         sig.params
             .extend(self.hidden_args().iter().map(|_| AbiParam::new(I64)));
-        sig.returns.push(AbiParam::new(I32));
+        sig.returns.push(AbiParam::new(I64));
         sig
     }
 
@@ -370,11 +366,6 @@ impl RuntimeCheck {
     }
 }
 
-/// How often a thread checks the launch's time inside loops: at a loop
-/// header where the fuel left (before the header spends its unit) is a
-/// multiple of this (a power of two, so the test is one `and`).
-pub const TIME_CHECK_INTERVAL: u64 = 4096;
-
 /// The status word of one launch (`docs/kernels.md`): bytes, and where each
 /// field sits. Host memory, device memory and both lowerers use this layout.
 pub mod status {
@@ -382,15 +373,13 @@ pub mod status {
     pub const BYTES: usize = 32;
     /// `u32` trap code (0: none), written once by the first trapping thread.
     pub const CODE: usize = 0;
-    /// `u32` stop flag: nonzero means every thread of the launch stops.
+    /// `u32` stop flag (CPU target): nonzero once a thread of the launch
+    /// ran out of time; the block runner then starts no more threads.
     pub const STOP: usize = 4;
     /// `u64` Wasm byte offset of the first trap.
     pub const OFFSET: usize = 8;
-    /// `u64` clock (ns) when the launch's first clock check looked (0: not
-    /// yet).
-    pub const START_NS: usize = 16;
-    /// `u64`, reserved (0).
-    pub const RESERVED: usize = 24;
+    /// Two `u64`s, reserved (0; the host clears them with the rest).
+    pub const RESERVED: usize = 16;
 }
 
 /// A kernel (or a function it calls) uses something the kernel path does
@@ -510,8 +499,6 @@ mod tests {
             index: 0,
         };
         assert_eq!(RuntimeCheck::from_external_name(&function), None);
-        assert!(TIME_CHECK_INTERVAL.is_power_of_two());
-        assert_eq!(status::BYTES, status::RESERVED + 8);
-        assert_eq!(status::START_NS % 8, 0);
+        assert_eq!(status::BYTES, status::RESERVED + 16);
     }
 }

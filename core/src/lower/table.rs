@@ -163,63 +163,21 @@ pub const TRAP_SITE: &[&str] = &[
     "ret;",
 ];
 
-/// [`RuntimeCheck::LaunchExpired`] inline: `{a}` is the status word's
-/// (global) address, `{b}` the time limit in ns, `{d}` the result. A stopped
-/// launch (`stop`, at +4) is 1 at once; else `start_ns` (at +16) is set to
-/// `%globaltimer` by the first thread that finds it 0
-/// (`atom.global.cas.b64`; a thread that lost takes the winner's value),
-/// and when `max(now, start) - start` passes the limit the thread sets
-/// `stop` and the result is 1. `max` keeps a thread whose clock reads
-/// behind the winner's from seeing a huge difference. Volatile loads and
-/// stores: another block's `stop` must be seen, never a cached value.
-pub const LAUNCH_EXPIRED: &[&str] = &[
-    "ld.volatile.global.u32 {r0}, [{a}+4];",
-    "setp.ne.b32 {p0}, {r0}, 0;",
-    "@{p0} bra {L0};",
-    "mov.u64 {rd0}, %globaltimer;",
-    "ld.volatile.global.u64 {rd1}, [{a}+16];",
-    "setp.ne.b64 {p0}, {rd1}, 0;",
-    "@{p0} bra {L1};",
-    "atom.global.cas.b64 {rd1}, [{a}+16], 0, {rd0};",
-    "setp.eq.b64 {p0}, {rd1}, 0;",
-    "selp.b64 {rd1}, {rd0}, {rd1}, {p0};",
-    "{L1}:",
-    "max.u64 {rd2}, {rd0}, {rd1};",
-    "sub.u64 {rd2}, {rd2}, {rd1};",
-    "setp.le.u64 {p0}, {rd2}, {b};",
-    "@{p0} bra {L2};",
-    "mov.b32 {r0}, 1;",
-    "st.volatile.global.u32 [{a}+4], {r0};",
-    "{L0}:",
-    "mov.b32 {d}, 1;",
-    "bra {L3};",
-    "{L2}:",
-    "mov.b32 {d}, 0;",
-    "{L3}:",
-];
-
-/// [`RuntimeCheck::LaunchStopped`] inline: `{d}` is 1 when the launch's
-/// `stop` word (status + 4) is set, read volatile.
-pub const LAUNCH_STOPPED: &[&str] = &[
-    "ld.volatile.global.u32 {r0}, [{a}+4];",
-    "setp.ne.b32 {p0}, {r0}, 0;",
-    "selp.b32 {d}, 1, 0, {p0};",
-];
+/// [`RuntimeCheck::Clock`] inline: `{d}` is the multiprocessor's cycle
+/// counter (`%clock64`: one instruction, no memory), the ticks the host
+/// converts the launch's time limit into.
+pub const CLOCK: &[&str] = &["mov.u64 {d}, %clock64;"];
 
 /// The rules of the runtime checks, in [`RuntimeCheck::ALL`] order: not in
 /// [`rows`] (see the module docs, "Calls").
-static RUNTIME_ROWS: [Row; 2] = [
-    ptx(Opcode::Call, I32, "launch_expired", LAUNCH_EXPIRED)
-        .note("the launch's clock check (docs/kernels.md, \"Time limit\"), inline"),
-    ptx(Opcode::Call, I32, "launch_stopped", LAUNCH_STOPPED)
-        .note("whether the launch was stopped, inline"),
-];
+static RUNTIME_ROWS: [Row; 1] = [ptx(Opcode::Call, I64, "clock", CLOCK).note(
+    "the thread's clock for the launch time limit (docs/kernels.md, \"Time limit\"), inline",
+)];
 
 /// The rule of a runtime check's call.
 pub fn runtime_row(check: RuntimeCheck) -> &'static Row {
     match check {
-        RuntimeCheck::LaunchExpired => &RUNTIME_ROWS[0],
-        RuntimeCheck::LaunchStopped => &RUNTIME_ROWS[1],
+        RuntimeCheck::Clock => &RUNTIME_ROWS[0],
     }
 }
 

@@ -88,6 +88,7 @@ fn device_info(threads: u32, capacity: u64) -> DeviceInfo {
         // A worker runs a block's threads one after another; 1024 is the
         // largest block, so each worker "holds" one.
         max_threads_per_multiprocessor: 1024,
+        clock_rate_khz: 1_000_000,
         total_memory: capacity,
         max_threads_per_block: 1024,
         max_block_dim: (1024, 1024, 64),

@@ -60,6 +60,7 @@ pub(crate) fn query_device(
             attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         )),
         multiprocessor_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        clock_rate_khz: attr(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?,
         max_threads_per_multiprocessor: attr(
             A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
         )?,

@@ -53,10 +53,7 @@
 use std::{
     fmt, mem,
     panic::{self, AssertUnwindSafe},
-    sync::{
-        Arc, Mutex, OnceLock, PoisonError,
-        atomic::{AtomicU32, AtomicU64, Ordering},
-    },
+    sync::{Arc, Mutex, OnceLock, PoisonError},
     time::Instant,
 };
 
@@ -279,6 +276,13 @@ impl NativeKernel {
                 intrinsics[tid[1]] = y;
                 for x in 0..nx {
                     intrinsics[tid[0]] = x;
+                    if stopped(&args, self.wasm_params.len()) {
+                        // A thread ran out of the launch's time: on a GPU
+                        // the block's other threads would have run beside
+                        // it and stopped too; here they would each start
+                        // their own clock one after another.
+                        return;
+                    }
                     // SAFETY: the trampoline was compiled for exactly this
                     // many slots and intrinsics; `launch_slots` checked the
                     // parameters' types and that the status word is aligned.
@@ -292,7 +296,20 @@ impl NativeKernel {
             }
         }
     }
+}
 
+/// Whether the launch whose slots are `args` was stopped (a thread ran out
+/// of its time: see `append_trap_block`).
+fn stopped(args: &[u64], wasm_params: usize) -> bool {
+    let at = args[wasm_params + KernelAbi::STATUS] as usize + status::STOP;
+    // SAFETY: `launch_slots` checked the status word is non-null and
+    // aligned, and the launcher vouches it is live for the launch; threads
+    // write this field only with atomic stores.
+    let stop = unsafe { &*std::ptr::with_exposed_provenance::<std::sync::atomic::AtomicU32>(at) };
+    stop.load(std::sync::atomic::Ordering::Relaxed) != 0
+}
+
+impl NativeKernel {
     /// The launch parameters as 8-byte slots, after checking them against
     /// the kernel and the module docs' table.
     fn launch_slots(&self, params: &[KernelParam]) -> Vec<u64> {
@@ -558,8 +575,23 @@ fn append_trap_block(function: &mut Function, status: ir::Value) -> Block {
     let lost = function.dfg.make_block();
     // The launcher guarantees an aligned, live status word.
     let flags = MemFlagsData::trusted().with_endianness(Endianness::Little);
+    let record = function.dfg.make_block();
+    let stop = function.dfg.make_block();
     let mut pos = FuncCursor::new(function);
     pos.insert_block(trap);
+    // A thread out of time also sets the launch's stop word, whatever trap
+    // was recorded first: the block runner reads it between threads, which
+    // on the CPU run one after another (see `run_block`).
+    let is_time = pos
+        .ins()
+        .icmp_imm_u(IntCC::Equal, code, i64::from(KernelTrap::TimeLimit.code()));
+    pos.ins().brif(is_time, stop, &[], record, &[]);
+    pos.insert_block(stop);
+    let one = pos.ins().iconst(types::I32, 1);
+    let at = status_field(&mut pos, status, status::STOP);
+    pos.ins().atomic_store(flags, one, at);
+    pos.ins().jump(record, &[]);
+    pos.insert_block(record);
     let zero = pos.ins().iconst(types::I32, 0);
     let previous = pos.ins().atomic_cas(flags, status, zero, code);
     pos.ins().brif(previous, lost, &[], won, &[]);
@@ -568,10 +600,15 @@ fn append_trap_block(function: &mut Function, status: ir::Value) -> Block {
     pos.ins().return_(&[]);
     pos.insert_block(lost);
     pos.ins().return_(&[]);
-    for block in [trap, won, lost] {
+    for block in [trap, stop, record, won, lost] {
         function.layout.set_cold(block);
     }
     trap
+}
+
+/// The address of the status word's field at `offset`.
+fn status_field(pos: &mut FuncCursor<'_>, status: ir::Value, offset: usize) -> ir::Value {
+    pos.ins().iadd_imm_s(status, offset as i64)
 }
 
 /// Turns trap instruction `inst` into a branch to `target` with its code
@@ -718,20 +755,14 @@ fn jit_module() -> Result<JITModule, LowerError> {
 /// The JIT symbol of a runtime check's host function.
 fn check_symbol(check: RuntimeCheck) -> &'static str {
     match check {
-        RuntimeCheck::LaunchExpired => "tensorwasm_launch_expired",
-        RuntimeCheck::LaunchStopped => "tensorwasm_launch_stopped",
+        RuntimeCheck::Clock => "tensorwasm_clock",
     }
 }
 
 /// The address of a runtime check's host function.
 fn host_check(check: RuntimeCheck) -> *const u8 {
     match check {
-        RuntimeCheck::LaunchExpired => {
-            launch_expired as unsafe extern "C" fn(u64, u64) -> u32 as *const u8
-        }
-        RuntimeCheck::LaunchStopped => {
-            launch_stopped as unsafe extern "C" fn(u64) -> u32 as *const u8
-        }
+        RuntimeCheck::Clock => clock as extern "C" fn() -> u64 as *const u8,
     }
 }
 
@@ -780,81 +811,14 @@ fn link_runtime_checks(module: &mut JITModule, function: &mut Function) -> Resul
     Ok(())
 }
 
-/// The clock of [`launch_expired`]: nanoseconds since the first reading in
-/// this process, plus one, so it never reads 0 (a status word's `start_ns`
-/// of 0 means "not started"). Monotonic, shared by every thread.
-fn clock_ns() -> u64 {
+/// [`RuntimeCheck::Clock`] for kernels on the CPU target: nanoseconds
+/// since the first reading in this process (the CPU driver's ticks: its
+/// device reports a 1 GHz clock rate, so a launch's time limit in ticks is
+/// its limit in nanoseconds). Monotonic, shared by every thread.
+extern "C" fn clock() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     let epoch = *EPOCH.get_or_init(Instant::now);
-    u64::try_from(epoch.elapsed().as_nanos())
-        .unwrap_or(u64::MAX)
-        .saturating_add(1)
-}
-
-/// The `u32` stop flag and `u64` start time of the status word at `status`.
-///
-/// # Safety
-///
-/// `status` must be the address of a live status word ([`STATUS_BYTES`],
-/// [`STATUS_ALIGN`]-aligned) for `'a`, which others touch only atomically
-/// (or not at all) meanwhile.
-unsafe fn status_words<'a>(status: u64) -> (&'a AtomicU32, &'a AtomicU64) {
-    let at = status as usize;
-    // SAFETY: the caller vouches that the word is live and aligned; the
-    // fields are at their aligned offsets, and every concurrent access is
-    // atomic: the kernel's threads use only these functions on them and the
-    // host reads them after the launch.
-    unsafe {
-        (
-            &*std::ptr::with_exposed_provenance::<AtomicU32>(at + status::STOP),
-            &*std::ptr::with_exposed_provenance::<AtomicU64>(at + status::START_NS),
-        )
-    }
-}
-
-/// [`RuntimeCheck::LaunchExpired`] (see its docs) for kernels on the CPU
-/// target: 1 when the launch is stopped or its time is up, then stopped.
-///
-/// # Safety
-///
-/// Called only by a kernel's native code, with its own `status` parameter,
-/// which `launch_slots` checked to be non-null and aligned and the
-/// launcher vouches to be live for the launch.
-unsafe extern "C" fn launch_expired(status: u64, time_limit: u64) -> u32 {
-    // SAFETY: see this function's contract.
-    let (stop, start_ns) = unsafe { status_words(status) };
-    if stop.load(Ordering::Relaxed) != 0 {
-        return 1;
-    }
-    let now = clock_ns();
-    let mut start = start_ns.load(Ordering::Relaxed);
-    if start == 0 {
-        // The first thread to look starts the launch's clock.
-        start = match start_ns.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => now,
-            Err(winner) => winner,
-        };
-    }
-    // Saturating: a start another thread read after this thread's `now`
-    // is no time passed.
-    if now.saturating_sub(start) > time_limit {
-        stop.store(1, Ordering::Relaxed);
-        1
-    } else {
-        0
-    }
-}
-
-/// [`RuntimeCheck::LaunchStopped`] for kernels on the CPU target: 1 when
-/// the launch's `stop` flag is set.
-///
-/// # Safety
-///
-/// As [`launch_expired`].
-unsafe extern "C" fn launch_stopped(status: u64) -> u32 {
-    // SAFETY: see this function's contract.
-    let (stop, _) = unsafe { status_words(status) };
-    u32::from(stop.load(Ordering::Relaxed) != 0)
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Defines the kernel and its trampoline and finalizes them; the
@@ -1032,40 +996,10 @@ mod tests {
     }
 
     #[test]
-    fn runtime_checks_follow_the_status_word() {
-        // A status word: code, stop | offset | start_ns | reserved.
-        let word = [
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-        ];
-        let at = word.as_ptr() as u64;
-        let start = || word[2].load(Ordering::Relaxed);
-        // SAFETY: `word` is a live, 8-aligned status word for every call,
-        // touched only atomically.
-        let (expired, stopped) =
-            unsafe { (|limit| launch_expired(at, limit), || launch_stopped(at)) };
-        // The first check starts the clock; no limit never expires.
-        assert_eq!(expired(u64::MAX), 0);
-        let started = start();
-        assert!(started > 0);
-        assert_eq!(stopped(), 0);
-        // Later checks keep the first start; a long limit is not reached.
-        assert_eq!(expired(60_000_000_000), 0);
-        assert_eq!(start(), started);
-        // A start ahead of this thread's clock (another thread's later
-        // reading) is no time passed.
-        word[2].store(clock_ns() + 1_000_000_000, Ordering::Relaxed);
-        assert_eq!(expired(0), 0);
-        // Past the limit: stopped, for every later check too.
-        word[2].store(started, Ordering::Relaxed);
+    fn the_clock_is_monotonic_nanoseconds() {
+        let a = clock();
         std::thread::sleep(std::time::Duration::from_millis(2));
-        assert_eq!(expired(1_000_000), 1);
-        assert_eq!(stopped(), 1);
-        assert_eq!(expired(u64::MAX), 1);
-        // The stop flag is the u32 at +4, the code at +0 untouched.
-        let first = word[0].load(Ordering::Relaxed).to_le_bytes();
-        assert_eq!(first, [0, 0, 0, 0, 1, 0, 0, 0]);
+        let b = clock();
+        assert!(b >= a + 2_000_000, "{a} then {b}");
     }
 }

@@ -788,7 +788,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 KernelParam::Ptr(status),
                 KernelParam::I64(self.kernel_fuel as i64),
                 // Its bits: the kernel reads it as a u64.
-                KernelParam::I64(self.launch_time_ns as i64),
+                KernelParam::I64(self.launch_time_ticks() as i64),
                 KernelParam::I64(i64::from(grid.x)),
                 KernelParam::I64(i64::from(grid.y)),
                 KernelParam::I64(i64::from(grid.z)),
@@ -814,6 +814,18 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             return Err(driver_error("launch", e));
         }
         abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// The launch time limit in the ticks of the kernel's clock (the
+    /// device's cycle counter, at its peak clock rate: at a lower clock the
+    /// limit lasts longer in proportion). `u64::MAX` stays "no limit".
+    fn launch_time_ticks(&self) -> u64 {
+        if self.launch_time_ns == u64::MAX {
+            return u64::MAX;
+        }
+        let khz = u128::from(self.driver.device().clock_rate_khz.max(1));
+        let ticks = u128::from(self.launch_time_ns) * khz / 1_000_000;
+        u64::try_from(ticks).unwrap_or(u64::MAX)
     }
 
     /// The physical grid of a Wasm kernel launch of `grid` x `block`: a 1-D
@@ -851,7 +863,11 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             * u64::from(device.max_threads_per_multiprocessor);
         // At least one block, or a launch could never run.
         let share = (slots * self.launch_share_percent / 100 / threads).max(1);
-        let cap = if self.launch_share_percent >= 100 {
+        // Each thread's clock starts when its physical block does, so the
+        // time limit bounds the launch only while every physical block is
+        // resident at once: with a limit, the grid is capped at the share
+        // (100% is one wave of the device) even for a full share.
+        let cap = if self.launch_share_percent >= 100 && self.launch_time_ns == u64::MAX {
             u64::MAX
         } else {
             share
@@ -916,7 +932,9 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             std::ptr::with_exposed_provenance_mut::<u32>(at + status::CODE).write_volatile(0);
             std::ptr::with_exposed_provenance_mut::<u32>(at + status::STOP).write_volatile(0);
             std::ptr::with_exposed_provenance_mut::<u64>(at + status::OFFSET).write_volatile(0);
-            std::ptr::with_exposed_provenance_mut::<u64>(at + status::START_NS).write_volatile(0);
+            std::ptr::with_exposed_provenance_mut::<u64>(at + status::RESERVED).write_volatile(0);
+            std::ptr::with_exposed_provenance_mut::<u64>(at + status::RESERVED + 8)
+                .write_volatile(0);
             (code, offset)
         };
         if code == 0 {

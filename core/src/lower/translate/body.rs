@@ -27,9 +27,7 @@ use wasmparser::{BlockType, BrTable, MemArg, Operator, ValType};
 use super::WasmType;
 use super::detect::op_name;
 use super::module::{ConstValue, GlobalKind, ModuleInfo, invalid};
-use crate::lower::{
-    Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck, TIME_CHECK_INTERVAL, UnsupportedOp,
-};
+use crate::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck, UnsupportedOp};
 
 /// A translator invariant broke (the detector or validation should have
 /// caught the input).
@@ -69,7 +67,7 @@ pub(super) fn translate(
     let values = builder.block_params(entry).to_vec();
     let fuel = builder.declare_var(I64);
     builder.def_var(fuel, values[abi.hidden(KernelAbi::FUEL)]);
-    let [launch_expired, launch_stopped] = RuntimeCheck::ALL.map(|check| {
+    let [clock] = RuntimeCheck::ALL.map(|check| {
         let signature = builder.import_signature(check.signature());
         let name = builder
             .func
@@ -81,14 +79,17 @@ pub(super) fn translate(
             patchable: false,
         })
     });
+    // The thread's clock starts now; the virtual blocks and loop headers
+    // check how long it has run.
+    let call = builder.ins().call(clock, &[]);
+    let start = builder.inst_results(call)[0];
     let hidden = Hidden {
         mem_base: values[abi.hidden(KernelAbi::MEM_BASE)],
         mem_len: values[abi.hidden(KernelAbi::MEM_LEN)],
-        status: values[abi.hidden(KernelAbi::STATUS)],
         time_limit: values[abi.hidden(KernelAbi::TIME_LIMIT)],
         intrinsics: core::array::from_fn(|i| values[abi.hidden(KernelAbi::INTRINSICS) + i]),
-        launch_expired,
-        launch_stopped,
+        clock,
+        start,
     };
 
     let mut translator = Translator {
@@ -105,7 +106,11 @@ pub(super) fn translate(
         [KernelAbi::GRID_X, KernelAbi::GRID_Y, KernelAbi::GRID_Z].map(|k| values[abi.hidden(k)]);
     let fuel_param = values[abi.hidden(KernelAbi::FUEL)];
     translator.virtual_blocks(grid, fuel_param, |t| {
-        t.entry_check(u32::try_from(body_offset).unwrap_or(u32::MAX));
+        // A trap here carries the kernel body's offset.
+        t.builder.set_srcloc(SourceLoc::new(
+            u32::try_from(body_offset).unwrap_or(u32::MAX),
+        ));
+        t.time_check();
         t.inline(func_index, &values[..params.len()])
             .map(|results| results.is_some())
     })?;
@@ -122,13 +127,12 @@ pub(super) fn translate(
 struct Hidden {
     mem_base: Value,
     mem_len: Value,
-    status: Value,
     time_limit: Value,
     intrinsics: [Value; 12],
-    /// [`RuntimeCheck::LaunchExpired`].
-    launch_expired: FuncRef,
-    /// [`RuntimeCheck::LaunchStopped`].
-    launch_stopped: FuncRef,
+    /// [`RuntimeCheck::Clock`].
+    clock: FuncRef,
+    /// The thread's clock when it started.
+    start: Value,
 }
 
 struct Translator<'m, 'a, 'f> {
@@ -334,54 +338,25 @@ impl<'m> Translator<'m, '_, '_> {
         Ok(())
     }
 
-    /// The launch's time check at the kernel's entry (`docs/kernels.md`,
-    /// "Time limit"): thread (0, 0, 0) of each block checks the clock, every
-    /// other thread only whether the launch was stopped, so a launch of many
-    /// short blocks stops too. A trap here carries `offset`, the kernel
-    /// body's byte offset.
-    fn entry_check(&mut self, offset: u32) {
-        self.builder.set_srcloc(SourceLoc::new(offset));
-        let [x, y, z] = [
-            Intrinsic::ThreadIdxX,
-            Intrinsic::ThreadIdxY,
-            Intrinsic::ThreadIdxZ,
-        ]
-        .map(|which| self.hidden.intrinsics[which.index()]);
-        let xy = self.builder.ins().bor(x, y);
-        let xyz = self.builder.ins().bor(xy, z);
-        let clock = self.builder.create_block();
-        let flag = self.builder.create_block();
-        let body = self.builder.create_block();
-        self.builder.ins().brif(xyz, flag, &[], clock, &[]);
-        self.builder.seal_block(clock);
-        self.builder.seal_block(flag);
-        self.builder.switch_to_block(clock);
-        self.time_check(RuntimeCheck::LaunchExpired);
-        self.builder.ins().jump(body, &[]);
-        self.builder.switch_to_block(flag);
-        self.time_check(RuntimeCheck::LaunchStopped);
-        self.builder.ins().jump(body, &[]);
-        self.builder.seal_block(body);
-        self.builder.switch_to_block(body);
-    }
-
-    /// Calls `check` and traps `TimeLimit` (at the current source location)
-    /// when it says the launch is over.
-    fn time_check(&mut self, check: RuntimeCheck) {
+    /// The launch's time check (`docs/kernels.md`, "Time limit"): traps
+    /// `TimeLimit` (at the current source location) once the thread has
+    /// run longer than the launch's time limit. The clock is the thread's
+    /// own: no memory is read, so a check every thread makes costs no
+    /// shared traffic.
+    fn time_check(&mut self) {
         let Hidden {
-            status, time_limit, ..
+            time_limit,
+            clock,
+            start,
+            ..
         } = self.hidden;
-        let call = match check {
-            RuntimeCheck::LaunchExpired => self
-                .builder
-                .ins()
-                .call(self.hidden.launch_expired, &[status, time_limit]),
-            RuntimeCheck::LaunchStopped => self
-                .builder
-                .ins()
-                .call(self.hidden.launch_stopped, &[status]),
-        };
-        let over = self.builder.inst_results(call)[0];
+        let call = self.builder.ins().call(clock, &[]);
+        let now = self.builder.inst_results(call)[0];
+        let elapsed = self.builder.ins().isub(now, start);
+        let over = self
+            .builder
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThan, elapsed, time_limit);
         self.builder
             .ins()
             .trapnz(over, KernelTrap::TimeLimit.trap_code());
@@ -668,31 +643,17 @@ impl<'m> Translator<'m, '_, '_> {
             let value = self.builder.use_var(var);
             st.stack.push(value);
         }
-        // Fuel, once on entry and once per back edge, and the launch's
-        // clock every TIME_CHECK_INTERVAL headers a thread passes: both in
-        // a cold block, entered when the fuel left is a multiple of the
-        // interval (0 is one: the fuel check runs whenever it could trap).
-        // The hot path is one `and` and one branch, as the fuel check alone
-        // was a compare and a branch (the way back from the cold block
-        // still costs a GPU's tightest loops: docs/kernels.md).
+        // Fuel and the thread's clock, once on entry and once per back
+        // edge. Both are conditional traps (a branch to a stub that never
+        // comes back), so a GPU pays no reconvergence for them: a check
+        // every few thousand iterations behind a branch that rejoins the
+        // loop cost an H100 1.9x on a tight loop, more than reading the
+        // cycle counter each time.
         let fuel = self.builder.use_var(self.fuel);
-        let due = self
-            .builder
-            .ins()
-            .band_imm_u(fuel, (TIME_CHECK_INTERVAL - 1).cast_signed());
-        let check = self.builder.create_block();
-        let body = self.builder.create_block();
-        self.builder.ins().brif(due, body, &[], check, &[]);
-        self.builder.seal_block(check);
-        self.builder.set_cold_block(check);
-        self.builder.switch_to_block(check);
         self.builder
             .ins()
             .trapz(fuel, KernelTrap::OutOfFuel.trap_code());
-        self.time_check(RuntimeCheck::LaunchExpired);
-        self.builder.ins().jump(body, &[]);
-        self.builder.seal_block(body);
-        self.builder.switch_to_block(body);
+        self.time_check();
         let fuel = self.builder.ins().iadd_imm_s(fuel, -1);
         self.builder.def_var(self.fuel, fuel);
 
