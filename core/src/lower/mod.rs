@@ -378,7 +378,8 @@ pub mod status {
     pub const STOP: usize = 4;
     /// `u64` Wasm byte offset of the first trap.
     pub const OFFSET: usize = 8;
-    /// Two `u64`s, reserved (0; the host clears them with the rest).
+    /// Two `u64`s, reserved (0; the host clears them with the rest). The
+    /// CPU target's block runners keep the launch's start in the first.
     pub const RESERVED: usize = 16;
 }
 

@@ -270,17 +270,16 @@ impl NativeKernel {
             y: ny,
             z: nz,
         } = block.block_dim;
+        let mut started: u32 = 0;
         for z in 0..nz {
             intrinsics[tid[2]] = z;
             for y in 0..ny {
                 intrinsics[tid[1]] = y;
                 for x in 0..nx {
                     intrinsics[tid[0]] = x;
-                    if stopped(&args, self.wasm_params.len()) {
-                        // A thread ran out of the launch's time: on a GPU
-                        // the block's other threads would have run beside
-                        // it and stopped too; here they would each start
-                        // their own clock one after another.
+                    let look = started.is_multiple_of(CLOCK_EVERY_THREADS);
+                    started = started.wrapping_add(1);
+                    if stopped(&args, self.wasm_params.len(), look) {
                         return;
                     }
                     // SAFETY: the trampoline was compiled for exactly this
@@ -298,15 +297,55 @@ impl NativeKernel {
     }
 }
 
-/// Whether the launch whose slots are `args` was stopped (a thread ran out
-/// of its time: see `append_trap_block`).
-fn stopped(args: &[u64], wasm_params: usize) -> bool {
-    let at = args[wasm_params + KernelAbi::STATUS] as usize + status::STOP;
+/// Threads a block runner starts between two looks at the launch's clock.
+const CLOCK_EVERY_THREADS: u32 = 256;
+
+/// Whether the launch whose slots are `args` must start no more threads: a
+/// thread ran out of its time (see `append_trap_block`), or, when `look`,
+/// the launch as a whole has run past its time limit since its first block
+/// started. On a GPU every thread of the launch runs at once and each one's
+/// own clock bounds it; here a block's threads run one after another, so
+/// the runner also keeps the launch's clock (its start in the status
+/// word's first reserved field) and, past the limit, stops the launch with
+/// the `TimeLimit` trap (offset 0) as a thread would.
+fn stopped(args: &[u64], wasm_params: usize, look: bool) -> bool {
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    let at = args[wasm_params + KernelAbi::STATUS] as usize;
+    let limit = args[wasm_params + KernelAbi::TIME_LIMIT];
     // SAFETY: `launch_slots` checked the status word is non-null and
-    // aligned, and the launcher vouches it is live for the launch; threads
-    // write this field only with atomic stores.
-    let stop = unsafe { &*std::ptr::with_exposed_provenance::<std::sync::atomic::AtomicU32>(at) };
-    stop.load(std::sync::atomic::Ordering::Relaxed) != 0
+    // aligned, and the launcher vouches it is live for the launch; during
+    // it, its fields are touched only atomically (threads' trap blocks and
+    // these runners).
+    let (code, stop, start) = unsafe {
+        (
+            &*std::ptr::with_exposed_provenance::<AtomicU32>(at + status::CODE),
+            &*std::ptr::with_exposed_provenance::<AtomicU32>(at + status::STOP),
+            &*std::ptr::with_exposed_provenance::<AtomicU64>(at + status::RESERVED),
+        )
+    };
+    if stop.load(Ordering::Relaxed) != 0 {
+        return true;
+    }
+    if !look || limit == u64::MAX {
+        return false;
+    }
+    // Never 0 (0 is "not started").
+    let now = clock().saturating_add(1);
+    let began = match start.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => now,
+        Err(earlier) => earlier,
+    };
+    if now.saturating_sub(began) <= limit {
+        return false;
+    }
+    stop.store(1, Ordering::Relaxed);
+    let _ = code.compare_exchange(
+        0,
+        KernelTrap::TimeLimit.code(),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    true
 }
 
 impl NativeKernel {
