@@ -1,8 +1,10 @@
 ;; The guest of embed/benches/wasm_kernels.rs. It holds the vector add and
-;; SAXPY of examples/wasm_kernels.wat as Wasm functions that the host has
-;; made into GPU kernels (`kernel_get`), the same two operations as plain
-;; loops that wasmtime runs on the CPU, and thin exports over the wasi_cuda
-;; imports, so the host can time exactly what a guest pays. The host writes
+;; SAXPY of examples/wasm_kernels.wat and a compute-bound loop as Wasm
+;; functions that the host has made into GPU kernels (`kernel_get`), the
+;; vector add and SAXPY as plain loops that wasmtime runs on the CPU, and
+;; thin exports over the wasi_cuda imports, so the host can time exactly
+;; what a guest pays. The bench runs it both as a trusted guest and as an
+;; untrusted tenant's. The host writes
 ;; the PTX text, kernel names, argument descriptors and data into this memory
 ;; itself, and grows it; the guest keeps only its out-slots in the first 64
 ;; bytes.
@@ -12,8 +14,9 @@
 (module
   ;; Function indices (imports come first): 0 kernel_get, 1 module_load_ptx,
   ;; 2 function_get, 3 launch, 4 sync, 5 prefetch, 6 thread_idx_x,
-  ;; 7 block_idx_x, 8 block_dim_x, then 9 $global_id, 10 $vadd_kernel and
-  ;; 11 $saxpy_kernel (VADD_KERNEL and SAXPY_KERNEL in the bench).
+  ;; 7 block_idx_x, 8 block_dim_x, then 9 $global_id, 10 $vadd_kernel,
+  ;; 11 $saxpy_kernel and 12 $loop_kernel (VADD_KERNEL, SAXPY_KERNEL and
+  ;; LOOP_KERNEL in the bench).
   (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
   (import "wasi_cuda" "module_load_ptx" (func $module_load_ptx (param i32 i32 i32) (result i32)))
   (import "wasi_cuda" "function_get" (func $function_get (param i64 i32 i32 i32) (result i32)))
@@ -31,7 +34,8 @@
   (global $OUT_FUNCTION i32 (i32.const 16))
   (global $OUT_LAUNCH i32 (i32.const 24))
 
-  ;; ---- kernels (run on the device), as in examples/wasm_kernels.wat ----
+  ;; ---- kernels (run on the device); the first three as in
+  ;; examples/wasm_kernels.wat ----
 
   ;; This thread's element: blockIdx.x * blockDim.x + threadIdx.x.
   (func $global_id (result i32)
@@ -60,7 +64,27 @@
                             (f32.load (i32.add (local.get $x) (i32.shl (local.get $i) (i32.const 2)))))
                    (f32.load (local.get $at)))))))
 
-  ;; ---- the same two operations on the CPU (wasmtime), one call a pass ----
+  ;; y[i] = x[i] after iters steps of v = v * a + b, for i < n (a multiply,
+  ;; then an add: no fma), the shape of kernels/bench/mul_add_loop.ptx.
+  ;; Compute-bound: its time is the loop's, and the lowered loop's header is
+  ;; where the kernel spends a unit of fuel and, every 4096 passes, checks
+  ;; the launch's clock, which the hand PTX does not.
+  (func $loop_kernel (param $a f32) (param $b f32) (param $x i32) (param $y i32)
+                     (param $n i32) (param $iters i32)
+    (local $i i32) (local $v f32)
+    (local.set $i (call $global_id))
+    (if (i32.lt_u (local.get $i) (local.get $n))
+      (then
+        (local.set $v (f32.load (i32.add (local.get $x) (i32.shl (local.get $i) (i32.const 2)))))
+        (if (local.get $iters)
+          (then
+            (loop $next
+              (local.set $v (f32.add (f32.mul (local.get $v) (local.get $a)) (local.get $b)))
+              (br_if $next (local.tee $iters (i32.sub (local.get $iters) (i32.const 1)))))))
+        (f32.store (i32.add (local.get $y) (i32.shl (local.get $i) (i32.const 2)))
+          (local.get $v)))))
+
+  ;; ---- the vector add and SAXPY on the CPU (wasmtime), one call a pass ----
 
   ;; c[i] = a[i] + b[i] for i < n.
   (func (export "vadd_loop") (param $a i32) (param $b i32) (param $c i32) (param $n i32)
