@@ -1,11 +1,11 @@
 //! What a guest's own Wasm functions are worth as GPU kernels, measured side
 //! by side in one process on device 0's primary context. Every Wasm kernel
-//! checks the launch's clock (docs/kernels.md, "Time limit"): at the entry
-//! of each block (thread (0, 0, 0) reads the clock, the others the stop
-//! word) and in a cold block behind each loop header's `and` and branch on
-//! the fuel, every 4096 passes; and it runs the guest's grid as virtual
-//! blocks over a 1-D physical grid ("Virtual blocks"). The hand-written PTX
-//! does neither, so the rows below hold both costs:
+//! checks its thread's time (docs/kernels.md, "Time limit"): it reads the
+//! SM's cycle counter when the thread starts, at each virtual block's start
+//! and at each loop header (after the fuel check), and traps once past the
+//! limit; and it runs the guest's grid as virtual blocks over a 1-D
+//! physical grid ("Virtual blocks"). The hand-written PTX does neither, so
+//! the rows below hold both costs:
 //!
 //! 1. bandwidth of a vector add and a SAXPY written in Wasm, lowered to PTX
 //!    by `kernel_get` and launched over the guest's linear memory (managed
@@ -13,8 +13,8 @@
 //!    hand-written PTX launched raw over `cuMemAlloc` buffers, and that same
 //!    PTX launched by the guest over its memory (which separates what the
 //!    lowering costs from what managed memory costs). Memory-bound: what
-//!    the checks add is the entry check (each block's first thread reads
-//!    the clock, every other thread the launch's stop word);
+//!    the checks add is two cycle-counter reads and a compare per thread,
+//!    and the virtual-block loop around the body;
 //! 2. the same for a compute-bound loop, `x = x * a + b` (a rounded
 //!    multiply, then a rounded add) taken [`LOOP_ITERS`] times by each
 //!    thread over one f32, in G iterations/s: the hand PTX's loop has no
@@ -107,9 +107,8 @@ const ALPHA: f32 = 1.5;
 /// H100 (132 x 2048), so a launch runs many waves of full blocks.
 const LOOP_N: usize = 4 << 20;
 /// Steps of `x = x * a + b` each thread of the loop kernel takes: 4096
-/// steps for 8 bytes of memory traffic, so the kernel is compute-bound;
-/// and one whole interval of the Wasm loop's clock check (its cold block,
-/// the fuel test and a clock read, is taken once in 4096 header passes).
+/// steps for 8 bytes of memory traffic, so the kernel is compute-bound
+/// (and every step passes the Wasm loop header's fuel and clock checks).
 const LOOP_ITERS: u32 = 4096;
 /// The loop's `a` and `b`: `a` just below 1 and `b` small, so every value
 /// stays finite (no NaN, whose bits Wasm leaves open) and moves towards
@@ -1807,10 +1806,9 @@ impl Record<'_> {
              (function indices in config), made by the guest's kernel_get and launched with \
              eight hidden parameters (memory base and length, status word, fuel, time limit, \
              the guest's grid); the lowered code checks every access against the memory's \
-             length, reads the launch's clock (thread (0,0,0) of each block) or stop word (the \
-             others) at each virtual block's entry, and at each loop header spends fuel and \
-             every 4096 passes takes a cold block that reads the clock (lowered_ptx below); the \
-             hand PTX does none of this",
+             length, reads the SM's cycle counter when a thread starts, at each virtual \
+             block's start and at each loop header (after spending fuel), trapping past the \
+             launch's time limit (lowered_ptx below); the hand PTX does none of this",
             "loop: y = x after loop_iters steps of x = x * a + b (a = loop_a_bits, b = \
              loop_b_bits as f32), x the first loop_n elements of vector a, y a vector of each \
              method's own; every launch starts again from x, so the output does not depend on \

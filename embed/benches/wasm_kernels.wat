@@ -67,8 +67,8 @@
   ;; y[i] = x[i] after iters steps of v = v * a + b, for i < n (a multiply,
   ;; then an add: no fma), the shape of kernels/bench/mul_add_loop.ptx.
   ;; Compute-bound: its time is the loop's, and the lowered loop's header is
-  ;; where the kernel spends a unit of fuel and, every 4096 passes, checks
-  ;; the launch's clock, which the hand PTX does not.
+  ;; where the kernel spends a unit of fuel and checks its thread's time
+  ;; (the SM's cycle counter), which the hand PTX does not.
   (func $loop_kernel (param $a f32) (param $b f32) (param $x i32) (param $y i32)
                      (param $n i32) (param $iters i32)
     (local $i i32) (local $v f32)

@@ -337,7 +337,7 @@ fn wasm_kernel_endless_loop_ends_at_the_launch_time_limit() {
             text.starts_with("wait: ETRAP: kernel `kernel_4` trapped: launch time limit exceeded"),
             "{text}"
         );
-        assert!(took >= limit, "stopped after {took:?}");
+        assert!(took >= limit * 9 / 10, "stopped after {took:?}");
         assert!(took < Duration::from_secs(5), "took {took:?}");
 
         let (status, _) = timed_run(&mut store, &instance, (5, 1000, 32));
@@ -647,8 +647,11 @@ fn a_quiet_tenant_keeps_its_p99_while_a_hostile_tenant_launches_its_largest_kern
             text.starts_with("wait: ETRAP") && text.contains("time limit"),
             "hostile launch {i}: {text}"
         );
+        // The limit is counted in the SMs' cycles at their peak clock
+        // (docs/kernels.md, "Time limit"), so the wall time may differ from
+        // it by a little either way (199.5 ms for 200 ms on the H100).
         assert!(
-            *took >= limit && *took <= limit + Duration::from_secs(1),
+            *took >= limit * 9 / 10 && *took <= limit + Duration::from_secs(1),
             "hostile launch {i} took {took:?} with a launch time of {limit:?}"
         );
     }

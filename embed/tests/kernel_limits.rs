@@ -158,7 +158,7 @@ where
 }
 
 fn world() -> World {
-    let driver = CpuDriver::with_capacity(64 << 20).expect("CPU driver");
+    let driver = CpuDriver::with_capacity(256 << 20).expect("CPU driver");
     World {
         runtime: GuestRuntime::new(driver, 16 << 20).expect("runtime"),
     }
@@ -431,6 +431,28 @@ fn a_cached_kernel_is_checked_against_each_tenants_limits() {
         "{}",
         last_error(&small)
     );
+}
+
+#[test]
+fn tenants_asking_for_a_kernel_being_made_share_that_make() {
+    // Eight tenants ask for the same large kernel at once: one make, whose
+    // time is charged to one tenant; everyone gets the kernel.
+    let w = world();
+    let wat = Shape::LiveValues.wat(2000);
+    let mut tenants: Vec<_> = (0..8)
+        .map(|_| tenant(&w, &wat, TenantQuota::default()))
+        .collect();
+    std::thread::scope(|s| {
+        for t in &mut tenants {
+            s.spawn(move || assert_eq!(kernel_get(t), 0, "{}", last_error(t)));
+        }
+    });
+    assert_eq!(w.runtime.kernel_cache().lowerings(), 1);
+    let charged = tenants
+        .iter()
+        .filter(|t| t.ledger().compile_spent_ns() > 0)
+        .count();
+    assert_eq!(charged, 1, "only the tenant that made it is charged");
 }
 
 #[test]

@@ -1271,8 +1271,12 @@ fn stress<D: Device>(driver: D, scale: &Scale, what: &str) {
     // of its own for the context and trims it at its own pace (on the H100,
     // CUDA 13.0: 112 MiB kept after the warm-up, then 32 MiB more handed
     // back after each round; docs/verification/2026-11-23-tenants-gpu.md),
-    // so there free memory must never drop below where it started: a round
-    // that kept anything would end below its start.
+    // so there free memory must never drop below where it stood after the
+    // warm-up: a round that kept anything would end below it. (The driver
+    // may hand memory back in one round and take it again in the next: on
+    // the H100 with Wasm kernels run as virtual blocks, round 1 gave back
+    // 64 MiB and round 2 took them again, ending exactly at the warm
+    // level; docs/verification/2026-11-24-sandbox-gpu.md.)
     if driver.kind() == DriverKind::Cpu {
         assert_eq!(
             free_after, free_before,
@@ -1290,9 +1294,10 @@ fn stress<D: Device>(driver: D, scale: &Scale, what: &str) {
         free_before - free_after
     );
     assert!(
-        free_after2 >= free_after,
-        "round 2 lost {} bytes of device memory: {free_after} free before it, {free_after2} after",
-        free_after - free_after2
+        free_after2 >= free_before,
+        "round 2 lost {} bytes of device memory: {free_before} free after the warm-up, \
+         {free_after2} after round 2",
+        free_before.saturating_sub(free_after2)
     );
 }
 

@@ -265,10 +265,16 @@ pub struct LoadedKernel<D: GpuDriver> {
 /// A cache key: the module's identity and the function's index.
 type KernelKey = ((u64, usize), u32);
 
+/// What a kernel being made is answered with.
+type Made<D> = Result<Arc<LoadedKernel<D>>, KernelError>;
+
 /// Translates, lowers and loads each (module, function) once for one
-/// driver; later requests share the loaded kernel.
+/// driver; later requests share the loaded kernel, and requests while it
+/// is being made (with the same limits) wait for that one make.
 pub struct KernelCache<D: GpuDriver> {
     entries: Mutex<HashMap<KernelKey, Arc<LoadedKernel<D>>>>,
+    /// Kernels being made, with the channels of those waiting for them.
+    making: Mutex<HashMap<(KernelKey, KernelLimits), Vec<mpsc::Sender<Made<D>>>>>,
     lowerings: AtomicU64,
 }
 
@@ -276,9 +282,18 @@ impl<D: GpuDriver> Default for KernelCache<D> {
     fn default() -> Self {
         KernelCache {
             entries: Mutex::default(),
+            making: Mutex::default(),
             lowerings: AtomicU64::new(0),
         }
     }
+}
+
+/// A request's place in the cache: the kernel, a make to wait for, or the
+/// make to do (then [`KernelCache::make`] and publish to the waiters).
+enum Claim<D: GpuDriver> {
+    Ready(Made<D>),
+    Wait(mpsc::Receiver<Made<D>>),
+    Make,
 }
 
 impl<D: KernelTarget> KernelCache<D> {
@@ -319,9 +334,9 @@ impl<D: KernelTarget> KernelCache<D> {
     }
 
     /// As [`get`](Self::get), refusing a kernel larger than `limits`. The
-    /// cache's lock is not held while a kernel is made, so a slow compile
-    /// stalls nobody else's `kernel_get`; two callers racing to make the
-    /// same kernel may both make it, and the first one cached wins.
+    /// cache's locks are not held while a kernel is made, so a slow compile
+    /// stalls nobody else's `kernel_get`; a request for a kernel being made
+    /// with the same limits waits for that make instead of making it again.
     pub fn get_within(
         &self,
         driver: &D,
@@ -329,9 +344,70 @@ impl<D: KernelTarget> KernelCache<D> {
         index: u32,
         limits: KernelLimits,
     ) -> Result<Arc<LoadedKernel<D>>, KernelError> {
-        if let Some(hit) = self.lookup(source, index, limits) {
-            return hit;
+        match self.claim(source, index, limits) {
+            Claim::Ready(made) => made,
+            Claim::Wait(answer) => answer.recv().unwrap_or_else(|_| {
+                Err(KernelError::Panicked(
+                    "the kernel's make ended without an answer".into(),
+                ))
+            }),
+            Claim::Make => self.make_and_publish(driver, source, index, limits),
         }
+    }
+
+    /// Where a request for the kernel stands; `Make` registers the caller
+    /// as its maker, who must then call [`make_and_publish`]
+    /// (Self::make_and_publish).
+    fn claim(&self, source: &KernelSource, index: u32, limits: KernelLimits) -> Claim<D> {
+        // Lock order: `making`, then `entries` (in `lookup`); the maker
+        // publishes in the same order.
+        let mut making = self.making.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(hit) = self.lookup(source, index, limits) {
+            return Claim::Ready(hit);
+        }
+        match making.get_mut(&((source.id, index), limits)) {
+            Some(waiters) => {
+                let (sent, answer) = mpsc::channel();
+                waiters.push(sent);
+                Claim::Wait(answer)
+            }
+            None => {
+                making.insert(((source.id, index), limits), Vec::new());
+                Claim::Make
+            }
+        }
+    }
+
+    /// Makes the kernel (the caller claimed it), caches it if it was made,
+    /// and answers everyone who waited for it.
+    fn make_and_publish(
+        &self,
+        driver: &D,
+        source: &KernelSource,
+        index: u32,
+        limits: KernelLimits,
+    ) -> Made<D> {
+        let made = panic::catch_unwind(AssertUnwindSafe(|| {
+            self.make(driver, source, index, limits)
+        }))
+        .unwrap_or_else(|payload| Err(KernelError::Panicked(panic_text(&*payload))));
+        let mut making = self.making.lock().unwrap_or_else(PoisonError::into_inner);
+        let made = made.map(|loaded| {
+            let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(entries.entry((source.id, index)).or_insert(loaded))
+        });
+        for waiter in making
+            .remove(&((source.id, index), limits))
+            .unwrap_or_default()
+        {
+            // A waiter that gave up is gone: nobody to answer.
+            let _ = waiter.send(made.clone());
+        }
+        made
+    }
+
+    /// Translates, lowers and loads the kernel.
+    fn make(&self, driver: &D, source: &KernelSource, index: u32, limits: KernelLimits) -> Made<D> {
         let translated =
             translate_kernel_within(source.wasm(), index, limits).map_err(KernelError::Lower)?;
         let module = driver.load_kernel(&translated)?;
@@ -339,17 +415,13 @@ impl<D: KernelTarget> KernelCache<D> {
             .function(&module, &translated.name)
             .map_err(driver_error)?;
         self.lowerings.fetch_add(1, Ordering::Relaxed);
-        let loaded = Arc::new(LoadedKernel {
+        Ok(Arc::new(LoadedKernel {
             module: Arc::new(module),
             function,
             params: translated.params.clone(),
             name: translated.name.clone(),
             size: translated.size,
-        });
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(Arc::clone(
-            entries.entry((source.id, index)).or_insert(loaded),
-        ))
+        }))
     }
 
     /// How many kernels this cache has translated, lowered and loaded.
@@ -385,7 +457,10 @@ pub const COMPILE_STACK_BYTES: usize = 256 << 20;
 /// call); it runs on, holds `compile_slot` (the tenant's
 /// [`Resource::Compiles`](tensorwasm_core::quota::Resource::Compiles)
 /// charge) until it ends, and its whole time is charged to `ledger`'s
-/// compile budget. Its kernel is cached if it succeeds.
+/// compile budget. Its kernel is cached if it succeeds. A request for a
+/// kernel another request is making with the same limits waits for that
+/// make (within its own `bounds.wait`) and gives `compile_slot` back at
+/// once: one make, charged to the tenant that started it.
 pub fn compile_bounded<D: KernelTarget + Clone + 'static>(
     driver: &D,
     cache: &Arc<KernelCache<D>>,
@@ -394,39 +469,64 @@ pub fn compile_bounded<D: KernelTarget + Clone + 'static>(
     bounds: CompileBounds,
     ledger: Arc<QuotaLedger>,
     compile_slot: OwnedCharge,
-) -> DispatchFuture<Result<Arc<LoadedKernel<D>>, KernelError>> {
+) -> DispatchFuture<Made<D>> {
     let (done, result) = dispatch();
-    let (driver, cache, source) = (driver.clone(), Arc::clone(cache), source.clone());
-    let (sent, received) = mpsc::channel();
-    let worker = std::thread::Builder::new()
-        .name("tensorwasm-compile".into())
-        .stack_size(COMPILE_STACK_BYTES)
-        .spawn(move || {
-            let start = Instant::now();
-            let made = panic::catch_unwind(AssertUnwindSafe(|| {
-                cache.get_within(&driver, &source, index, bounds.limits)
-            }))
-            .unwrap_or_else(|payload| Err(KernelError::Panicked(panic_text(&*payload))));
-            let spent = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            ledger.spend_compile_time(spent);
+    let received = match cache.claim(source, index, bounds.limits) {
+        Claim::Ready(made) => {
+            let _ = done.complete(made);
+            return result;
+        }
+        // Another tenant is making this kernel: wait for that make (within
+        // this guest's own bound), with no worker, slot or time of ours.
+        Claim::Wait(answer) => {
             drop(compile_slot);
-            // The waiter may have given up: then nobody reads this.
-            let _ = sent.send(made);
-        });
-    if let Err(e) = worker {
-        let _ = done.complete(Err(KernelError::Driver {
-            kind: ErrorKind::OutOfMemory,
-            message: format!("no compile worker could be started: {e}"),
-        }));
-        return result;
-    }
-    // The watchdog ends when the compile does or the wait is over,
-    // whichever comes first; the guest's future completes then.
+            answer
+        }
+        Claim::Make => {
+            let (driver, cache, source) = (driver.clone(), Arc::clone(cache), source.clone());
+            let (sent, received) = mpsc::channel();
+            let worker = std::thread::Builder::new()
+                .name("tensorwasm-compile".into())
+                .stack_size(COMPILE_STACK_BYTES)
+                .spawn(move || {
+                    let start = Instant::now();
+                    let made = cache.make_and_publish(&driver, &source, index, bounds.limits);
+                    let spent = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    ledger.spend_compile_time(spent);
+                    drop(compile_slot);
+                    // The waiter may have given up: then nobody reads this.
+                    let _ = sent.send(made);
+                });
+            if let Err(e) = worker {
+                let _ = done.complete(Err(KernelError::Driver {
+                    kind: ErrorKind::OutOfMemory,
+                    message: format!("no compile worker could be started: {e}"),
+                }));
+                return result;
+            }
+            received
+        }
+    };
+    // The watchdog ends when the make does or the wait is over, whichever
+    // comes first; the guest's future completes then.
     let watchdog = std::thread::Builder::new()
         .name("tensorwasm-compile-wait".into())
         .spawn(move || {
             let outcome = match received.recv_timeout(bounds.wait) {
-                Ok(made) => made,
+                Ok(made) => made.and_then(|kernel| {
+                    // A kernel made for another tenant with other limits
+                    // never reaches here (makes are shared per limits),
+                    // but a cached one is checked all the same.
+                    if bounds.limits.admits(kernel.size) {
+                        Ok(kernel)
+                    } else {
+                        Err(KernelError::Lower(LowerError::TooLarge(UnsupportedOp {
+                            op: kernel.name.clone(),
+                            offset: 0,
+                            reason: "the kernel is larger than this tenant's limits".into(),
+                        })))
+                    }
+                }),
                 Err(mpsc::RecvTimeoutError::Timeout) => Err(KernelError::TimedOut {
                     waited: bounds.wait,
                 }),
