@@ -268,13 +268,16 @@ type KernelKey = ((u64, usize), u32);
 /// What a kernel being made is answered with.
 type Made<D> = Result<Arc<LoadedKernel<D>>, KernelError>;
 
+/// Who waits for a kernel being made.
+type Waiters<D> = Vec<mpsc::Sender<Made<D>>>;
+
 /// Translates, lowers and loads each (module, function) once for one
 /// driver; later requests share the loaded kernel, and requests while it
 /// is being made (with the same limits) wait for that one make.
 pub struct KernelCache<D: GpuDriver> {
     entries: Mutex<HashMap<KernelKey, Arc<LoadedKernel<D>>>>,
     /// Kernels being made, with the channels of those waiting for them.
-    making: Mutex<HashMap<(KernelKey, KernelLimits), Vec<mpsc::Sender<Made<D>>>>>,
+    making: Mutex<HashMap<(KernelKey, KernelLimits), Waiters<D>>>,
     lowerings: AtomicU64,
 }
 
