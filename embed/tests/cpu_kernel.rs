@@ -276,7 +276,7 @@ impl Launcher {
         (code, offset)
     }
 
-    /// The status word's time fields: (stop, start_ns).
+    /// The status word's `stop` flag.
     fn stop_word(&self) -> u32 {
         let mut bytes = [0; STATUS_BYTES];
         self.driver

@@ -38,12 +38,10 @@
 //!   whose CAS won writes the instruction's source location (the Wasm byte
 //!   offset) as the `u64` at status + 8; then the thread returns. Never
 //!   PTX `trap`, which would poison the context: other threads run on.
-//! - **Runtime checks.** The only `call`s lowered are the launch's time
-//!   checks ([`RuntimeCheck`](super::RuntimeCheck)), inline, by their rules
-//!   in the table (`table::LAUNCH_EXPIRED`, `table::LAUNCH_STOPPED`):
-//!   volatile loads of the status word's `stop` (+4) and `start_ns` (+16),
-//!   `%globaltimer` as the clock, `atom.global.cas.b64` to set `start_ns`
-//!   once, a volatile store to set `stop`. Any other call is refused.
+//! - **Runtime checks.** The only `call`s lowered are the launch's clock
+//!   ([`RuntimeCheck::Clock`](super::RuntimeCheck::Clock)), inline, by its
+//!   rule in the table (`table::CLOCK`): `mov.u64 %rd, %clock64;`, the SM's
+//!   cycle counter; no memory. Any other call is refused.
 //!
 //! # The rules, and why they are right
 //!

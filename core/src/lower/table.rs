@@ -1533,7 +1533,7 @@ const CONTROL: &[Row] = &[
 
 const CALLS: &str = "the translator inlines every callee; a call left in a kernel's CLIF \
                      means recursion, call_indirect or an import (docs/kernels.md); only the \
-                     runtime checks launch_expired and launch_stopped are called";
+                     runtime check `clock` is called";
 const SIMD: &str = "Wasm SIMD is refused by the detector; lanes would map to PTX vector \
                     registers or be scalarized";
 const HOST: &str = "host-runtime machinery with no meaning in a kernel";

@@ -16,7 +16,7 @@
 //! | `0 .. w` | `I32`, `I64`, `F32`, `F64` | the Wasm arguments, each of exactly its Wasm type |
 //! | `w` | `Ptr` | `mem_base`: host address of byte 0 of the guest's memory |
 //! | `w + 1` | `I64` | `mem_len`: bytes of guest memory the kernel may touch (`>= 0`) |
-//! | `w + 2` | `Ptr` | `status`: 32 bytes (`u32` code, `u32` stop, `u64` offset, `u64` start_ns, `u64` reserved, little-endian), 8-aligned, zeroed before the launch |
+//! | `w + 2` | `Ptr` | `status`: 32 bytes (`u32` code, `u32` stop, `u64` offset, `u64` the launch's start (this target only), `u64` reserved, little-endian), 8-aligned, zeroed before the launch |
 //! | `w + 3` | `I64` | `fuel`: each thread's budget of loop iterations (its bits, as a `u64`) |
 //! | `w + 4` | `I64` | `time_limit`: nanoseconds the launch may run (its bits, as a `u64`; `u64::MAX`: no limit) |
 //! | `w + 5 ..= w + 7` | `I64` | `grid_x`, `grid_y`, `grid_z`: the grid the guest launched (each at least 1), which the kernel runs as virtual blocks over the physical (1-D) grid of the launch |
@@ -41,14 +41,14 @@
 //!
 //! # Runtime checks
 //!
-//! The translator's time checks ([`RuntimeCheck`], `docs/kernels.md`, "Time
-//! limit") stay calls: the JIT links them to host functions of this module
-//! (`launch_expired`, `launch_stopped`), which use the status word's `stop`
-//! (`AtomicU32` at +4) and `start_ns` (`AtomicU64` at +16). The clock is
-//! the nanoseconds since a process-wide [`Instant`], plus one, so it never
-//! reads 0 ("not started"). Threads of one block run one after another on
-//! the CPU driver: once one has stopped the launch, the block's remaining
-//! threads and every later block end at their entry check.
+//! The translator's clock reads ([`RuntimeCheck::Clock`], `docs/kernels.md`,
+//! "Time limit") stay calls: the JIT links them to `clock`, the nanoseconds
+//! since a process-wide [`Instant`] (the CPU driver's ticks). Threads of one
+//! block run one after another on the CPU driver, so a thread's own clock
+//! bounds only itself: a thread that traps `TimeLimit` sets the status
+//! word's `stop` (`AtomicU32` at +4), and the block runner keeps the
+//! launch's clock too (its start, `AtomicU64` at +16, by the first block),
+//! looking every 256 threads; either way it starts no more threads.
 
 use std::{
     fmt, mem,
