@@ -370,11 +370,14 @@ fn the_compile_budget_and_the_compile_slots_are_quotas() {
     // so the first compile answers EQUOTA at once; it goes on, is charged
     // whole and cached. Then a cache hit is free, and another kernel is
     // refused up front: the budget is spent.
-    let two = guest(
-        "",
-        "local.get 0 drop",
-        "  (func (export \"other\") (param i32) local.get 0 drop)",
+    // The first kernel takes long enough to make (over 100 ms) that the
+    // guest's 0 ms wait is surely over first.
+    let live = Shape::LiveValues.wat(2000);
+    let two = live.replace(
+        "\n)",
+        "\n  (func (export \"other\") (param i32) local.get 0 drop)\n)",
     );
+    assert_ne!(two, live);
     let mut t = tenant(&w, &two, TenantQuota::unlimited().with_compile_budget_ns(1));
     assert_eq!(kernel_get(&mut t), Errno::EQUOTA.code());
     assert!(
@@ -439,9 +442,9 @@ fn tenants_asking_for_a_kernel_being_made_share_that_make() {
     // time is charged to one tenant; everyone gets the kernel.
     let w = world();
     let wat = Shape::LiveValues.wat(2000);
-    let mut tenants: Vec<_> = (0..8)
-        .map(|_| tenant(&w, &wat, TenantQuota::default()))
-        .collect();
+    // Untrusted limits, but time enough for a slow machine's make.
+    let quota = TenantQuota::default().with_compile_time_ns(600_000_000_000);
+    let mut tenants: Vec<_> = (0..8).map(|_| tenant(&w, &wat, quota)).collect();
     std::thread::scope(|s| {
         for t in &mut tenants {
             s.spawn(move || assert_eq!(kernel_get(t), 0, "{}", last_error(t)));
