@@ -907,9 +907,9 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     }
 
     /// After a kernel launch finished: the trap it recorded, if any, with
-    /// the slot cleared for the next launch: code, stop, offset and start
-    /// time, every time (a launch that did not trap has still started its
-    /// clock, and the next launch in this slot must start its own).
+    /// the whole slot cleared for the next launch, every time (a launch
+    /// that did not trap may still have set the CPU target's stop flag and
+    /// launch start).
     pub(crate) fn take_trap(&mut self, slot: usize, name: &str) -> Result<(), AbiError> {
         let Some(words) = &self.status else {
             return Ok(());
@@ -1274,8 +1274,8 @@ fn check_out_u64(mem: &[u8], out: u32) -> Result<(), AbiError> {
 
 /// Launch slots with a status word (one per possible launch handle).
 const STATUS_WORDS: usize = abi::handle::MAX_TABLE_CAPACITY;
-/// A status word: `u32` trap code, `u32` stop, `u64` offset, `u64` start
-/// time, `u64` reserved (`docs/kernels.md`).
+/// A status word: `u32` trap code, `u32` stop, `u64` offset, two `u64`s
+/// reserved (`docs/kernels.md`).
 const STATUS_BYTES: usize = status::BYTES;
 
 /// A Wasm kernel's arguments are values of its Wasm parameter types (guest
