@@ -394,6 +394,19 @@ impl<D: KernelTarget> KernelCache<D> {
             self.make(driver, source, index, limits)
         }))
         .unwrap_or_else(|payload| Err(KernelError::Panicked(panic_text(&*payload))));
+        self.publish(source, index, limits, made)
+    }
+
+    /// Ends the claimed make of the kernel with `made`: caches it if it was
+    /// made, answers everyone who waited for it, and lets the next request
+    /// claim it again if it failed.
+    fn publish(
+        &self,
+        source: &KernelSource,
+        index: u32,
+        limits: KernelLimits,
+        made: Made<D>,
+    ) -> Made<D> {
         let mut making = self.making.lock().unwrap_or_else(PoisonError::into_inner);
         let made = made.map(|loaded| {
             let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
@@ -486,14 +499,14 @@ pub fn compile_bounded<D: KernelTarget + Clone + 'static>(
             answer
         }
         Claim::Make => {
-            let (driver, cache, source) = (driver.clone(), Arc::clone(cache), source.clone());
+            let (w_driver, w_cache, w_source) = (driver.clone(), Arc::clone(cache), source.clone());
             let (sent, received) = mpsc::channel();
             let worker = std::thread::Builder::new()
                 .name("tensorwasm-compile".into())
                 .stack_size(COMPILE_STACK_BYTES)
                 .spawn(move || {
                     let start = Instant::now();
-                    let made = cache.make_and_publish(&driver, &source, index, bounds.limits);
+                    let made = w_cache.make_and_publish(&w_driver, &w_source, index, bounds.limits);
                     let spent = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
                     ledger.spend_compile_time(spent);
                     drop(compile_slot);
@@ -501,10 +514,12 @@ pub fn compile_bounded<D: KernelTarget + Clone + 'static>(
                     let _ = sent.send(made);
                 });
             if let Err(e) = worker {
-                let _ = done.complete(Err(KernelError::Driver {
+                // Nobody will make it: answer the waiters, free the claim.
+                let failed = Err(KernelError::Driver {
                     kind: ErrorKind::OutOfMemory,
                     message: format!("no compile worker could be started: {e}"),
-                }));
+                });
+                let _ = done.complete(cache.publish(source, index, bounds.limits, failed));
                 return result;
             }
             received
