@@ -27,6 +27,12 @@ use tensorwasm_embed::{
 };
 use wasmtime::{Instance, Store, TypedFunc};
 
+#[path = "support/timed.rs"]
+#[allow(dead_code)] // `$busy` and its constants are for wasm_kernels.rs
+mod timed;
+
+use timed::{MARK, MARKS, SPIN, timed_run, timed_wat};
+
 const VECTOR_ADD: &str = include_str!("../../examples/vector_add.wat");
 const DEVICE_BUFFERS: &str = include_str!("../../examples/device_buffers.wat");
 
@@ -267,50 +273,6 @@ fn wasm_kernel_traps_leave_the_context_healthy() {
     );
 }
 
-/// An endless loop and a cheap marking kernel; `get(index)` makes a kernel
-/// of function `index` (imports first: `$spin` is 4, `$mark` 5), `run(grid,
-/// block)` launches it over `grid` x `block` threads and waits (0 or the
-/// errno). `$mark` sets byte `65536 + blockIdx.x`.
-const TIMED: &str = r#"(module
-  (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
-  (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
-  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
-  (import "tensorwasm_kernel" "block_idx_x" (func $bid (result i32)))
-  (memory (export "memory") 17)
-  (func $spin (loop $forever (br $forever)))
-  (func $mark (i32.store8 (i32.add (i32.const 65536) (call $bid)) (i32.const 1)))
-  (func (export "get") (param $index i32) (result i32)
-    (call $kernel_get (local.get $index) (i32.const 64)))
-  (func (export "run") (param $grid i32) (param $block i32) (result i32)
-    (local $err i32)
-    (local.set $err (call $launch (i64.load (i32.const 64))
-      (local.get $grid) (i32.const 1) (i32.const 1)
-      (local.get $block) (i32.const 1) (i32.const 1)
-      (i32.const 0) (i32.const 128) (i32.const 0) (i32.const 72)))
-    (if (local.get $err) (then (return (local.get $err))))
-    (call $wait (i64.load (i32.const 72)))))"#;
-
-/// Makes a kernel of function `index` (untimed: the first time includes
-/// lowering and loading), then launches it and waits: the result and how
-/// long the launch took.
-fn timed_run(
-    store: &mut Store<GuestState<CudaDriver>>,
-    instance: &Instance,
-    (index, grid, block): (i32, i32, i32),
-) -> (i32, Duration) {
-    let get = instance
-        .get_typed_func::<i32, i32>(&mut *store, "get")
-        .unwrap();
-    let made = futures::executor::block_on(get.call_async(&mut *store, index)).unwrap();
-    assert_eq!(made, 0, "{}", store.data().cuda.last_error());
-    let run = instance
-        .get_typed_func::<(i32, i32), i32>(&mut *store, "run")
-        .unwrap();
-    let started = Instant::now();
-    let status = futures::executor::block_on(run.call_async(&mut *store, (grid, block))).unwrap();
-    (status, started.elapsed())
-}
-
 /// An endless loop with fuel for ages ends at the launch's time limit
 /// (50 ms): every thread stops on its own, on a grid that fits the GPU at
 /// once and on one of 2^20 blocks that does not (the later blocks end at
@@ -327,9 +289,9 @@ fn wasm_kernel_endless_loop_ends_at_the_launch_time_limit() {
         launch_time_ns: limit.as_nanos() as u64,
         ..WasiCudaLimits::default()
     });
-    let (mut store, instance) = instantiate(&rt, TIMED);
+    let (mut store, instance) = instantiate(&rt, &timed_wat());
     for grid in [1024, 1 << 20] {
-        let (status, took) = timed_run(&mut store, &instance, (4, grid, 256));
+        let (status, took) = timed_run(&mut store, &instance, (SPIN, grid, 256));
         let text = store.data().cuda.last_error().to_string();
         eprintln!("{grid} blocks of an endless loop stopped after {took:?}");
         assert_eq!(status, Errno::ETRAP.code(), "{text}");
@@ -340,10 +302,10 @@ fn wasm_kernel_endless_loop_ends_at_the_launch_time_limit() {
         assert!(took >= limit * 9 / 10, "stopped after {took:?}");
         assert!(took < Duration::from_secs(5), "took {took:?}");
 
-        let (status, _) = timed_run(&mut store, &instance, (5, 1000, 32));
+        let (status, _) = timed_run(&mut store, &instance, (MARK, 1000, 32));
         assert_eq!(status, 0, "{}", store.data().cuda.last_error());
         let memory = instance.get_memory(&mut store, "memory").unwrap();
-        let marks = &mut memory.data_mut(&mut store)[65536..65536 + 1000];
+        let marks = &mut memory.data_mut(&mut store)[MARKS..MARKS + 1000];
         assert!(
             marks.iter().all(|&b| b == 1),
             "every block of the next launch ran"

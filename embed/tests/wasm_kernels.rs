@@ -6,10 +6,7 @@
 //! over a huge grid both stop, the next launch runs); the kernel cache; and
 //! `kernel_get`'s refusals.
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Duration};
 
 use tensorwasm_core::{
     abi::Errno,
@@ -22,6 +19,11 @@ use tensorwasm_embed::{
     wasi_cuda::WasiCudaLimits,
 };
 use wasmtime::{Instance, Store};
+
+#[path = "support/timed.rs"]
+mod timed;
+
+use timed::{BUSY, MARK, MARKS, SPIN, timed_run, timed_wat};
 
 const WASM_KERNELS: &str = include_str!("../../examples/wasm_kernels.wat");
 
@@ -149,55 +151,6 @@ fn kernel_get_refuses_what_kernels_cannot_do() {
     );
 }
 
-/// Kernels for the launch time limit; `get(index)`, which makes a kernel of
-/// function `index`, and `run(grid, block)`, which launches it over `grid`
-/// blocks of `block` threads (x only) and waits: 0 or the errno. Function
-/// indices:
-/// the four imports, then `$spin` (4), `$busy` (5), `$mark` (6). `$busy`
-/// and `$mark` set byte `MARKS + blockIdx.x` (nonzero) once their block
-/// has done its work; `$busy` first does {BUSY} dependent float operations
-/// per thread, with no loop.
-const TIMED: &str = r#"(module
-  (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
-  (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
-  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
-  (import "tensorwasm_kernel" "block_idx_x" (func $bid (result i32)))
-  (memory (export "memory") 17)
-  (func $spin (loop $forever (br $forever)))
-  (func $busy (local $x f32)
-    (local.set $x (f32.convert_i32_u (call $bid)))
-    {CHAIN}
-    (i32.store8 (i32.add (i32.const 65536) (call $bid))
-      (i32.or (i32.const 1) (i32.reinterpret_f32 (local.get $x)))))
-  (func $mark (i32.store8 (i32.add (i32.const 65536) (call $bid)) (i32.const 1)))
-  (func (export "get") (param $index i32) (result i32)
-    (call $kernel_get (local.get $index) (i32.const 64)))
-  (func (export "run") (param $grid i32) (param $block i32) (result i32)
-    (local $err i32)
-    (local.set $err (call $launch (i64.load (i32.const 64))
-      (local.get $grid) (i32.const 1) (i32.const 1)
-      (local.get $block) (i32.const 1) (i32.const 1)
-      (i32.const 0) (i32.const 128) (i32.const 0) (i32.const 72)))
-    (if (local.get $err) (then (return (local.get $err))))
-    (call $wait (i64.load (i32.const 72)))))"#;
-
-/// Where `$busy` and `$mark` mark their blocks; room for 2^20 of them.
-const MARKS: usize = 65536;
-const SPIN: i32 = 4;
-const BUSY: i32 = 5;
-const MARK: i32 = 6;
-/// `$busy`'s float operations per thread: several µs of work, so that a
-/// thread's work dwarfs what a stopped thread costs (its entry check).
-const BUSY_OPS: usize = 8000;
-
-fn timed_wat() -> String {
-    let step =
-        "(local.set $x (f32.add (f32.mul (local.get $x) (f32.const 1.0001)) (f32.const 0.5)))\n";
-    TIMED
-        .replace("{CHAIN}", &step.repeat(BUSY_OPS / 2))
-        .replace("{BUSY}", &BUSY_OPS.to_string())
-}
-
 /// A guest of [`TIMED`] whose launches may run `limit` each (with fuel
 /// that never runs out), through the context's limits.
 fn timed_guest(limit: Duration) -> (Store<GuestState<CpuDriver>>, Instance) {
@@ -208,27 +161,6 @@ fn timed_guest(limit: Duration) -> (Store<GuestState<CpuDriver>>, Instance) {
         ..WasiCudaLimits::default()
     });
     instantiate(&rt, &timed_wat())
-}
-
-/// Makes a kernel of function `index` (not timed: the first time, that
-/// includes its compile), then runs `run(grid, block)`: its result and how
-/// long the launch took, waiting included.
-fn timed_run(
-    store: &mut Store<GuestState<CpuDriver>>,
-    instance: &Instance,
-    (index, grid, block): (i32, i32, i32),
-) -> (i32, Duration) {
-    let get = instance
-        .get_typed_func::<i32, i32>(&mut *store, "get")
-        .unwrap();
-    let made = futures::executor::block_on(get.call_async(&mut *store, index)).unwrap();
-    assert_eq!(made, 0, "{}", store.data().cuda.last_error());
-    let run = instance
-        .get_typed_func::<(i32, i32), i32>(&mut *store, "run")
-        .unwrap();
-    let started = Instant::now();
-    let status = futures::executor::block_on(run.call_async(&mut *store, (grid, block))).unwrap();
-    (status, started.elapsed())
 }
 
 /// Blocks of the last `$busy` / `$mark` launch that did their work (and
