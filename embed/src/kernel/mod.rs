@@ -531,20 +531,9 @@ pub fn compile_bounded<D: KernelTarget + Clone + 'static>(
         .name("tensorwasm-compile-wait".into())
         .spawn(move || {
             let outcome = match received.recv_timeout(bounds.wait) {
-                Ok(made) => made.and_then(|kernel| {
-                    // A kernel made for another tenant with other limits
-                    // never reaches here (makes are shared per limits),
-                    // but a cached one is checked all the same.
-                    if bounds.limits.admits(kernel.size) {
-                        Ok(kernel)
-                    } else {
-                        Err(KernelError::Lower(LowerError::TooLarge(UnsupportedOp {
-                            op: kernel.name.clone(),
-                            offset: 0,
-                            reason: "the kernel is larger than this tenant's limits".into(),
-                        })))
-                    }
-                }),
+                // Made within these very limits: makes are shared per
+                // limits, and a cached kernel was checked by `claim`.
+                Ok(made) => made,
                 Err(mpsc::RecvTimeoutError::Timeout) => Err(KernelError::TimedOut {
                     waited: bounds.wait,
                 }),
