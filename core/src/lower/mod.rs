@@ -310,28 +310,18 @@ impl RuntimeCheck {
         }
     }
 
-    /// The kernel's hidden parameters it takes, in order.
-    pub const fn hidden_args(self) -> &'static [usize] {
-        match self {
-            RuntimeCheck::Clock => &[],
-        }
-    }
-
-    /// Its CLIF signature (`i64` parameters, an `i64` result; call conv
+    /// Its CLIF signature (no parameters, an `i64` result; call conv
     /// `SystemV` as the kernel's, which a lowerer may change to its own).
     pub fn signature(self) -> Signature {
         let mut sig = Signature::new(CallConv::SystemV);
-        sig.params
-            .extend(self.hidden_args().iter().map(|_| AbiParam::new(I64)));
         sig.returns.push(AbiParam::new(I64));
         sig
     }
 
     /// The check `inst` of `func` calls, if it is a `call` of one that a
     /// lowerer may implement: the callee is imported under the check's name
-    /// with its signature, and the arguments are exactly the kernel's own
-    /// hidden parameters the check takes (so a lowerer can rely on the
-    /// status word being the launch's). Every other `call` is `None`.
+    /// with its signature (so it takes no arguments). Every other `call` is
+    /// `None`.
     pub fn called_by(func: &Function, inst: Inst) -> Option<RuntimeCheck> {
         let InstructionData::Call {
             opcode: Opcode::Call,
@@ -351,18 +341,9 @@ impl RuntimeCheck {
         let types_match = |a: &[AbiParam], b: &[AbiParam]| {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.value_type == y.value_type)
         };
-        if !types_match(&sig.params, &want.params) || !types_match(&sig.returns, &want.returns) {
-            return None;
-        }
-        let abi = KernelAbi::of(func)?;
-        let entry = func.dfg.block_params(func.layout.entry_block()?);
-        let args = func.dfg.inst_args(inst);
-        let hidden = check.hidden_args();
-        let args_ok = args.len() == hidden.len()
-            && args.iter().zip(hidden).all(|(&arg, &h)| {
-                entry.get(abi.hidden(h)).copied() == Some(func.dfg.resolve_aliases(arg))
-            });
-        args_ok.then_some(check)
+        let types_ok =
+            types_match(&sig.params, &want.params) && types_match(&sig.returns, &want.returns);
+        (types_ok && func.dfg.inst_args(inst).is_empty()).then_some(check)
     }
 }
 
@@ -492,7 +473,7 @@ mod tests {
                 (RuntimeCheck::NAMESPACE, i as u32)
             );
             assert_eq!(RuntimeCheck::from_external_name(&name), Some(check));
-            assert_eq!(check.signature().params.len(), check.hidden_args().len());
+            assert!(check.signature().params.is_empty());
         }
         // Namespace 0 is cranelift-module's functions: never a check.
         let function = UserExternalName {
