@@ -175,3 +175,42 @@ pub fn translate_kernel_within(
         size,
     })
 }
+
+/// The function index of the module's function exported as `name`, for
+/// [`translate_kernel`] (a guest names its kernel by export). An export
+/// that is not a function, or no such export, is [`LowerError::Invalid`].
+pub fn function_by_export(wasm: &[u8], name: &str) -> Result<u32, LowerError> {
+    let module = module::ModuleInfo::parse(wasm)?;
+    module
+        .func_exports
+        .iter()
+        .find(|(_, export)| *export == name)
+        .map(|(index, _)| *index)
+        .ok_or_else(|| {
+            LowerError::Invalid(alloc::format!("the module exports no function `{name}`"))
+        })
+}
+
+/// The function index in slot `slot` of table 0, for [`translate_kernel`]:
+/// a compiled language's function pointer is its table slot (Rust's
+/// `f as usize` on wasm32). The table's contents must be fixed when the
+/// module is translated (a defined `funcref` table that no operator of the
+/// module changes, filled by constant element segments); a slot past the
+/// table or a null slot is [`LowerError::Invalid`], and so is a table
+/// whose contents are not fixed.
+pub fn function_by_table_slot(wasm: &[u8], slot: u32) -> Result<u32, LowerError> {
+    let module = module::ModuleInfo::parse(wasm)?;
+    let contents = module
+        .table_contents(0)
+        .map_err(|why| LowerError::Invalid(alloc::format!("no function pointer: {why}")))?;
+    match contents.get(slot as usize) {
+        Some(Some(func)) => Ok(*func),
+        Some(None) => Err(LowerError::Invalid(alloc::format!(
+            "slot {slot} of table 0 is null: not a function pointer"
+        ))),
+        None => Err(LowerError::Invalid(alloc::format!(
+            "slot {slot} is past the end of table 0 ({} slots)",
+            contents.len()
+        ))),
+    }
+}

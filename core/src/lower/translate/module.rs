@@ -6,12 +6,15 @@
 
 use alloc::format;
 use alloc::string::String;
+use alloc::vec;
 use alloc::vec::Vec;
 
+use core::cell::OnceCell;
+
 use wasmparser::{
-    BinaryReaderError, CompositeInnerType, ConstExpr, ExternalKind, FuncToValidate, FuncType,
-    FuncValidatorAllocations, FunctionBody, MemoryType, Operator, Parser, Payload, TypeRef,
-    ValidPayload, Validator, ValidatorResources, WasmFeatures,
+    BinaryReaderError, CompositeInnerType, ConstExpr, ElementItems, ElementKind, ExternalKind,
+    FuncToValidate, FuncType, FuncValidatorAllocations, FunctionBody, MemoryType, Operator, Parser,
+    Payload, TableInit, TypeRef, ValidPayload, Validator, ValidatorResources, WasmFeatures,
 };
 
 use super::WasmType;
@@ -20,6 +23,18 @@ use crate::lower::LowerError;
 /// A wasmparser failure: the module is malformed or invalid.
 pub(super) fn invalid(e: BinaryReaderError) -> LowerError {
     LowerError::Invalid(format!("{e}"))
+}
+
+/// The function a constant reference expression names (`Some(None)` for
+/// `ref.null`), or `None` when it is not a constant function reference.
+fn const_func_ref(expr: &ConstExpr<'_>) -> Option<Option<u32>> {
+    let mut reader = expr.get_operators_reader();
+    let item = match reader.read().ok()? {
+        Operator::RefFunc { function_index } => Some(function_index),
+        Operator::RefNull { .. } => None,
+        _ => return None,
+    };
+    matches!(reader.read().ok()?, Operator::End).then_some(item)
 }
 
 /// A constant value (an immutable global's initializer).
@@ -46,6 +61,40 @@ pub(super) enum GlobalKind {
     /// reference, a v128, or built from an imported global).
     NotConstant,
 }
+
+/// One entry of the table index space.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum TableDecl {
+    /// Imported: its contents are the host's.
+    Imported,
+    /// Defined by the module.
+    Defined {
+        /// Its initial size, in elements.
+        initial: u64,
+        /// Whether it holds `funcref`s.
+        funcref: bool,
+        /// A 64-bit table (memory64).
+        table64: bool,
+        /// Whether it starts all null (no initializer expression).
+        starts_null: bool,
+    },
+}
+
+/// An active element segment: what it writes into a table at
+/// instantiation.
+pub(super) struct ActiveElements {
+    /// The table it initializes.
+    pub table: u32,
+    /// Where it starts, when the offset is a constant.
+    pub offset: Option<u64>,
+    /// Its items (a function index, or `None` for a null reference), or
+    /// `None` when an item is not a constant function reference.
+    pub items: Option<Vec<Option<u32>>>,
+}
+
+/// The largest table the translator dispatches over (`call_indirect`
+/// becomes a `br_table` over its slots).
+pub(super) const MAX_TABLE_ELEMENTS: u64 = 1 << 16;
 
 /// One entry of the function index space.
 pub(super) struct FuncDecl<'a> {
@@ -75,6 +124,14 @@ pub(super) struct ModuleInfo<'a> {
     pending: Vec<Option<FuncToValidate<ValidatorResources>>>,
     /// Exported functions: `(function index, export name)`.
     pub func_exports: Vec<(u32, &'a str)>,
+    /// The table index space.
+    pub tables: Vec<TableDecl>,
+    /// The active element segments, in order.
+    pub elements: Vec<ActiveElements>,
+    /// Why the module's tables may change after instantiation (a
+    /// `table.set`, `table.grow`, ... anywhere in it), or `None`; computed
+    /// on first use.
+    tables_mutated: OnceCell<Option<(String, u64)>>,
 }
 
 impl<'a> ModuleInfo<'a> {
@@ -91,6 +148,9 @@ impl<'a> ModuleInfo<'a> {
             bodies: Vec::new(),
             pending: Vec::new(),
             func_exports: Vec::new(),
+            tables: Vec::new(),
+            elements: Vec::new(),
+            tables_mutated: OnceCell::new(),
         };
         for payload in Parser::new(0).parse_all(wasm) {
             let payload = payload.map_err(invalid)?;
@@ -139,7 +199,8 @@ impl<'a> ModuleInfo<'a> {
                         TypeRef::Memory(ty) => {
                             self.memory0.get_or_insert(ty);
                         }
-                        TypeRef::Table(_) | TypeRef::Tag(_) => {}
+                        TypeRef::Table(_) => self.tables.push(TableDecl::Imported),
+                        TypeRef::Tag(_) => {}
                     }
                 }
             }
@@ -169,6 +230,59 @@ impl<'a> ModuleInfo<'a> {
                         }
                     };
                     self.globals.push(kind);
+                }
+            }
+            Payload::TableSection(reader) => {
+                for table in reader {
+                    let table = table.map_err(invalid)?;
+                    self.tables.push(TableDecl::Defined {
+                        initial: table.ty.initial,
+                        funcref: table.ty.element_type.is_func_ref(),
+                        table64: table.ty.table64,
+                        starts_null: matches!(table.init, TableInit::RefNull),
+                    });
+                }
+            }
+            Payload::ElementSection(reader) => {
+                for element in reader {
+                    let element = element.map_err(invalid)?;
+                    let ElementKind::Active {
+                        table_index,
+                        offset_expr,
+                    } = element.kind
+                    else {
+                        continue;
+                    };
+                    let offset = match self.eval_const(&offset_expr) {
+                        Some(ConstValue::I32(v)) => Some(u64::from(v.cast_unsigned())),
+                        Some(ConstValue::I64(v)) => Some(v.cast_unsigned()),
+                        _ => None,
+                    };
+                    let items = match element.items {
+                        ElementItems::Functions(reader) => reader
+                            .into_iter()
+                            .map(|f| f.map(Some))
+                            .collect::<Result<Vec<_>, _>>()
+                            .map(Some)
+                            .map_err(invalid)?,
+                        ElementItems::Expressions(_, reader) => {
+                            let mut items = Some(Vec::new());
+                            for expr in reader {
+                                let expr = expr.map_err(invalid)?;
+                                let item = const_func_ref(&expr);
+                                match (&mut items, item) {
+                                    (Some(list), Some(item)) => list.push(item),
+                                    _ => items = None,
+                                }
+                            }
+                            items
+                        }
+                    };
+                    self.elements.push(ActiveElements {
+                        table: table_index.unwrap_or(0),
+                        offset,
+                        items,
+                    });
                 }
             }
             Payload::ExportSection(reader) => {
@@ -234,6 +348,92 @@ impl<'a> ModuleInfo<'a> {
             [v] => Some(*v),
             _ => None,
         }
+    }
+
+    /// The first operator anywhere in the module that changes a table after
+    /// instantiation (`table.set`, `table.grow`, `table.fill`,
+    /// `table.copy`, `table.init`), with its offset; `None` when the tables
+    /// keep what the element segments put there.
+    pub fn table_mutation(&self) -> Option<&(String, u64)> {
+        self.tables_mutated
+            .get_or_init(|| {
+                for body in &self.bodies {
+                    let Ok(mut reader) = body.get_operators_reader() else {
+                        continue;
+                    };
+                    while !reader.eof() {
+                        let offset = reader.original_position();
+                        let Ok(op) = reader.read() else { break };
+                        if matches!(
+                            op,
+                            Operator::TableSet { .. }
+                                | Operator::TableGrow { .. }
+                                | Operator::TableFill { .. }
+                                | Operator::TableCopy { .. }
+                                | Operator::TableInit { .. }
+                        ) {
+                            return Some((super::detect::op_name(&op), offset));
+                        }
+                    }
+                }
+                None
+            })
+            .as_ref()
+    }
+
+    /// What table `table` holds for the whole life of an instance (a
+    /// function index or `None`, slot by slot), or why that is not known
+    /// when the module is translated.
+    pub fn table_contents(&self, table: u32) -> Result<Vec<Option<u32>>, String> {
+        let (initial, funcref, table64, starts_null) = match self.tables.get(table as usize) {
+            None => return Err(format!("the module has no table {table}")),
+            Some(TableDecl::Imported) => {
+                return Err(format!(
+                    "table {table} is imported, so its contents are not known when the kernel \
+                     is translated"
+                ));
+            }
+            Some(TableDecl::Defined {
+                initial,
+                funcref,
+                table64,
+                starts_null,
+            }) => (*initial, *funcref, *table64, *starts_null),
+        };
+        if let Some((op, offset)) = self.table_mutation() {
+            return Err(format!(
+                "the module changes its tables (`{op}` at offset {offset:#x}), so their \
+                 contents are not known when the kernel is translated"
+            ));
+        }
+        if !funcref || table64 || !starts_null {
+            return Err(format!(
+                "table {table} is not a 32-bit `funcref` table that starts empty"
+            ));
+        }
+        if initial > MAX_TABLE_ELEMENTS {
+            return Err(format!(
+                "table {table} has {initial} elements; kernels dispatch over at most \
+                 {MAX_TABLE_ELEMENTS}"
+            ));
+        }
+        let mut contents = vec![None; initial as usize];
+        for segment in self.elements.iter().filter(|e| e.table == table) {
+            let (Some(offset), Some(items)) = (segment.offset, &segment.items) else {
+                return Err(format!(
+                    "an element segment of table {table} has an offset or item that is not \
+                     a constant"
+                ));
+            };
+            let end = offset
+                .checked_add(items.len() as u64)
+                .filter(|&end| end <= initial)
+                .ok_or_else(|| {
+                    format!("an element segment does not fit table {table} (instantiation fails)")
+                })?;
+            contents[offset as usize..end as usize].copy_from_slice(items);
+        }
+        Ok(contents)
     }
 
     /// The position of a defined function among the bodies, or `None` for
