@@ -623,14 +623,10 @@ impl Reference {
             wasmtime::Trap::IntegerDivisionByZero => KernelTrap::IntegerDivideByZero,
             wasmtime::Trap::BadConversionToInteger => KernelTrap::BadConversionToInteger,
             wasmtime::Trap::OutOfFuel => KernelTrap::OutOfFuel,
-            // Wasm calls an out-of-range `trunc` an integer overflow; the
-            // kernel contract files it under bad conversions.
-            wasmtime::Trap::IntegerOverflow
-                if (0xa8..=0xb1).contains(&self.wasm[offset as usize]) =>
-            {
-                KernelTrap::BadConversionToInteger
-            }
             wasmtime::Trap::IntegerOverflow => KernelTrap::IntegerOverflow,
+            wasmtime::Trap::TableOutOfBounds => KernelTrap::TableOutOfBounds,
+            wasmtime::Trap::IndirectCallToNull => KernelTrap::IndirectCallToNull,
+            wasmtime::Trap::BadSignature => KernelTrap::BadSignature,
             other => panic!("unexpected wasmtime trap {other:?}"),
         };
         Outcome::Trapped { trap, offset }
@@ -1501,7 +1497,7 @@ fn traps_carry_their_code_and_operator_offset() {
         (
             "(i64.store offset=256 (i32.const 0) (i64.trunc_f64_u (local.get 2)))",
             vec![Arg(I32, 0), Arg(I64, 0), Arg(F64, (-1.0f64).to_bits())],
-            KernelTrap::BadConversionToInteger,
+            KernelTrap::IntegerOverflow,
             |op| matches!(op, Operator::I64TruncF64U),
         ),
         (

@@ -204,15 +204,10 @@ where
             wasmtime::Trap::MemoryOutOfBounds => KernelTrap::HeapOutOfBounds,
             wasmtime::Trap::IntegerDivisionByZero => KernelTrap::IntegerDivideByZero,
             wasmtime::Trap::BadConversionToInteger => KernelTrap::BadConversionToInteger,
-            // Wasm calls an out-of-range `trunc` (opcodes 0xa8..=0xb1) an
-            // integer overflow; the kernel contract files it under bad
-            // conversions.
-            wasmtime::Trap::IntegerOverflow
-                if (0xa8..=0xb1).contains(&self.wasm[offset as usize]) =>
-            {
-                KernelTrap::BadConversionToInteger
-            }
             wasmtime::Trap::IntegerOverflow => KernelTrap::IntegerOverflow,
+            wasmtime::Trap::TableOutOfBounds => KernelTrap::TableOutOfBounds,
+            wasmtime::Trap::IndirectCallToNull => KernelTrap::IndirectCallToNull,
+            wasmtime::Trap::BadSignature => KernelTrap::BadSignature,
             other => panic!("unexpected wasmtime trap {other:?}"),
         };
         // wasmtime's optimizer turns a branch into a block that only traps

@@ -29,9 +29,11 @@ pub enum KernelTrap {
     HeapOutOfBounds = 2,
     /// Integer division or remainder by zero.
     IntegerDivideByZero = 3,
-    /// `INT_MIN / -1`.
+    /// `INT_MIN / -1`, or a trapping `trunc` of a value outside the
+    /// integer's range.
     IntegerOverflow = 4,
-    /// `trunc` of NaN or of a value out of the integer's range.
+    /// `trunc` of NaN (an out-of-range value is [`IntegerOverflow`](Self::IntegerOverflow),
+    /// as Wasm names it).
     BadConversionToInteger = 5,
     /// The thread's fuel ran out.
     OutOfFuel = 6,
@@ -39,11 +41,21 @@ pub enum KernelTrap {
     /// parameter): a thread found the time up, or saw that another thread
     /// (or the host) had stopped the launch.
     TimeLimit = 7,
+    /// `call_indirect` with an index past the table's end.
+    TableOutOfBounds = 8,
+    /// `call_indirect` through a null table slot.
+    IndirectCallToNull = 9,
+    /// `call_indirect` of a function whose type is not the one the call
+    /// names.
+    BadSignature = 10,
+    /// The shadow stack grew past the thread's stack window
+    /// (`docs/kernels.md`, "The shadow stack").
+    StackOverflow = 11,
 }
 
 impl KernelTrap {
     /// Every trap, in code order.
-    pub const ALL: [KernelTrap; 7] = [
+    pub const ALL: [KernelTrap; 11] = [
         KernelTrap::Unreachable,
         KernelTrap::HeapOutOfBounds,
         KernelTrap::IntegerDivideByZero,
@@ -51,6 +63,10 @@ impl KernelTrap {
         KernelTrap::BadConversionToInteger,
         KernelTrap::OutOfFuel,
         KernelTrap::TimeLimit,
+        KernelTrap::TableOutOfBounds,
+        KernelTrap::IndirectCallToNull,
+        KernelTrap::BadSignature,
+        KernelTrap::StackOverflow,
     ];
 
     /// The status-word code.
@@ -65,7 +81,7 @@ impl KernelTrap {
 
     /// The CLIF trap code the translator emits for it.
     pub fn trap_code(self) -> TrapCode {
-        // `user` is `None` only for 0; every code here is 1..=7.
+        // `user` is `None` only for 0; every code here is 1..=11.
         TrapCode::user(self as u8).unwrap_or(TrapCode::HEAP_OUT_OF_BOUNDS)
     }
 
@@ -84,6 +100,10 @@ impl KernelTrap {
             KernelTrap::BadConversionToInteger => "invalid conversion to integer",
             KernelTrap::OutOfFuel => "out of fuel",
             KernelTrap::TimeLimit => "launch time limit exceeded",
+            KernelTrap::TableOutOfBounds => "undefined element: out of bounds table access",
+            KernelTrap::IndirectCallToNull => "uninitialized element",
+            KernelTrap::BadSignature => "indirect call type mismatch",
+            KernelTrap::StackOverflow => "call stack exhausted",
         }
     }
 }
@@ -447,7 +467,8 @@ mod tests {
         }
         assert_eq!(KernelTrap::from_code(0), None);
         assert_eq!(KernelTrap::from_code(7), Some(KernelTrap::TimeLimit));
-        assert_eq!(KernelTrap::from_code(8), None);
+        assert_eq!(KernelTrap::from_code(11), Some(KernelTrap::StackOverflow));
+        assert_eq!(KernelTrap::from_code(12), None);
     }
 
     #[test]

@@ -38,6 +38,13 @@
 //!   whose CAS won writes the instruction's source location (the Wasm byte
 //!   offset) as the `u64` at status + 8; then the thread returns. Never
 //!   PTX `trap`, which would poison the context: other threads run on.
+//! - **The shadow stack.** A kernel with a shadow-stack window (the
+//!   translator's one stack slot, `docs/kernels.md`) declares it as
+//!   `.local .align 16 .b8 __stack[N]`; `stack_addr` is its generic address
+//!   (`cvta.local`). Such a kernel keeps `mem_base` generic and its loads
+//!   and stores are generic `ld` / `st` (the rules' `ld.global` /
+//!   `st.global` with the space dropped), since one address may be either
+//!   memory; the status word stays global.
 //! - **Runtime checks.** The only `call`s lowered are the launch's clock
 //!   ([`RuntimeCheck::Clock`](super::RuntimeCheck::Clock)), inline, by its
 //!   rule in the table (`table::CLOCK`): `mov.u64 %rd, %clock64;`, the SM's
@@ -165,10 +172,12 @@ impl Lowerer for PtxLowerer {
         check_name(name)?;
         check_signature(kernel, abi)?;
         table::check(kernel)?;
+        let stack = stack_bytes(kernel)?;
         let mut emitter = Emitter {
             target: self,
             func: kernel,
             name,
+            stack,
             body: String::new(),
             values: [0; 4],
             scratch: [0; 4],
@@ -254,6 +263,25 @@ fn check_name(name: &str) -> Result<(), LowerError> {
         Err(LowerError::Invalid(format!(
             "`{name}` is not a PTX entry name (a letter or _, then letters, digits, _)"
         )))
+    }
+}
+
+/// The bytes of the kernel's stack slot: none, or one sized explicit slot
+/// (the translator's shadow-stack window), which becomes `.local __stack`.
+fn stack_bytes(func: &Function) -> Result<u32, LowerError> {
+    if !func.dynamic_stack_slots.is_empty() {
+        return Err(LowerError::Invalid(String::from(
+            "the kernel has a dynamic stack slot; PTX kernels have one sized slot at most",
+        )));
+    }
+    let mut slots = func.sized_stack_slots.values();
+    match (slots.next(), slots.next()) {
+        (None, _) => Ok(0),
+        (Some(slot), None) if slot.align_shift <= 4 => Ok(slot.size),
+        _ => Err(LowerError::Invalid(String::from(
+            "the kernel has more than one stack slot, or one aligned past 16 bytes; PTX \
+             kernels have one (the shadow-stack window)",
+        ))),
     }
 }
 
@@ -361,6 +389,10 @@ struct Emitter<'a> {
     target: &'a PtxLowerer,
     func: &'a Function,
     name: &'a str,
+    /// Bytes of the kernel's stack slot (`.local __stack`), 0 without one.
+    /// With one, memory accesses use generic addresses (see the module
+    /// docs, "The shadow stack").
+    stack: u32,
     body: String,
     /// Value registers to declare per class (highest value number + 1).
     values: [u32; 4],
@@ -442,7 +474,7 @@ impl Emitter<'_> {
                 self.line(&format!("mov.b64 {reg}, %status;"));
             } else {
                 self.line(&format!("ld.param.u64 {reg}, [{name}_{hidden}];"));
-                if k == KernelAbi::MEM_BASE {
+                if k == KernelAbi::MEM_BASE && self.stack == 0 {
                     self.line(&format!("cvta.to.global.u64 {reg}, {reg};"));
                 }
             }
@@ -566,6 +598,10 @@ impl Emitter<'_> {
             InstructionData::Load { offset, .. } | InstructionData::Store { offset, .. } => {
                 slots.push(("off", i32::from(offset).to_string()));
             }
+            InstructionData::StackAddr { offset, .. } => {
+                // `stack_bytes` allowed one slot only: this is `__stack`.
+                slots.push(("off", i32::from(offset).to_string()));
+            }
             InstructionData::Jump { destination, .. } => {
                 let (block, moves) = self.edge(destination)?;
                 for line in moves {
@@ -618,7 +654,23 @@ impl Emitter<'_> {
             _ => {}
         }
         let template = rule.template(self.target.sm_number());
-        self.expand(template, &slots, &format!("L{i}"))?;
+        if self.stack > 0
+            && (dfg.insts[inst].opcode().can_load() || dfg.insts[inst].opcode().can_store())
+        {
+            // An address may be the thread's stack window (local memory)
+            // or the guest's memory: generic accesses reach both.
+            let generic: Vec<String> = template
+                .iter()
+                .map(|line| {
+                    line.replace("ld.global.", "ld.")
+                        .replace("st.global.", "st.")
+                })
+                .collect();
+            let generic: Vec<&str> = generic.iter().map(String::as_str).collect();
+            self.expand(&generic, &slots, &format!("L{i}"))?;
+        } else {
+            self.expand(template, &slots, &format!("L{i}"))?;
+        }
         for line in stubs {
             self.line(&line);
         }
@@ -736,6 +788,9 @@ impl Emitter<'_> {
             params.push(format!("    .param .u64 {name}_{hidden}"));
         }
         let _ = write!(out, "{}\n)\n{{\n", params.join(",\n"));
+        if self.stack > 0 {
+            let _ = writeln!(out, "    .local .align 16 .b8 __stack[{}];", self.stack);
+        }
         if self.preds > 0 {
             let _ = writeln!(out, "    .reg .pred  %tp<{}>;", self.preds);
         }

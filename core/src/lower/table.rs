@@ -1550,10 +1550,15 @@ const BOUNDARY: &[Row] = &[
     rejected(Opcode::TryCallIndirect, INVALID, CALLS),
     rejected(Opcode::FuncAddr, INVALID, CALLS),
     // Stack and runtime state.
-    rejected(
+    ptx(
         Opcode::StackAddr,
-        INVALID,
-        "no stack slots: a kernel's state lives in registers and guest memory",
+        I64,
+        "stack_addr",
+        &["cvta.local.u64 {d}, __stack;", "add.s64 {d}, {d}, {off};"],
+    )
+    .note(
+        "the one slot is the thread's shadow-stack window, `.local .align 16 .b8 __stack[N]`; \
+         its generic address, so generic ld/st reach it",
     ),
     rejected(
         Opcode::DynamicStackAddr,

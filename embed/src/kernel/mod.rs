@@ -8,6 +8,7 @@
 //! `tensorwasm_core::lower`.
 
 pub mod cpu;
+pub mod globals;
 
 use std::{
     collections::HashMap,
@@ -29,7 +30,8 @@ use tensorwasm_core::{
         LowerError, Lowerer, UnsupportedOp,
         ptx::PtxLowerer,
         translate::{
-            KernelLimits, KernelSize, TranslatedKernel, WasmType, translate_kernel_within,
+            KernelGlobal, KernelLimits, KernelSize, TranslatedKernel, WasmType,
+            translate_kernel_within,
         },
     },
     quota::{OwnedCharge, QuotaLedger},
@@ -50,7 +52,10 @@ impl GuestModule {
     /// Compiles `bytes` (Wasm binary or text) for `engine`.
     pub fn new(engine: &wasmtime::Engine, bytes: &[u8]) -> wasmtime::Result<GuestModule> {
         let wasm = wat::parse_bytes(bytes)?.into_owned();
-        let module = wasmtime::Module::new(engine, &wasm)?;
+        // Kernels read the guest's mutable globals at launch, through
+        // exports the runtime adds (`globals`).
+        let compiled = globals::export_mutable_globals(&wasm).map_err(wasmtime::Error::msg)?;
+        let module = wasmtime::Module::new(engine, &compiled)?;
         Ok(GuestModule {
             module,
             source: KernelSource::new(wasm.into()),
@@ -255,6 +260,9 @@ pub struct LoadedKernel<D: GpuDriver> {
     pub function: D::Function,
     /// Its Wasm parameter types.
     pub params: Vec<WasmType>,
+    /// The mutable globals it uses: their launch values follow the Wasm
+    /// arguments.
+    pub globals: Vec<KernelGlobal>,
     /// Its symbol (the export name, or `kernel_<index>`).
     pub name: String,
     /// Its size, callees inlined: a cache hit is checked against the
@@ -435,6 +443,7 @@ impl<D: KernelTarget> KernelCache<D> {
             module: Arc::new(module),
             function,
             params: translated.params.clone(),
+            globals: translated.globals.clone(),
             name: translated.name.clone(),
             size: translated.size,
         }))

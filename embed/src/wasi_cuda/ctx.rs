@@ -21,7 +21,7 @@ use tensorwasm_core::{
 
 use tensorwasm_core::lower::{
     KernelAbi, KernelTrap, LowerError, status,
-    translate::{KernelLimits, WasmType},
+    translate::{KernelGlobal, KernelLimits, WasmType},
 };
 
 use crate::{
@@ -162,6 +162,9 @@ impl<D: GpuDriver> FunctionEntry<D> {
 pub(crate) struct KernelInfo {
     name: String,
     params: Vec<WasmType>,
+    /// The mutable globals it uses, whose launch values follow the
+    /// arguments.
+    globals: Vec<KernelGlobal>,
 }
 
 /// A launch not yet waited for: everything the kernel may touch, kept alive
@@ -701,7 +704,21 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         self.functions.remove(Handle(function)).map(drop)
     }
 
+    /// The mutable globals whose launch values a launch of `function`
+    /// needs (none for a bad handle or a function that is not a Wasm
+    /// kernel; `launch` reports those).
+    pub(crate) fn launch_globals(&self, function: u64) -> Vec<KernelGlobal> {
+        self.functions
+            .get(Handle(function))
+            .ok()
+            .and_then(|f| f.kernel.as_ref())
+            .map(|k| k.globals.clone())
+            .unwrap_or_default()
+    }
+
     /// Decodes, checks and queues a launch, and writes its handle.
+    /// `globals` are the launch values of a Wasm kernel's globals
+    /// ([`launch_globals`](Self::launch_globals)).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch(
         &mut self,
@@ -713,6 +730,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         args_ptr: u32,
         args_count: u32,
         out: u32,
+        globals: Vec<KernelParam>,
     ) -> Result<(), AbiError> {
         check_out_u64(mem.bytes, out)?;
         let function = Arc::clone(self.functions.get(Handle(function))?);
@@ -747,6 +765,18 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         };
         if let Some(kernel) = &function.kernel {
             check_kernel_args(kernel, &params, &buffers)?;
+            if globals.len() != kernel.globals.len() {
+                return Err(AbiError::new(
+                    Errno::EINVAL,
+                    format!(
+                        "kernel `{}` uses {} global(s); the launch read {}",
+                        kernel.name,
+                        kernel.globals.len(),
+                        globals.len()
+                    ),
+                ));
+            }
+            params.extend(globals);
             if !guest.device_addressable {
                 return Err(AbiError::new(
                     Errno::ENOTADDR,
@@ -1242,6 +1272,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             kernel: Some(KernelInfo {
                 name: loaded.name.clone(),
                 params: loaded.params.clone(),
+                globals: loaded.globals.clone(),
             }),
         }))?;
         abi::write_u64(mem.bytes, out, handle.0)

@@ -295,6 +295,21 @@ where
               args_count: i32,
               out: i32|
               -> i32 {
+            // A Wasm kernel's threads start from the globals' values now.
+            let needed = get(caller.data_mut()).launch_globals(function as u64);
+            let globals = crate::kernel::globals::launch_values(&needed, |name| {
+                match caller.get_export(name) {
+                    Some(Extern::Global(g)) => Some(g.get(&mut caller)),
+                    _ => None,
+                }
+            });
+            let globals = match globals {
+                Ok(globals) => globals,
+                Err(e) => {
+                    let ctx = get(caller.data_mut());
+                    return ctx.finish("launch", Err(e));
+                }
+            };
             with_mem(&mut caller, get, "launch", |ctx, mem| {
                 let grid = Dim3 {
                     x: grid_x as u32,
@@ -315,6 +330,7 @@ where
                     args_ptr as u32,
                     args_count as u32,
                     out as u32,
+                    globals,
                 )
             })
         },

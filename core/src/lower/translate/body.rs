@@ -17,16 +17,17 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
 use cranelift_codegen::ir::{
-    AbiParam, Block, Endianness, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder,
-    JumpTableData, MemFlagsData, Signature, SourceLoc, Type, UserFuncName, Value,
+    AbiParam, Block, BlockCall, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
+    InstBuilder, JumpTableData, MemFlagsData, Signature, SourceLoc, StackSlotData, StackSlotKind,
+    Type, UserFuncName, Value,
 };
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use wasmparser::{BlockType, BrTable, MemArg, Operator, ValType};
 
-use super::WasmType;
 use super::detect::op_name;
 use super::module::{ConstValue, GlobalKind, ModuleInfo, invalid};
+use super::{KernelGlobal, WasmType};
 use crate::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck, UnsupportedOp};
 
 /// A translator invariant broke (the detector or validation should have
@@ -41,14 +42,19 @@ pub(super) fn translate(
     module: &ModuleInfo<'_>,
     func_index: u32,
     params: &[WasmType],
+    globals: &[KernelGlobal],
+    stack: Option<(u32, u64)>,
 ) -> Result<Function, LowerError> {
     let abi = KernelAbi {
-        wasm_params: params.len(),
+        wasm_params: params.len() + globals.len(),
     };
     let mut signature = Signature::new(CallConv::SystemV);
-    signature
-        .params
-        .extend(params.iter().map(|p| AbiParam::new(p.clif_type())));
+    signature.params.extend(
+        params
+            .iter()
+            .chain(globals.iter().map(|g| &g.ty))
+            .map(|p| AbiParam::new(p.clif_type())),
+    );
     signature
         .params
         .extend([AbiParam::new(I64); KernelAbi::INTRINSICS]);
@@ -92,11 +98,34 @@ pub(super) fn translate(
         start,
     };
 
+    // Each thread's copies of the mutable globals (reset to their launch
+    // values at each virtual block), and its shadow-stack window.
+    let globals: Vec<ThreadGlobal> = globals
+        .iter()
+        .enumerate()
+        .map(|(i, g)| ThreadGlobal {
+            index: g.index,
+            var: builder.declare_var(g.ty.clif_type()),
+            launch: values[params.len() + i],
+        })
+        .collect();
+    let window = stack.map(|(sp, bytes)| {
+        let launch = globals
+            .iter()
+            .find(|g| g.index == sp)
+            .map(|g| g.launch)
+            .ok_or_else(|| internal("the stack pointer is not among the kernel's globals"))?;
+        Ok::<_, LowerError>(stack_window(&mut builder, sp, bytes, launch))
+    });
+    let window = window.transpose()?;
+
     let mut translator = Translator {
         module,
         builder,
         hidden,
         fuel,
+        globals,
+        window,
     };
     let def = module
         .defined(func_index)
@@ -110,6 +139,9 @@ pub(super) fn translate(
         t.builder.set_srcloc(SourceLoc::new(
             u32::try_from(body_offset).unwrap_or(u32::MAX),
         ));
+        for g in &t.globals {
+            t.builder.def_var(g.var, g.launch);
+        }
         t.time_check();
         t.inline(func_index, &values[..params.len()])
             .map(|results| results.is_some())
@@ -141,6 +173,67 @@ struct Translator<'m, 'a, 'f> {
     hidden: Hidden,
     /// The thread's remaining fuel.
     fuel: Variable,
+    /// The thread's copies of the mutable globals the kernel uses.
+    globals: Vec<ThreadGlobal>,
+    /// The thread's shadow-stack window, if the kernel makes stack frames.
+    window: Option<Window>,
+}
+
+/// A thread's copy of a mutable global.
+struct ThreadGlobal {
+    index: u32,
+    var: Variable,
+    /// Its value at launch (a kernel parameter).
+    launch: Value,
+}
+
+/// The shadow-stack window (`docs/kernels.md`, "The shadow stack"): the
+/// `bytes` below the stack pointer's launch value are the thread's own, in
+/// a stack slot of the kernel (PTX local memory; the native stack on the
+/// CPU), zeroed when the thread starts.
+struct Window {
+    /// The stack pointer's global index.
+    sp: u32,
+    bytes: u64,
+    /// The slot's address.
+    base: Value,
+    /// The window's lowest Wasm address (`i64`, the stack pointer's launch
+    /// value minus `bytes`; below 0 when the stack pointer starts low).
+    low: Value,
+}
+
+/// Makes the thread's stack window: the slot, zeroed 8 bytes at a time,
+/// and its bounds. Emitted in the entry block, so its values dominate the
+/// whole kernel.
+fn stack_window(b: &mut FunctionBuilder<'_>, sp: u32, bytes: u64, sp_launch: Value) -> Window {
+    let size = u32::try_from(bytes).unwrap_or(u32::MAX);
+    let slot = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 4));
+    let base = b.ins().stack_addr(I64, slot, 0);
+    let sp_launch = b.ins().uextend(I64, sp_launch);
+    let low = b.ins().iadd_imm_s(sp_launch, -(bytes.cast_signed()));
+    let zero_loop = b.create_block();
+    let at = b.append_block_param(zero_loop, I64);
+    let done = b.create_block();
+    let start = b.ins().iconst(I64, 0);
+    b.ins().jump(zero_loop, &[start.into()]);
+    b.switch_to_block(zero_loop);
+    let addr = b.ins().iadd(base, at);
+    let zero = b.ins().iconst(I64, 0);
+    b.ins().store(MemFlagsData::new(), zero, addr, 0);
+    let next = b.ins().iadd_imm_s(at, 8);
+    let more = b
+        .ins()
+        .icmp_imm_u(IntCC::UnsignedLessThan, next, bytes.cast_signed());
+    b.ins().brif(more, zero_loop, &[next.into()], done, &[]);
+    b.seal_block(zero_loop);
+    b.seal_block(done);
+    b.switch_to_block(done);
+    Window {
+        sp,
+        bytes,
+        base,
+        low,
+    }
 }
 
 /// The state of one (inlined) function's translation.
@@ -550,14 +643,38 @@ impl<'m> Translator<'m, '_, '_> {
                 self.builder.def_var(st.local(local_index)?, value);
             }
             Operator::GlobalGet { global_index } => {
-                let Some(GlobalKind::Const(value)) =
-                    self.module.globals.get(global_index as usize).copied()
-                else {
-                    return Err(internal("global.get of a global that is not constant"));
+                let value = match self.module.globals.get(global_index as usize).copied() {
+                    Some(GlobalKind::Const(value)) => self.constant(value),
+                    _ => {
+                        let var = self.thread_global(global_index)?;
+                        self.builder.use_var(var)
+                    }
                 };
-                let value = self.constant(value);
                 st.stack.push(value);
             }
+            Operator::GlobalSet { global_index } => {
+                let value = st.pop()?;
+                let var = self.thread_global(global_index)?;
+                if let Some(w) = &self.window
+                    && w.sp == global_index
+                {
+                    // The stack grows down; below the window it would reach
+                    // memory other threads share.
+                    let low = w.low;
+                    let wide = self.builder.ins().uextend(I64, value);
+                    let below = self.builder.ins().icmp(IntCC::SignedLessThan, wide, low);
+                    self.builder
+                        .ins()
+                        .trapnz(below, KernelTrap::StackOverflow.trap_code());
+                }
+                self.builder.def_var(var, value);
+            }
+            Operator::MemoryCopy { .. } => self.memory_copy(st)?,
+            Operator::MemoryFill { .. } => self.memory_fill(st)?,
+            Operator::CallIndirect {
+                type_index,
+                table_index,
+            } => self.call_indirect(st, type_index, table_index)?,
             Operator::MemorySize { .. } => {
                 let shift = self.builder.ins().iconst(I64, 16);
                 let pages = self.builder.ins().ushr(self.hidden.mem_len, shift);
@@ -930,7 +1047,248 @@ impl<'m> Translator<'m, '_, '_> {
         self.builder
             .ins()
             .trapnz(out_of_bounds, KernelTrap::HeapOutOfBounds.trap_code());
-        self.builder.ins().iadd(self.hidden.mem_base, ea)
+        self.host_address(ea, bytes)
+    }
+
+    /// The host address of `bytes` bytes at Wasm address `ea` (`i64`,
+    /// already bounds-checked): in the thread's stack window when they lie
+    /// wholly inside it, else in the guest's memory.
+    fn host_address(&mut self, ea: Value, bytes: u32) -> Value {
+        let shared = self.builder.ins().iadd(self.hidden.mem_base, ea);
+        let Some(w) = &self.window else {
+            return shared;
+        };
+        let (base, low, last) = (w.base, w.low, w.bytes - u64::from(bytes));
+        let ins = self.builder.ins();
+        let into = ins.isub(ea, low);
+        let inside =
+            self.builder
+                .ins()
+                .icmp_imm_u(IntCC::UnsignedLessThanOrEqual, into, last.cast_signed());
+        let private = self.builder.ins().iadd(base, into);
+        self.builder.ins().select(inside, private, shared)
+    }
+
+    /// The thread's copy of mutable global `index`.
+    fn thread_global(&self, index: u32) -> Result<Variable, LowerError> {
+        self.globals
+            .iter()
+            .find(|g| g.index == index)
+            .map(|g| g.var)
+            .ok_or_else(|| internal("a global the detector did not record"))
+    }
+
+    /// Traps `HeapOutOfBounds` unless `[at, at + len)` (`i64`s below 2^33)
+    /// lies in the guest memory.
+    fn check_range(&mut self, at: Value, len: Value) {
+        let end = self.builder.ins().iadd(at, len);
+        let out = self
+            .builder
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThan, end, self.hidden.mem_len);
+        self.builder
+            .ins()
+            .trapnz(out, KernelTrap::HeapOutOfBounds.trap_code());
+    }
+
+    /// `memory.copy`: both ranges are checked before any byte moves (Wasm
+    /// traps with nothing written); then a copy forward when the
+    /// destination is below the source, else backward, so overlapping
+    /// ranges copy as `memmove` does; 4 bytes a step when the addresses and
+    /// length are multiples of 4, else a byte a step. Every step checks the
+    /// launch's time (a copy of gigabytes is bounded like a loop).
+    fn memory_copy(&mut self, st: &mut FuncState) -> Result<(), LowerError> {
+        let n = st.pop()?;
+        let src = st.pop()?;
+        let dst = st.pop()?;
+        let [n, src, dst] = [n, src, dst].map(|v| self.builder.ins().uextend(I64, v));
+        self.check_range(src, n);
+        self.check_range(dst, n);
+        let forward = self
+            .builder
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, dst, src);
+        let bits = self.builder.ins().bor(src, dst);
+        let bits = self.builder.ins().bor(bits, n);
+        self.bulk_loops(bits, n, |t, step, ty, k| {
+            // Forward: k; backward: n - step - k.
+            let back = t.builder.ins().isub(n, k);
+            let back = t.builder.ins().iadd_imm_s(back, -step);
+            let k = t.builder.ins().select(forward, k, back);
+            let from = t.builder.ins().iadd(src, k);
+            let to = t.builder.ins().iadd(dst, k);
+            let bytes = u32::try_from(step).unwrap_or(1);
+            let from = t.host_address(from, bytes);
+            let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+            let value = match ty {
+                I8 => t.builder.ins().uload8(I32, flags, from, 0),
+                _ => t.builder.ins().load(I32, flags, from, 0),
+            };
+            let to = t.host_address(to, bytes);
+            match ty {
+                I8 => t.builder.ins().istore8(flags, value, to, 0),
+                _ => t.builder.ins().store(flags, value, to, 0),
+            };
+        });
+        Ok(())
+    }
+
+    /// `memory.fill`: the range is checked before any byte is written; 4
+    /// bytes a step when the address and length are multiples of 4.
+    fn memory_fill(&mut self, st: &mut FuncState) -> Result<(), LowerError> {
+        let n = st.pop()?;
+        let value = st.pop()?;
+        let dst = st.pop()?;
+        let [n, dst] = [n, dst].map(|v| self.builder.ins().uextend(I64, v));
+        self.check_range(dst, n);
+        let mask = self.builder.ins().iconst(I32, 0xff);
+        let byte = self.builder.ins().band(value, mask);
+        let spread = self.builder.ins().iconst(I32, 0x0101_0101);
+        let word = self.builder.ins().imul(byte, spread);
+        let bits = self.builder.ins().bor(dst, n);
+        self.bulk_loops(bits, n, |t, step, ty, k| {
+            let to = t.builder.ins().iadd(dst, k);
+            let to = t.host_address(to, u32::try_from(step).unwrap_or(1));
+            let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+            match ty {
+                I8 => t.builder.ins().istore8(flags, byte, to, 0),
+                _ => t.builder.ins().store(flags, word, to, 0),
+            };
+        });
+        Ok(())
+    }
+
+    /// The two loops of a bulk operation over `n` bytes: 4 bytes a step
+    /// when `bits` (the addresses and length or'ed) is a multiple of 4,
+    /// else one. `step(t, bytes, type, k)` moves the bytes at offset `k`
+    /// (`i64`) with accesses of `type` (`I32` or `I8`).
+    fn bulk_loops(
+        &mut self,
+        bits: Value,
+        n: Value,
+        mut step: impl FnMut(&mut Self, i64, Type, Value),
+    ) {
+        let three = self.builder.ins().iconst(I64, 3);
+        let low = self.builder.ins().band(bits, three);
+        let words = self.builder.create_block();
+        let bytes = self.builder.create_block();
+        let done = self.builder.create_block();
+        self.builder.ins().brif(low, bytes, &[], words, &[]);
+        self.builder.seal_block(words);
+        self.builder.seal_block(bytes);
+        for (block, size, ty) in [(words, 4i64, I32), (bytes, 1, I8)] {
+            self.builder.switch_to_block(block);
+            let header = self.builder.create_block();
+            let k = self.builder.append_block_param(header, I64);
+            let body = self.builder.create_block();
+            let zero = self.builder.ins().iconst(I64, 0);
+            self.builder.ins().jump(header, &[zero.into()]);
+            self.builder.switch_to_block(header);
+            let more = self.builder.ins().icmp(IntCC::UnsignedLessThan, k, n);
+            self.builder.ins().brif(more, body, &[], done, &[]);
+            self.builder.seal_block(body);
+            self.builder.switch_to_block(body);
+            self.time_check();
+            step(self, size, ty, k);
+            let next = self.builder.ins().iadd_imm_s(k, size);
+            self.builder.ins().jump(header, &[next.into()]);
+            self.builder.seal_block(header);
+        }
+        self.builder.seal_block(done);
+        self.builder.switch_to_block(done);
+    }
+
+    /// `call_indirect` through a table whose contents are fixed (the
+    /// detector checked): a `br_table` over the table's slots, each slot
+    /// going to an inlined copy of its function when the function has the
+    /// call's type, else to a trap: `IndirectCallToNull` for a null slot,
+    /// `BadSignature` for another type, `TableOutOfBounds` past the end
+    /// (Wasm's checks, in its order).
+    fn call_indirect(
+        &mut self,
+        st: &mut FuncState,
+        type_index: u32,
+        table: u32,
+    ) -> Result<(), LowerError> {
+        let m = self.module;
+        let index = st.pop()?;
+        let ty = m
+            .types
+            .get(type_index as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| internal("call_indirect of a type that is not a function type"))?;
+        let args = st.pop_n(ty.params().len())?;
+        let contents = m
+            .table_contents(table)
+            .map_err(|_| internal("call_indirect through a table the detector refused"))?;
+
+        let mut trap_blocks: Vec<(KernelTrap, Block)> = Vec::new();
+        let mut trap_block = |b: &mut FunctionBuilder<'_>, trap: KernelTrap| -> BlockCall {
+            let block = match trap_blocks.iter().find(|(t, _)| *t == trap) {
+                Some(&(_, block)) => block,
+                None => {
+                    let block = b.create_block();
+                    trap_blocks.push((trap, block));
+                    block
+                }
+            };
+            b.func.dfg.block_call(block, &[])
+        };
+        let mut callees: Vec<(u32, Block)> = Vec::new();
+        let mut slots = Vec::with_capacity(contents.len());
+        for slot in &contents {
+            let call = match *slot {
+                None => trap_block(&mut self.builder, KernelTrap::IndirectCallToNull),
+                Some(f) if m.same_type(f, type_index) => {
+                    let block = match callees.iter().find(|(g, _)| *g == f) {
+                        Some(&(_, block)) => block,
+                        None => {
+                            let block = self.builder.create_block();
+                            callees.push((f, block));
+                            block
+                        }
+                    };
+                    self.builder.func.dfg.block_call(block, &[])
+                }
+                Some(_) => trap_block(&mut self.builder, KernelTrap::BadSignature),
+            };
+            slots.push(call);
+        }
+        let default = trap_block(&mut self.builder, KernelTrap::TableOutOfBounds);
+        let jump_table = self
+            .builder
+            .create_jump_table(JumpTableData::new(default, &slots));
+        self.builder.ins().br_table(index, jump_table);
+
+        for (trap, block) in trap_blocks {
+            self.builder.seal_block(block);
+            self.builder.switch_to_block(block);
+            self.builder.ins().trap(trap.trap_code());
+        }
+        let join = self.builder.create_block();
+        let join_vars = self.declare_vars(ty.results())?;
+        let mut returns = false;
+        let srcloc = self.builder.srcloc();
+        for (f, block) in callees {
+            self.builder.seal_block(block);
+            self.builder.switch_to_block(block);
+            if let Some(results) = self.inline(f, &args)? {
+                self.jump(join, &join_vars, &results);
+                returns = true;
+            }
+            self.builder.set_srcloc(srcloc);
+        }
+        self.builder.seal_block(join);
+        if returns {
+            self.builder.switch_to_block(join);
+            for &var in &join_vars {
+                let value = self.builder.use_var(var);
+                st.stack.push(value);
+            }
+        } else {
+            st.reachable = false;
+        }
+        Ok(())
     }
 }
 
@@ -1162,26 +1520,28 @@ fn cvt_to_int_bounds(signed: bool, bits: u32) -> (f64, f64) {
     }
 }
 
-/// A trapping `trunc` (wasmtime's guard, with our trap code): NaN and
-/// values outside the bounds trap `BadConversionToInteger` before
+/// A trapping `trunc` (wasmtime's guard, with our trap codes): NaN traps
+/// `BadConversionToInteger`, a value outside the bounds `IntegerOverflow`
+/// (as the Wasm spec and wasmtime name them), before
 /// `fcvt_to_sint`/`fcvt_to_uint` runs. wasmtime rounds toward zero before
 /// comparing; the bounds are integers, so comparing the value itself
 /// decides the same.
 fn trunc_checked(b: &mut FunctionBuilder<'_>, x: Value, to: Type, signed: bool) -> Value {
-    let code = KernelTrap::BadConversionToInteger.trap_code();
     let wide = match b.func.dfg.value_type(x) {
         F32 => b.ins().fpromote(F64, x),
         _ => x,
     };
     let is_nan = b.ins().fcmp(FloatCC::NotEqual, wide, wide);
-    b.ins().trapnz(is_nan, code);
+    b.ins()
+        .trapnz(is_nan, KernelTrap::BadConversionToInteger.trap_code());
+    let overflow = KernelTrap::IntegerOverflow.trap_code();
     let (low, high) = cvt_to_int_bounds(signed, to.bits());
     let low = b.ins().f64const(low);
     let too_small = b.ins().fcmp(FloatCC::LessThanOrEqual, wide, low);
-    b.ins().trapnz(too_small, code);
+    b.ins().trapnz(too_small, overflow);
     let high = b.ins().f64const(high);
     let too_large = b.ins().fcmp(FloatCC::GreaterThanOrEqual, wide, high);
-    b.ins().trapnz(too_large, code);
+    b.ins().trapnz(too_large, overflow);
     if signed {
         b.ins().fcvt_to_sint(to, x)
     } else {

@@ -18,14 +18,28 @@ use crate::lower::{INTRINSIC_MODULE, Intrinsic, LowerError, UnsupportedOp};
 /// The deepest chain of inlined calls below a kernel.
 pub(super) const MAX_CALL_DEPTH: usize = 64;
 
+/// The largest shadow-stack window a kernel thread gets, in bytes
+/// (`docs/kernels.md`, "The shadow stack"). The device reserves local
+/// memory for it in every resident thread (4 KiB is 1.1 GB over an H100's
+/// 270,336 thread slots).
+pub const MAX_STACK_WINDOW: u64 = 4096;
+
+/// What the window adds for a function that may move the stack pointer by
+/// an amount the detector cannot read off (a dynamic `alloca`).
+pub(super) const DYNAMIC_FRAME_BYTES: u64 = 256;
+
 /// A function's state in the depth-first walk.
 #[derive(Clone, Copy)]
 enum Walk {
     /// On the current call path: a call to it closes a cycle.
     OnPath,
-    /// Checked: its size with every callee inlined, and how deep its own
-    /// call chain goes.
-    Done { size: KernelSize, depth: usize },
+    /// Checked: its size with every callee inlined, how deep its own call
+    /// chain goes, and the stack bytes it and its callees need.
+    Done {
+        size: KernelSize,
+        depth: usize,
+        stack: u64,
+    },
 }
 
 struct Detector<'m, 'a> {
@@ -33,29 +47,149 @@ struct Detector<'m, 'a> {
     walk: Vec<Option<Walk>>,
     reached: Vec<u32>,
     limits: KernelLimits,
+    stack_pointer: Option<u32>,
+    /// The mutable globals the kernel reads or writes.
+    globals: Vec<u32>,
+}
+
+/// What the detector found out about a kernel.
+pub(super) struct Detected {
+    /// The defined functions it reaches, the kernel first.
+    pub reached: Vec<u32>,
+    /// Its size, every callee inlined.
+    pub size: KernelSize,
+    /// The mutable globals it uses, in index order.
+    pub globals: Vec<u32>,
+    /// The shadow stack's pointer and the window's size in bytes (a
+    /// multiple of 16), when the kernel makes stack frames.
+    pub stack: Option<(u32, u64)>,
 }
 
 /// Checks the kernel `kernel` and everything it calls against what the
-/// translator lowers and against `limits`; returns the defined functions it
-/// reaches (the kernel first) and the kernel's size, callees inlined.
+/// translator lowers and against `limits`.
 pub(super) fn detect(
     module: &ModuleInfo<'_>,
     kernel: u32,
     limits: KernelLimits,
-) -> Result<(Vec<u32>, KernelSize), LowerError> {
+) -> Result<Detected, LowerError> {
     let mut detector = Detector {
         module,
         walk: vec![None; module.bodies.len()],
         reached: Vec::new(),
         limits,
+        stack_pointer: module.stack_pointer(),
+        globals: Vec::new(),
     };
-    let (size, _) = detector.visit(kernel, 0)?;
-    Ok((detector.reached, size))
+    let (size, _, stack) = detector.visit(kernel, 0)?;
+    let mut globals = detector.globals;
+    globals.sort_unstable();
+    globals.dedup();
+    let window = stack.div_ceil(16) * 16;
+    if window > MAX_STACK_WINDOW {
+        return Err(LowerError::TooLarge(UnsupportedOp {
+            op: String::from("global.get __stack_pointer"),
+            offset: module.bodies[module.defined(kernel).unwrap_or(0)]
+                .range()
+                .start,
+            reason: format!(
+                "the kernel's stack frames, every callee inlined, need {window} bytes per \
+                 thread; kernels get at most {MAX_STACK_WINDOW}"
+            ),
+        }));
+    }
+    let stack = match (detector.stack_pointer, window) {
+        (Some(sp), 1..) => Some((sp, window)),
+        _ => None,
+    };
+    Ok(Detected {
+        reached: detector.reached,
+        size,
+        globals,
+        stack,
+    })
 }
 
-/// Whether the translated `op` branches (a memory access, with its bounds
-/// check and alignment split; a loop, `if` or conditional branch; an
-/// operator with a trap check): what the driver's PTX JIT pays for most.
+/// Reads stack frames off the operators of one function: LLVM opens a
+/// frame with `global.get $sp; i32.const N; i32.sub` (then, for an
+/// over-aligned frame, `i32.const -A; i32.and`).
+#[derive(Default)]
+struct FrameScan {
+    /// How far into the pattern the last operators are (0: not in it).
+    state: u8,
+    pending: u64,
+    /// Bytes of the frames found.
+    bytes: u64,
+    /// A `global.get $sp` that opened no frame of a constant size.
+    other_reads: bool,
+    /// A `global.set $sp`.
+    writes: bool,
+}
+
+impl FrameScan {
+    fn step(&mut self, op: &Operator<'_>, sp: u32) {
+        self.state = match (self.state, op) {
+            (_, Operator::GlobalGet { global_index }) if *global_index == sp => {
+                if self.state == 1 {
+                    self.other_reads = true;
+                }
+                1
+            }
+            (_, Operator::GlobalSet { global_index }) if *global_index == sp => {
+                if self.state == 1 {
+                    self.other_reads = true;
+                }
+                self.writes = true;
+                0
+            }
+            (1, Operator::I32Const { value }) => {
+                self.pending = u64::from(value.cast_unsigned());
+                2
+            }
+            (2, Operator::I32Sub) => {
+                self.bytes = self.bytes.saturating_add(self.pending);
+                3
+            }
+            (3, Operator::I32Const { value }) if *value < 0 => {
+                self.pending = u64::from(value.unsigned_abs()) - 1;
+                4
+            }
+            (4, Operator::I32And) => {
+                self.bytes = self.bytes.saturating_add(self.pending);
+                0
+            }
+            (1 | 2, _) => {
+                self.other_reads = true;
+                0
+            }
+            _ => 0,
+        };
+    }
+
+    /// The bytes this function's own frames may take below the stack
+    /// pointer it was called with.
+    fn frame_bytes(&self) -> u64 {
+        let dynamic = if self.other_reads && self.writes {
+            DYNAMIC_FRAME_BYTES
+        } else {
+            0
+        };
+        self.bytes.saturating_add(dynamic)
+    }
+}
+
+/// How many branch points the translated `op` makes (a memory access, with
+/// its bounds check and alignment split; a loop, `if` or conditional
+/// branch; an operator with a trap check; `memory.copy`/`memory.fill`,
+/// their checks and two loops; `call_indirect`'s dispatch): what the
+/// driver's PTX JIT pays for most.
+fn branch_points(op: &Operator<'_>) -> u64 {
+    match op {
+        Operator::MemoryCopy { .. } | Operator::MemoryFill { .. } => 4,
+        Operator::CallIndirect { .. } => 2,
+        _ => u64::from(is_branch_point(op)),
+    }
+}
+
 fn is_branch_point(op: &Operator<'_>) -> bool {
     matches!(
         op,
@@ -92,8 +226,10 @@ fn refuse(op: impl Into<String>, offset: u64, reason: impl Into<String>) -> Lowe
 }
 
 impl Detector<'_, '_> {
-    /// Checks defined function `func`, reached through `depth` calls.
-    fn visit(&mut self, func: u32, depth: usize) -> Result<(KernelSize, usize), LowerError> {
+    /// Checks defined function `func`, reached through `depth` calls;
+    /// returns its size with every callee inlined, the depth of its call
+    /// chain and the stack bytes it and its callees need.
+    fn visit(&mut self, func: u32, depth: usize) -> Result<(KernelSize, usize, u64), LowerError> {
         let m = self.module;
         let def = m
             .defined(func)
@@ -117,6 +253,8 @@ impl Detector<'_, '_> {
 
         let mut size = KernelSize::default();
         let mut height = 0;
+        let mut callee_stack = 0u64;
+        let mut frames = FrameScan::default();
         let mut reader = body.get_operators_reader().map_err(invalid)?;
         while !reader.eof() {
             let offset = reader.original_position();
@@ -132,29 +270,41 @@ impl Detector<'_, '_> {
                 }
             };
             size.operators += 1;
-            size.branches += u64::from(is_branch_point(&op));
+            size.branches += branch_points(&op);
+            if let Some(sp) = self.stack_pointer {
+                frames.step(&op, sp);
+            }
             self.check(&op, offset)?;
-            if let Operator::Call { function_index } = op
-                && let Some(callee) = m.defined(function_index)
+            if let Operator::GlobalGet { global_index } | Operator::GlobalSet { global_index } = op
+                && matches!(
+                    m.globals.get(global_index as usize),
+                    Some(GlobalKind::Mutable(_))
+                )
             {
-                let (callee_size, callee_depth) = match self.walk[callee] {
+                self.globals.push(global_index);
+            }
+            for callee in self.callees(&op, offset)? {
+                let Some(callee_def) = m.defined(callee) else {
+                    continue;
+                };
+                let (callee_size, callee_depth, stack) = match self.walk[callee_def] {
                     Some(Walk::OnPath) => {
                         return Err(refuse(
-                            "call (recursion)",
+                            format!("{} (recursion)", op_name(&op)),
                             offset,
                             format!(
-                                "function {function_index} is already on the call path \
-                                 from the kernel: kernels cannot recurse"
+                                "function {callee} is already on the call path from the \
+                                 kernel: kernels cannot recurse"
                             ),
                         ));
                     }
-                    Some(Walk::Done { size, depth }) => (size, depth),
-                    None if depth < MAX_CALL_DEPTH => self.visit(function_index, depth + 1)?,
-                    None => (KernelSize::default(), MAX_CALL_DEPTH),
+                    Some(Walk::Done { size, depth, stack }) => (size, depth, stack),
+                    None if depth < MAX_CALL_DEPTH => self.visit(callee, depth + 1)?,
+                    None => (KernelSize::default(), MAX_CALL_DEPTH, 0),
                 };
                 if depth + 1 + callee_depth > MAX_CALL_DEPTH {
                     return Err(refuse(
-                        "call",
+                        op_name(&op),
                         offset,
                         format!(
                             "the chain of calls below the kernel is deeper than {MAX_CALL_DEPTH}"
@@ -164,14 +314,61 @@ impl Detector<'_, '_> {
                 size.operators = size.operators.saturating_add(callee_size.operators);
                 size.branches = size.branches.saturating_add(callee_size.branches);
                 height = height.max(callee_depth + 1);
+                callee_stack = callee_stack.max(stack);
             }
             self.check_size(size, &op, offset)?;
         }
+        let stack = frames.frame_bytes().saturating_add(callee_stack);
         self.walk[def] = Some(Walk::Done {
             size,
             depth: height,
+            stack,
         });
-        Ok((size, height))
+        Ok((size, height, stack))
+    }
+
+    /// The functions `op` may call: a direct call's callee, or every
+    /// function of the call's type in the table a `call_indirect` goes
+    /// through (the translator inlines each of them at the call).
+    fn callees(&self, op: &Operator<'_>, offset: u64) -> Result<Vec<u32>, LowerError> {
+        match *op {
+            Operator::Call { function_index } => Ok(vec![function_index]),
+            Operator::CallIndirect {
+                type_index,
+                table_index,
+            } => self.indirect_callees(type_index, table_index, offset),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn indirect_callees(
+        &self,
+        type_index: u32,
+        table: u32,
+        offset: u64,
+    ) -> Result<Vec<u32>, LowerError> {
+        let m = self.module;
+        let contents = m
+            .table_contents(table)
+            .map_err(|why| refuse("call_indirect", offset, why))?;
+        let mut callees: Vec<u32> = Vec::new();
+        for func in contents.into_iter().flatten() {
+            if callees.contains(&func) || !m.same_type(func, type_index) {
+                continue;
+            }
+            if let Some((module, name)) = m.funcs.get(func as usize).and_then(|f| f.import) {
+                return Err(refuse(
+                    "call_indirect",
+                    offset,
+                    format!(
+                        "table {table} holds the import `{module}`.`{name}` with the call's \
+                         type; kernels call imports only directly"
+                    ),
+                ));
+            }
+            callees.push(func);
+        }
+        Ok(callees)
     }
 
     /// Refuses the kernel once its size so far passes a limit.
@@ -207,24 +404,52 @@ impl Detector<'_, '_> {
         let m = self.module;
         match op {
             Operator::Call { function_index } => self.check_call(*function_index, offset),
-            Operator::GlobalGet { global_index } => {
+            Operator::GlobalGet { global_index } | Operator::GlobalSet { global_index } => {
                 let why = match m.globals.get(*global_index as usize) {
                     Some(GlobalKind::Const(_)) => return Ok(()),
-                    Some(GlobalKind::Mutable) => {
-                        "it is mutable; kernels read immutable globals only"
-                    }
+                    Some(GlobalKind::Mutable(Some(_))) => return Ok(()),
+                    Some(GlobalKind::Mutable(None)) => "it is not an i32, i64, f32 or f64",
                     Some(GlobalKind::Imported) => {
-                        "it is imported, so its value is not known when the kernel is translated"
+                        "it is imported; kernels use the module's own globals"
                     }
                     Some(GlobalKind::NotConstant) | None => {
                         "its initializer is not an i32, i64, f32 or f64 constant"
                     }
                 };
                 Err(refuse(
-                    "global.get",
+                    op_name(op),
                     offset,
                     format!("global {global_index}: {why}"),
                 ))
+            }
+            Operator::MemoryCopy { dst_mem, src_mem } => {
+                self.check_memory(op, *dst_mem, offset)?;
+                self.check_memory(op, *src_mem, offset)
+            }
+            Operator::MemoryFill { mem } => self.check_memory(op, *mem, offset),
+            Operator::CallIndirect { type_index, .. } => {
+                let scalar = m
+                    .types
+                    .get(*type_index as usize)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|ty| {
+                        ty.params()
+                            .iter()
+                            .chain(ty.results())
+                            .all(|t| WasmType::from_val_type(*t).is_some())
+                    });
+                if scalar {
+                    Ok(())
+                } else {
+                    Err(refuse(
+                        "call_indirect",
+                        offset,
+                        format!(
+                            "type {type_index} is not a function type of i32, i64, f32 and f64 \
+                             values"
+                        ),
+                    ))
+                }
             }
             Operator::Block { blockty } | Operator::Loop { blockty } | Operator::If { blockty } => {
                 self.check_block_type(op, *blockty, offset)
@@ -374,8 +599,6 @@ impl Detector<'_, '_> {
             return refuse(name, offset, SIMD_REASON);
         }
         let reason = match (name.as_str(), proposal) {
-            ("call_indirect", _) => "indirect calls cannot be inlined into a kernel",
-            ("global.set", _) => "kernels cannot write globals",
             ("memory.grow", _) => "kernels cannot grow memory",
             (_, "bulk_memory") => "bulk memory and table operations are not supported in kernels",
             (_, "tail_call") => "tail calls are not supported in kernels",

@@ -9,6 +9,8 @@ mod body;
 mod detect;
 mod module;
 
+pub use detect::MAX_STACK_WINDOW;
+
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -113,18 +115,39 @@ pub struct KernelSize {
     pub branches: u64,
 }
 
+/// A mutable global a kernel uses (`docs/kernels.md`, "Globals"): each
+/// thread works on a copy of its own, which starts at the global's value
+/// when the kernel is launched. The launcher passes that value as a
+/// parameter after the kernel's Wasm parameters, in
+/// [`TranslatedKernel::globals`] order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelGlobal {
+    /// The global's index in the module.
+    pub index: u32,
+    /// Its type.
+    pub ty: WasmType,
+}
+
 /// A kernel translated to CLIF.
 #[derive(Clone, Debug)]
 pub struct TranslatedKernel {
-    /// The kernel's CLIF: its Wasm parameters, then the hidden ones
-    /// ([`KernelAbi`]); every callee inlined, no `call`.
+    /// The kernel's CLIF: its Wasm parameters, the launch values of its
+    /// globals, then the hidden parameters ([`KernelAbi`]); every callee
+    /// inlined, no `call` but the runtime checks.
     pub function: Function,
-    /// Where the hidden parameters sit.
+    /// Where the hidden parameters sit ([`KernelAbi::wasm_params`] counts
+    /// the Wasm parameters and the globals).
     pub abi: KernelAbi,
     /// The kernel's export name, or `kernel_<index>` when it has none.
     pub name: String,
     /// The kernel's Wasm parameters, in order.
     pub params: Vec<WasmType>,
+    /// The mutable globals it uses, whose launch values follow the Wasm
+    /// parameters.
+    pub globals: Vec<KernelGlobal>,
+    /// Bytes of each thread's shadow-stack window (0: the kernel makes no
+    /// stack frames; `docs/kernels.md`, "The shadow stack").
+    pub stack_window: u64,
     /// Its size, every callee inlined.
     pub size: KernelSize,
 }
@@ -152,9 +175,19 @@ pub fn translate_kernel_within(
 ) -> Result<TranslatedKernel, LowerError> {
     let mut module = module::ModuleInfo::parse(wasm)?;
     let params = module.kernel_params(func_index)?;
-    let (reached, size) = detect::detect(&module, func_index, limits.min(KernelLimits::HOST))?;
-    module.validate_bodies(&reached)?;
-    let function = body::translate(&module, func_index, &params)?;
+    let detected = detect::detect(&module, func_index, limits.min(KernelLimits::HOST))?;
+    module.validate_bodies(&detected.reached)?;
+    let globals: Vec<KernelGlobal> = detected
+        .globals
+        .iter()
+        .map(|&index| match module.globals.get(index as usize) {
+            Some(module::GlobalKind::Mutable(Some(ty))) => Ok(KernelGlobal { index, ty: *ty }),
+            _ => Err(LowerError::Invalid(alloc::format!(
+                "translator: global {index} is not a mutable scalar"
+            ))),
+        })
+        .collect::<Result<_, _>>()?;
+    let function = body::translate(&module, func_index, &params, &globals, detected.stack)?;
 
     #[cfg(debug_assertions)]
     {
@@ -168,11 +201,13 @@ pub fn translate_kernel_within(
     Ok(TranslatedKernel {
         function,
         abi: KernelAbi {
-            wasm_params: params.len(),
+            wasm_params: params.len() + globals.len(),
         },
         name: module.kernel_name(func_index),
         params,
-        size,
+        globals,
+        stack_window: detected.stack.map_or(0, |(_, bytes)| bytes),
+        size: detected.size,
     })
 }
 

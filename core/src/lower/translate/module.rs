@@ -13,8 +13,9 @@ use core::cell::OnceCell;
 
 use wasmparser::{
     BinaryReaderError, CompositeInnerType, ConstExpr, ElementItems, ElementKind, ExternalKind,
-    FuncToValidate, FuncType, FuncValidatorAllocations, FunctionBody, MemoryType, Operator, Parser,
-    Payload, TableInit, TypeRef, ValidPayload, Validator, ValidatorResources, WasmFeatures,
+    FuncToValidate, FuncType, FuncValidatorAllocations, FunctionBody, KnownCustom, MemoryType,
+    Name, Operator, Parser, Payload, TableInit, TypeRef, ValidPayload, Validator,
+    ValidatorResources, WasmFeatures,
 };
 
 use super::WasmType;
@@ -53,8 +54,10 @@ pub(super) enum ConstValue {
 pub(super) enum GlobalKind {
     /// Immutable, with a constant initializer: becomes the constant.
     Const(ConstValue),
-    /// Mutable: its value depends on the instance's history.
-    Mutable,
+    /// Defined and mutable: its value depends on the instance's history.
+    /// Kernels get a thread-private copy of it, initialised with its value
+    /// at launch (`None`: not a scalar type, refused).
+    Mutable(Option<WasmType>),
     /// Imported: its value is not known at translation time.
     Imported,
     /// Immutable, but its initializer is not a scalar constant (a
@@ -126,6 +129,8 @@ pub(super) struct ModuleInfo<'a> {
     pub func_exports: Vec<(u32, &'a str)>,
     /// The table index space.
     pub tables: Vec<TableDecl>,
+    /// Global names from the `name` section, if it names any.
+    global_names: Option<Vec<(u32, &'a str)>>,
     /// The active element segments, in order.
     pub elements: Vec<ActiveElements>,
     /// Why the module's tables may change after instantiation (a
@@ -149,6 +154,7 @@ impl<'a> ModuleInfo<'a> {
             pending: Vec::new(),
             func_exports: Vec::new(),
             tables: Vec::new(),
+            global_names: None,
             elements: Vec::new(),
             tables_mutated: OnceCell::new(),
         };
@@ -222,7 +228,7 @@ impl<'a> ModuleInfo<'a> {
                 for global in reader {
                     let global = global.map_err(invalid)?;
                     let kind = if global.ty.mutable {
-                        GlobalKind::Mutable
+                        GlobalKind::Mutable(WasmType::from_val_type(global.ty.content_type))
                     } else {
                         match self.eval_const(&global.init_expr) {
                             Some(v) => GlobalKind::Const(v),
@@ -283,6 +289,18 @@ impl<'a> ModuleInfo<'a> {
                         offset,
                         items,
                     });
+                }
+            }
+            Payload::CustomSection(reader) => {
+                // A malformed name section is not an invalid module: it is
+                // ignored, as engines do.
+                if let KnownCustom::Name(names) = reader.as_known() {
+                    for name in names.flatten() {
+                        if let Name::Global(map) = name {
+                            let list = self.global_names.get_or_insert_with(Vec::new);
+                            list.extend(map.into_iter().flatten().map(|n| (n.index, n.name)));
+                        }
+                    }
                 }
             }
             Payload::ExportSection(reader) => {
@@ -348,6 +366,25 @@ impl<'a> ModuleInfo<'a> {
             [v] => Some(*v),
             _ => None,
         }
+    }
+
+    /// The shadow stack's pointer (`docs/kernels.md`, "The shadow stack"):
+    /// the global the `name` section calls `__stack_pointer`; in a module
+    /// whose name section names no globals, global 0 when it is a defined,
+    /// mutable `i32` (where wasm-ld always puts the stack pointer).
+    pub fn stack_pointer(&self) -> Option<u32> {
+        let candidate = match &self.global_names {
+            Some(names) => names
+                .iter()
+                .find(|(_, name)| *name == "__stack_pointer")
+                .map(|(index, _)| *index)?,
+            None => 0,
+        };
+        matches!(
+            self.globals.get(candidate as usize),
+            Some(GlobalKind::Mutable(Some(WasmType::I32)))
+        )
+        .then_some(candidate)
     }
 
     /// The first operator anywhere in the module that changes a table after
@@ -452,6 +489,18 @@ impl<'a> ModuleInfo<'a> {
             .ok_or_else(|| {
                 LowerError::Invalid(format!("function {func_index} has no function type"))
             })
+    }
+
+    /// Whether function `func` has type `type_index` (`call_indirect`'s
+    /// check: the same parameters and results).
+    pub fn same_type(&self, func: u32, type_index: u32) -> bool {
+        let want = self.types.get(type_index as usize).and_then(Option::as_ref);
+        match (self.func_type(func), want) {
+            (Ok(have), Some(want)) => {
+                have.params() == want.params() && have.results() == want.results()
+            }
+            _ => false,
+        }
     }
 
     /// The kernel's Wasm parameter types, after checking that `func_index`
