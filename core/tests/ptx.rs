@@ -655,7 +655,9 @@ fn table_sweep() -> Kernel {
                 | Opcode::Return
                 | Opcode::Trap
                 | Opcode::Trapz
-                | Opcode::Trapnz => continue,
+                | Opcode::Trapnz
+                // A kernel has one stack slot: `compiler_output` has it.
+                | Opcode::StackAddr => continue,
                 Opcode::Iconst => b.ins().UnaryImm(op, ty, Imm64::new(0x5A)).0,
                 Opcode::F32const => {
                     b.ins()
@@ -767,6 +769,34 @@ fn time_straight() -> Kernel {
     )
 }
 
+/// What rustc emits: a shadow-stack frame (`stack_addr` of the window,
+/// generic loads and stores), `memory.fill`, `memory.copy` and a
+/// `call_indirect` over a fixed table.
+fn compiler_output() -> Kernel {
+    translated(
+        "compiler_output",
+        r#"(module
+          (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
+          (memory 1)
+          (global $__stack_pointer (mut i32) (i32.const 4096))
+          (type $un (func (param f32) (result f32)))
+          (table 3 funcref)
+          (elem (i32.const 0) $double $square)
+          (func $double (type $un) (f32.add (local.get 0) (local.get 0)))
+          (func $square (type $un) (f32.mul (local.get 0) (local.get 0)))
+          (func (param $out i32) (param $which i32) (local $sp i32)
+            (local.set $sp (i32.sub (global.get $__stack_pointer) (i32.const 32)))
+            (global.set $__stack_pointer (local.get $sp))
+            (memory.fill (local.get $sp) (i32.const 0) (i32.const 32))
+            (f32.store offset=4 (local.get $sp)
+              (call_indirect (type $un) (f32.convert_i32_u (call $tid)) (local.get $which)))
+            (memory.copy (i32.add (local.get $out) (i32.shl (call $tid) (i32.const 5)))
+                         (local.get $sp) (i32.const 32))
+            (global.set $__stack_pointer (i32.add (local.get $sp) (i32.const 32)))))"#,
+        3,
+    )
+}
+
 fn kernels() -> Vec<Kernel> {
     vec![
         vector_add(),
@@ -783,6 +813,7 @@ fn kernels() -> Vec<Kernel> {
         table_sweep(),
         time_loop(),
         time_straight(),
+        compiler_output(),
     ]
 }
 

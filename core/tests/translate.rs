@@ -280,6 +280,9 @@ struct Machine<'a> {
     stray: Option<String>,
 }
 
+/// Bytes the interpreter gives a kernel's stack slot.
+const STACK_SLOT_BYTES: usize = tensorwasm_core::lower::translate::MAX_STACK_WINDOW as usize;
+
 fn range(space: &[u8], addr: &Address, size: usize) -> Option<std::ops::Range<usize>> {
     let start = usize::try_from(addr.offset).ok()?;
     let end = start.checked_add(size)?;
@@ -309,8 +312,21 @@ impl<'a> State<'a> for Machine<'a> {
     fn current_frame(&self) -> &Frame<'a> {
         self.frames.last().expect("a frame")
     }
-    fn stack_address(&self, _: AddressSize, _: StackSlot, _: u64) -> Result<Address, MemoryError> {
-        Err(MemoryError::InvalidOffset { offset: 0, max: 0 })
+    fn stack_address(
+        &self,
+        size: AddressSize,
+        _: StackSlot,
+        offset: u64,
+    ) -> Result<Address, MemoryError> {
+        // The kernel's one slot (its shadow-stack window) sits past the
+        // guest memory, so a window access that went to guest memory (or
+        // the reverse) reads other bytes.
+        Address::from_parts(
+            size,
+            AddressRegion::Stack,
+            0,
+            (self.space.len() - STACK_SLOT_BYTES) as u64 + offset,
+        )
     }
     fn checked_load(
         &self,
@@ -397,6 +413,8 @@ struct Launch {
     time_limit: u64,
     intrinsics: [i32; 12],
     clock_reads: Vec<u64>,
+    /// The launch values of the kernel's globals.
+    globals: Vec<Arg>,
 }
 
 impl Launch {
@@ -410,6 +428,7 @@ impl Launch {
             time_limit,
             intrinsics: INTRINSIC_VALUES,
             clock_reads: Vec::new(),
+            globals: Vec::new(),
         }
     }
 
@@ -444,11 +463,14 @@ fn interpret_launch(
     let func = &kernel.function;
     let mut machine = Machine {
         frames: Vec::new(),
-        space: vec![0; BASE + memory.len()],
+        // Stale bytes in the stack slot: the kernel zeroes its window.
+        space: vec![0xa5; BASE + memory.len() + STACK_SLOT_BYTES],
         stray: None,
     };
-    machine.space[BASE..].copy_from_slice(memory);
+    machine.space[BASE..BASE + memory.len()].copy_from_slice(memory);
     let mut values: Vec<DataValue> = args.iter().map(|a| a.data_value()).collect();
+    assert_eq!(launch.globals.len(), kernel.globals.len(), "launch values");
+    values.extend(launch.globals.iter().map(|a| a.data_value()));
     values.extend([
         DataValue::I64(BASE as i64),
         DataValue::I64(memory.len() as i64),
@@ -556,13 +578,14 @@ fn interpret_launch(
         machine.stray, None,
         "the kernel accessed memory outside its bounds check"
     );
-    memory.copy_from_slice(&machine.space[BASE..]);
+    memory.copy_from_slice(&machine.space[BASE..BASE + memory.len()]);
     outcome
 }
 
 /// wasmtime running the same module: the reference.
 struct Reference {
     store: wasmtime::Store<()>,
+    instance: wasmtime::Instance,
     memory: wasmtime::Memory,
     kernel: wasmtime::Func,
     wasm: Vec<u8>,
@@ -596,9 +619,26 @@ impl Reference {
             .expect("a kernel export");
         Reference {
             store,
+            instance,
             memory,
             kernel,
             wasm: wasm.to_vec(),
+        }
+    }
+
+    /// The value of global `index`, which the test module exports as
+    /// `g<index>`.
+    fn global(&mut self, index: u32) -> Arg {
+        let global = self
+            .instance
+            .get_global(&mut self.store, &format!("g{index}"))
+            .unwrap_or_else(|| panic!("the test module exports global {index} as g{index}"));
+        match global.get(&mut self.store) {
+            wasmtime::Val::I32(v) => Arg(I32, v as u32 as u64),
+            wasmtime::Val::I64(v) => Arg(I64, v as u64),
+            wasmtime::Val::F32(v) => Arg(F32, u64::from(v)),
+            wasmtime::Val::F64(v) => Arg(F64, v),
+            other => panic!("global {index} is {other:?}"),
         }
     }
 
@@ -1495,6 +1535,17 @@ fn traps_carry_their_code_and_operator_offset() {
             |op| matches!(op, Operator::I32TruncF64S),
         ),
         (
+            // As Wasm and wasmtime name it: out of range is an overflow.
+            "(i32.store offset=256 (i32.const 0) (i32.trunc_f32_s (f32.demote_f64 (local.get 2))))",
+            vec![
+                Arg(I32, 0),
+                Arg(I64, 0),
+                Arg(F64, 2147483648.0f64.to_bits()),
+            ],
+            KernelTrap::IntegerOverflow,
+            |op| matches!(op, Operator::I32TruncF32S),
+        ),
+        (
             "(i64.store offset=256 (i32.const 0) (i64.trunc_f64_u (local.get 2)))",
             vec![Arg(I32, 0), Arg(I64, 0), Arg(F64, (-1.0f64).to_bits())],
             KernelTrap::IntegerOverflow,
@@ -1822,8 +1873,22 @@ fn detector_refuses_each_construct_at_its_offset() {
     let rows: Vec<(&str, &str, &str, Pick)> = vec![
         (
             "call_indirect",
-            "(table 1 funcref) (type $t (func))",
+            r#"(import "env" "t" (table 1 funcref)) (type $t (func))"#,
             "(call_indirect (type $t) (i32.const 0))",
+            |op| matches!(op, Operator::CallIndirect { .. }),
+        ),
+        (
+            "call_indirect",
+            "(table $t 1 funcref) (type $ty (func)) (func $f) (elem (i32.const 0) $f) \
+             (func $mutate (table.set $t (i32.const 0) (ref.null func)))",
+            "(call_indirect (type $ty) (i32.const 0))",
+            |op| matches!(op, Operator::CallIndirect { .. }),
+        ),
+        (
+            "call_indirect",
+            r#"(import "env" "f" (func $imp)) (type $ty (func)) (table 1 funcref)
+               (elem (i32.const 0) $imp)"#,
+            "(call_indirect (type $ty) (i32.const 0))",
             |op| matches!(op, Operator::CallIndirect { .. }),
         ),
         ("return_call", "(func $f)", "(return_call $f)", |op| {
@@ -1837,15 +1902,9 @@ fn detector_refuses_each_construct_at_its_offset() {
         ),
         (
             "global.set",
-            "(global $g (mut i32) (i32.const 0))",
+            r#"(import "env" "g" (global $g (mut i32)))"#,
             "(global.set $g (i32.const 1))",
             |op| matches!(op, Operator::GlobalSet { .. }),
-        ),
-        (
-            "global.get",
-            "(global $g (mut i32) (i32.const 0))",
-            "(drop (global.get $g))",
-            |op| matches!(op, Operator::GlobalGet { .. }),
         ),
         (
             "global.get",
@@ -1858,18 +1917,6 @@ fn detector_refuses_each_construct_at_its_offset() {
             "",
             "(drop (memory.grow (i32.const 1)))",
             |op| matches!(op, Operator::MemoryGrow { .. }),
-        ),
-        (
-            "memory.copy",
-            "",
-            "(memory.copy (i32.const 0) (i32.const 8) (i32.const 8))",
-            |op| matches!(op, Operator::MemoryCopy { .. }),
-        ),
-        (
-            "memory.fill",
-            "",
-            "(memory.fill (i32.const 0) (i32.const 8) (i32.const 8))",
-            |op| matches!(op, Operator::MemoryFill { .. }),
         ),
         (
             "memory.init",
@@ -1982,21 +2029,40 @@ fn detector_refuses_recursion_and_walks_callees() {
     // The first refused operator wins, in program order; dead code counts.
     let (wasm, op) = refused(
         r#"(module (memory (export "memory") 1) (global $g (mut i32) (i32.const 0))
-          (func (export "kernel") (return) (global.set $g (i32.const 1)) (drop (memory.grow (i32.const 1)))))"#,
+          (func (export "kernel") (return) (data.drop 0) (drop (memory.grow (i32.const 1))))
+          (data "x"))"#,
     );
-    assert_eq!(op.op, "global.set");
+    assert_eq!(op.op, "data.drop");
     assert_eq!(
         op.offset,
         u64::from(offset_of(&wasm, 0, |op| matches!(
             op,
-            Operator::GlobalSet { .. }
+            Operator::DataDrop { .. }
+        )))
+    );
+
+    // Recursion through a table: every function of the call's type in the
+    // table is a callee.
+    let (wasm, op) = refused(
+        r#"(module (memory (export "memory") 1) (type $ty (func (param i32)))
+          (table 2 funcref) (elem (i32.const 0) $a $b)
+          (func $a (type $ty) (call_indirect (type $ty) (local.get 0) (local.get 0)))
+          (func $b (type $ty))
+          (func (export "kernel") (call $a (i32.const 1))))"#,
+    );
+    assert_eq!(op.op, "call_indirect (recursion)");
+    assert_eq!(
+        op.offset,
+        u64::from(offset_of(&wasm, 0, |op| matches!(
+            op,
+            Operator::CallIndirect { .. }
         )))
     );
 
     // Helpers that the kernel does not call may use anything.
     let wasm = wat::parse_str(
         r#"(module (memory (export "memory") 1) (global $g (mut i32) (i32.const 0))
-          (func $other (global.set $g (i32.const 1)) (call $other))
+          (func $other (drop (memory.grow (i32.const 1))) (call $other))
           (func (export "kernel") (i32.store (i32.const 0) (i32.const 1))))"#,
     )
     .unwrap();
@@ -2114,4 +2180,337 @@ fn detector_bounds_inlining() {
     wat.push_str(r#"(func (export "kernel") (call $f100)))"#);
     let (_, op) = refused(&wat);
     assert!(op.reason.contains("deeper"), "{op}");
+}
+
+// ---------------------------------------------------------------------------
+// What compilers emit: globals, the shadow stack, bulk memory, call_indirect
+// ---------------------------------------------------------------------------
+
+/// Runs export `kernel` of `wat` once on a fresh wasmtime instance and once
+/// in the interpreter, from `memory`, the globals' launch values read off
+/// the instance (the module exports each mutable global as `g<index>`).
+/// The kernel's stack window is zeroed in the input (so frames read the
+/// same on both sides) and left out of the comparison (the frames are the
+/// thread's own); every other byte and the outcome must match. Returns the
+/// outcome and the memory after the run.
+fn differential(wat: &str, args: &[Arg], memory: &[u8]) -> (Outcome, Vec<u8>) {
+    let wasm = wat::parse_str(wat).unwrap_or_else(|e| panic!("{e}\n{wat}"));
+    let kernel = translate(&wasm);
+    let mut reference = Reference::new(&wasm);
+    let globals: Vec<Arg> = kernel
+        .globals
+        .iter()
+        .map(|g| reference.global(g.index))
+        .collect();
+    let window = kernel.stack_window.map(|w| {
+        let at = kernel
+            .globals
+            .iter()
+            .position(|g| g.index == w.global)
+            .expect("the stack pointer is a kernel global");
+        let sp = globals[at].1 as usize;
+        sp.saturating_sub(w.bytes as usize)..sp
+    });
+    let mut input = memory.to_vec();
+    if let Some(w) = &window {
+        input[w.clone()].fill(0);
+    }
+    let mut expected_memory = input.clone();
+    let expected = reference.run(args, &mut expected_memory);
+    let mut actual_memory = input;
+    let mut launch = Launch::unlimited();
+    launch.globals = globals;
+    let actual = interpret_launch(&kernel, args, &mut actual_memory, PLENTY, &mut launch);
+    assert_eq!(actual, expected, "args {args:?}\n{wat}");
+    if let Some(w) = &window {
+        expected_memory[w.clone()].fill(0);
+        actual_memory[w.clone()].fill(0);
+    }
+    if let Some(at) = (0..memory.len()).find(|&i| expected_memory[i] != actual_memory[i]) {
+        let from = at & !7;
+        panic!(
+            "args {args:?}: memory differs at {at:#x}: wasmtime {:02x?}, CLIF {:02x?}\n{wat}",
+            &expected_memory[from..from + 8],
+            &actual_memory[from..from + 8]
+        );
+    }
+    (actual, actual_memory)
+}
+
+fn random_page(rng: &mut Rng) -> Vec<u8> {
+    (0..PAGE).map(|_| rng.next() as u8).collect()
+}
+
+/// The shape LLVM gives a Rust function with a stack frame: the kernel
+/// opens a frame, a callee opens its own below it and fills an array
+/// there, the kernel sums the array through a dynamically indexed loop
+/// and copies a frame struct out with `memory.copy`; a second mutable
+/// global counts calls.
+const FRAMES: &str = r#"(module
+  (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
+  (memory (export "memory") 1)
+  (global $__stack_pointer (export "g0") (mut i32) (i32.const 8192))
+  (global $calls (export "g1") (mut i32) (i32.const 40))
+  (func $fill (param $p i32) (param $n i32) (param $seed i32)
+    (local $sp i32) (local $i i32)
+    (global.set $__stack_pointer
+      (local.tee $sp (i32.sub (global.get $__stack_pointer) (i32.const 16))))
+    (i32.store offset=12 (local.get $sp) (local.get $seed))
+    (block $done (loop $next
+      (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+      (i32.store (i32.add (local.get $p) (i32.shl (local.get $i) (i32.const 2)))
+        (i32.mul (i32.load offset=12 (local.get $sp))
+                 (i32.add (local.get $i) (i32.const 1))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $next)))
+    (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+    (global.set $__stack_pointer (i32.add (local.get $sp) (i32.const 16))))
+  (func (export "kernel") (param $out i32) (param $n i32) (param $seed i32)
+    (local $sp i32) (local $i i32) (local $sum i32)
+    (global.set $__stack_pointer
+      (local.tee $sp (i32.sub (global.get $__stack_pointer) (i32.const 64))))
+    (call $fill (i32.add (local.get $sp) (i32.const 16)) (local.get $n) (local.get $seed))
+    (block $done (loop $next
+      (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+      (local.set $sum (i32.add (local.get $sum)
+        (i32.load offset=16 (i32.add (local.get $sp) (i32.shl (local.get $i) (i32.const 2))))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $next)))
+    (i32.store (local.get $sp) (local.get $sum))
+    (i32.store offset=4 (local.get $sp) (global.get $calls))
+    (i32.store offset=8 (local.get $sp) (global.get $__stack_pointer))
+    (memory.copy (local.get $out) (local.get $sp) (i32.const 12))
+    (global.set $__stack_pointer (i32.add (local.get $sp) (i32.const 64)))))"#;
+
+#[test]
+fn shadow_stack_frames_and_globals_match_wasmtime() {
+    let wasm = wat::parse_str(FRAMES).unwrap();
+    let kernel = translate(&wasm);
+    let window = kernel.stack_window.expect("a stack window");
+    assert_eq!(window.global, 0, "the name section's __stack_pointer");
+    assert!(window.bytes >= 80 && window.bytes % 16 == 0, "{window:?}");
+    assert_eq!(
+        kernel.globals.iter().map(|g| g.index).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    let mut rng = rng("frames");
+    for n in 0..=12u64 {
+        let memory = random_page(&mut rng);
+        let seed = rng.next() as u32 as u64;
+        let out = 256 + 16 * rng.below(100);
+        let (outcome, after) = differential(
+            FRAMES,
+            &[Arg(I32, out), Arg(I32, n), Arg(I32, seed)],
+            &memory,
+        );
+        assert_eq!(outcome, Outcome::Returned);
+        let word =
+            |at: u64| u32::from_le_bytes(after[at as usize..at as usize + 4].try_into().unwrap());
+        let sum = (1..=n as u32).fold(0u32, |s, i| s.wrapping_add((seed as u32).wrapping_mul(i)));
+        assert_eq!(word(out), sum, "n {n}");
+        assert_eq!(word(out + 4), 41, "the thread's copy of $calls");
+        assert_eq!(word(out + 8), 8192 - 64, "the thread's stack pointer");
+    }
+    // An access into the window from a kernel argument is the thread's
+    // too: it never reaches the guest's bytes there.
+    let mut memory = random_page(&mut rng);
+    memory[8192 - 64..8192].fill(0);
+    let mut launch = Launch::unlimited();
+    launch.globals = vec![Arg(I32, 8192), Arg(I32, 40)];
+    let out = 8192 - 32; // inside the window: the copy lands in the frame
+    let before = memory.clone();
+    let outcome = interpret_launch(
+        &kernel,
+        &[Arg(I32, out), Arg(I32, 3), Arg(I32, 7)],
+        &mut memory,
+        PLENTY,
+        &mut launch,
+    );
+    assert_eq!(outcome, Outcome::Returned);
+    assert_eq!(memory, before, "a window write reached guest memory");
+}
+
+#[test]
+fn a_stack_pointer_below_the_window_traps() {
+    // A dynamic alloca the detector cannot size: the window gets a fixed
+    // allowance, and a frame past it traps at the `global.set`.
+    let wat = r#"(module
+      (memory (export "memory") 1)
+      (global $__stack_pointer (export "g0") (mut i32) (i32.const 32768))
+      (func (export "kernel") (param $n i32) (local $saved i32) (local $p i32)
+        (local.set $saved (global.get $__stack_pointer))
+        (global.set $__stack_pointer
+          (local.tee $p (i32.and (i32.sub (global.get $__stack_pointer) (local.get $n))
+                                 (i32.const -16))))
+        (i32.store (local.get $p) (i32.const 1))
+        (global.set $__stack_pointer (local.get $saved))))"#;
+    let wasm = wat::parse_str(wat).unwrap();
+    let kernel = translate(&wasm);
+    let bytes = kernel.stack_window.expect("a window").bytes;
+    assert_eq!(bytes, 256, "the dynamic allowance");
+    let mut rng = rng("alloca");
+    for n in [0u64, 16, 200, 256] {
+        let (outcome, _) = differential(wat, &[Arg(I32, n)], &random_page(&mut rng));
+        assert_eq!(outcome, Outcome::Returned, "n {n}");
+    }
+    let mut memory = random_page(&mut rng);
+    let mut launch = Launch::unlimited();
+    launch.globals = vec![Arg(I32, 32768)];
+    let outcome = interpret_launch(&kernel, &[Arg(I32, 4000)], &mut memory, PLENTY, &mut launch);
+    assert_eq!(
+        outcome,
+        Outcome::Trapped {
+            trap: KernelTrap::StackOverflow,
+            offset: offset_of(&wasm, 0, |op| matches!(op, Operator::GlobalSet { .. })),
+        }
+    );
+}
+
+#[test]
+fn frames_larger_than_the_window_cap_are_too_large() {
+    let wat = format!(
+        r#"(module (memory (export "memory") 1)
+          (global $__stack_pointer (mut i32) (i32.const 65536))
+          (func (export "kernel")
+            (global.set $__stack_pointer
+              (i32.sub (global.get $__stack_pointer) (i32.const {})))))"#,
+        tensorwasm_core::lower::translate::MAX_STACK_WINDOW + 16
+    );
+    let wasm = wat::parse_str(&wat).unwrap();
+    match translate_kernel(&wasm, export_index(&wasm, "kernel")) {
+        Err(LowerError::TooLarge(op)) => {
+            assert!(op.reason.contains("stack frames"), "{op:?}")
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+}
+
+/// `memory.copy` (`which` 0) or `memory.fill` (1) of the arguments.
+const BULK: &str = r#"(module
+  (memory (export "memory") 1)
+  (func (export "kernel") (param $dst i32) (param $src i32) (param $n i32) (param $which i32)
+    (if (local.get $which)
+      (then (memory.fill (local.get $dst) (local.get $src) (local.get $n)))
+      (else (memory.copy (local.get $dst) (local.get $src) (local.get $n))))))"#;
+
+#[test]
+fn bulk_memory_matches_wasmtime() {
+    let page = PAGE as u64;
+    let mut rng = rng("bulk");
+    let mut cases: Vec<(u64, u64, u64)> = vec![
+        // Disjoint, aligned and not.
+        (0, 1024, 256),
+        (4096, 8, 1000),
+        (4097, 10, 999),
+        // Overlapping both ways, by less than a word and by more.
+        (100, 102, 200),
+        (102, 100, 200),
+        (100, 101, 64),
+        (101, 100, 64),
+        (200, 100, 400),
+        (100, 200, 400),
+        (64, 64, 128),
+        // Empty, at the end, and one past.
+        (0, 0, 0),
+        (page, page, 0),
+        (page - 16, 0, 16),
+        (0, page - 16, 16),
+        (page + 1, 0, 0),
+        (0, page + 1, 0),
+        (page - 15, 0, 16),
+        (0, page - 15, 16),
+        (0, 0, u32::MAX as u64),
+        (u32::MAX as u64, 0, 1),
+    ];
+    for _ in 0..40 {
+        let n = rng.below(600);
+        cases.push((rng.below(page - n), rng.below(page - n), n));
+    }
+    let mut traps = 0;
+    for (dst, src, n) in cases {
+        for which in [0, 1] {
+            let memory = random_page(&mut rng);
+            let args = [Arg(I32, dst), Arg(I32, src), Arg(I32, n), Arg(I32, which)];
+            let (outcome, _) = differential(BULK, &args, &memory);
+            traps += usize::from(outcome != Outcome::Returned);
+        }
+    }
+    assert!(traps >= 8, "the out-of-bounds cases trap ({traps})");
+}
+
+/// A table of three functions of two types and a null slot; the kernel
+/// calls slot `i` as `(i32, i32) -> i32`.
+const INDIRECT: &str = r#"(module
+  (memory (export "memory") 1)
+  (type $bin (func (param i32 i32) (result i32)))
+  (type $un (func (param f32) (result f32)))
+  (table 6 funcref)
+  (elem (i32.const 0) $add $mul)
+  (elem (i32.const 3) $neg $sub $add)
+  (func $add (type $bin) (i32.add (local.get 0) (local.get 1)))
+  (func $mul (type $bin) (i32.mul (local.get 0) (local.get 1)))
+  (func $sub (type $bin) (i32.sub (local.get 0) (local.get 1)))
+  (func $neg (type $un) (f32.neg (local.get 0)))
+  (func (export "kernel") (param $i i32) (param $x i32) (param $y i32)
+    (i32.store (i32.const 256)
+      (call_indirect (type $bin) (local.get $x) (local.get $y) (local.get $i)))))"#;
+
+#[test]
+fn call_indirect_matches_wasmtime() {
+    let wasm = wat::parse_str(INDIRECT).unwrap();
+    let at = offset_of(&wasm, 0, |op| matches!(op, Operator::CallIndirect { .. }));
+    let mut rng = rng("indirect");
+    let expect = |i: u64| match i {
+        0 | 4 | 5 => Outcome::Returned,
+        1 => Outcome::Returned,
+        2 => Outcome::Trapped {
+            trap: KernelTrap::IndirectCallToNull,
+            offset: at,
+        },
+        3 => Outcome::Trapped {
+            trap: KernelTrap::BadSignature,
+            offset: at,
+        },
+        _ => Outcome::Trapped {
+            trap: KernelTrap::TableOutOfBounds,
+            offset: at,
+        },
+    };
+    for i in [0u64, 1, 2, 3, 4, 5, 6, 7, 1000, u32::MAX as u64] {
+        let args = [
+            Arg(I32, i),
+            Arg(I32, rng.next() as u32 as u64),
+            Arg(I32, rng.next() as u32 as u64),
+        ];
+        let (outcome, _) = differential(INDIRECT, &args, &random_page(&mut rng));
+        assert_eq!(outcome, expect(i), "slot {i}");
+    }
+}
+
+#[test]
+fn kernels_are_named_by_export_and_by_table_slot() {
+    use tensorwasm_core::lower::translate::{function_by_export, function_by_table_slot};
+    let wasm = wat::parse_str(INDIRECT).unwrap();
+    assert_eq!(function_by_export(&wasm, "kernel").unwrap(), 4);
+    assert!(matches!(
+        function_by_export(&wasm, "nope"),
+        Err(LowerError::Invalid(why)) if why.contains("`nope`")
+    ));
+    assert_eq!(function_by_table_slot(&wasm, 1).unwrap(), 1);
+    assert_eq!(function_by_table_slot(&wasm, 5).unwrap(), 0);
+    for (slot, says) in [(2, "null"), (6, "past the end"), (u32::MAX, "past the end")] {
+        match function_by_table_slot(&wasm, slot) {
+            Err(LowerError::Invalid(why)) => assert!(why.contains(says), "{slot}: {why}"),
+            other => panic!("slot {slot}: {other:?}"),
+        }
+    }
+    let mutated = wat::parse_str(
+        r#"(module (table $t 1 funcref) (func $f) (elem (i32.const 0) $f)
+          (func (table.set $t (i32.const 0) (ref.null func))))"#,
+    )
+    .unwrap();
+    match function_by_table_slot(&mutated, 0) {
+        Err(LowerError::Invalid(why)) => assert!(why.contains("table.set"), "{why}"),
+        other => panic!("{other:?}"),
+    }
 }

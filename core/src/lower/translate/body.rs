@@ -219,7 +219,8 @@ fn stack_window(b: &mut FunctionBuilder<'_>, sp: u32, bytes: u64, sp_launch: Val
     b.switch_to_block(zero_loop);
     let addr = b.ins().iadd(base, at);
     let zero = b.ins().iconst(I64, 0);
-    b.ins().store(MemFlagsData::new(), zero, addr, 0);
+    let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+    b.ins().store(flags, zero, addr, 0);
     let next = b.ins().iadd_imm_s(at, 8);
     let more = b
         .ins()

@@ -128,6 +128,17 @@ pub struct KernelGlobal {
     pub ty: WasmType,
 }
 
+/// A kernel thread's shadow-stack window (`docs/kernels.md`, "The shadow
+/// stack"): the `bytes` below the stack pointer's launch value are the
+/// thread's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StackWindow {
+    /// The stack pointer's global index (one of the kernel's globals).
+    pub global: u32,
+    /// The window's size: a multiple of 16, at most [`MAX_STACK_WINDOW`].
+    pub bytes: u64,
+}
+
 /// A kernel translated to CLIF.
 #[derive(Clone, Debug)]
 pub struct TranslatedKernel {
@@ -145,9 +156,9 @@ pub struct TranslatedKernel {
     /// The mutable globals it uses, whose launch values follow the Wasm
     /// parameters.
     pub globals: Vec<KernelGlobal>,
-    /// Bytes of each thread's shadow-stack window (0: the kernel makes no
-    /// stack frames; `docs/kernels.md`, "The shadow stack").
-    pub stack_window: u64,
+    /// Each thread's shadow-stack window, when the kernel makes stack
+    /// frames (`docs/kernels.md`, "The shadow stack").
+    pub stack_window: Option<StackWindow>,
     /// Its size, every callee inlined.
     pub size: KernelSize,
 }
@@ -206,7 +217,9 @@ pub fn translate_kernel_within(
         name: module.kernel_name(func_index),
         params,
         globals,
-        stack_window: detected.stack.map_or(0, |(_, bytes)| bytes),
+        stack_window: detected
+            .stack
+            .map(|(global, bytes)| StackWindow { global, bytes }),
         size: detected.size,
     })
 }
