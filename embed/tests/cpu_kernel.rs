@@ -798,9 +798,9 @@ fn native_traps_calls_and_bad_signatures_are_refused() {
     }));
     assert_eq!((op.as_str(), offset), ("trapnz", 0x99));
     assert!(reason.contains("not a KernelTrap"), "{reason}");
-    let user9 = TrapCode::user(9).expect("a user code");
+    let user99 = TrapCode::user(99).expect("a user code");
     let (op, _, _) = refused_op(lower_body(|b, _| {
-        b.ins().trap(user9);
+        b.ins().trap(user99);
     }));
     assert_eq!(op, "trap");
     let (op, _, _) = refused_op(lower_body(|b, p| {
