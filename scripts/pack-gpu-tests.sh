@@ -10,11 +10,12 @@
 # `tensorwasm devices`, and writes one log per binary plus summary.txt to $OUT.
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
 # of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest`,
-# `tenants_stress` and `kernel_limits` test targets are packed (the others run in CI and each
-# carries a whole wasmtime).
+# `rust_kernels`, `tenants_stress` and `kernel_limits` test targets are packed (the others
+# run in CI and each carries a whole wasmtime).
 # The example guests go along too (examples/*.wat, and the Rust guests if
-# guest/ has been built; run.sh points the `mlp_guest` tests at the packed
-# mlp.wasm through MLP_GUEST_WASM, since guest/target is not carried),
+# guest/ has been built; run.sh points the `mlp_guest` and `rust_kernels` tests at
+# the packed mlp.wasm and rust_kernels.wasm through MLP_GUEST_WASM and
+# RUST_KERNELS_GUEST_WASM, since guest/target is not carried),
 # and the benchmark binaries (guest_overhead, wasm_kernels, tenants) when
 # PACK_BENCH=1 (BENCHES, space-separated, packs only some); `.device-pack/run.sh`
 # then runs `tensorwasm run` on each example guest, and `.device-pack/bench.sh`
@@ -41,7 +42,7 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "tenants_stress", "kernel_limits"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "tenants_stress", "kernel_limits"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]
@@ -55,6 +56,8 @@ rust_guest=guest/target/wasm32-unknown-unknown/release/vector_add_guest.wasm
 if [ -f "$rust_guest" ]; then cp "$rust_guest" "$pack/examples/"; fi
 mlp_guest=guest/target/wasm32-unknown-unknown/release/mlp.wasm
 if [ -f "$mlp_guest" ]; then cp "$mlp_guest" "$pack/examples/"; fi
+rust_kernels_guest=guest/target/wasm32-unknown-unknown/release/rust_kernels.wasm
+if [ -f "$rust_kernels_guest" ]; then cp "$rust_kernels_guest" "$pack/examples/"; fi
 if [ "${PACK_BENCH:-0}" = 1 ]; then
   mkdir -p "$pack/bench"
   bench_args=()
@@ -113,6 +116,7 @@ status=0
 export CUDA_DEVICE_MAX_CONNECTIONS=32
 # The mlp_guest tests load the MLP guest from guest/target unless told.
 if [ -f examples/mlp.wasm ]; then export MLP_GUEST_WASM="$PWD/examples/mlp.wasm"; fi
+if [ -f examples/rust_kernels.wasm ]; then export RUST_KERNELS_GUEST_WASM="$PWD/examples/rust_kernels.wasm"; fi
 for t in bin/*--*; do
   name=$(basename "$t")
   start=$(date +%s.%N)

@@ -3,8 +3,9 @@
 //! checked element by element by the guest; the sandbox (an out-of-bounds
 //! store writes nothing, an endless loop ends out of fuel, the next launch
 //! runs); the launch time limit (an endless loop and a loopless kernel
-//! over a huge grid both stop, the next launch runs); the kernel cache; and
-//! `kernel_get`'s refusals.
+//! over a huge grid both stop, the next launch runs); the kernel cache;
+//! `kernel_get`'s refusals; and kernels named by export
+//! (`kernel_get_export`) or by function pointer (`kernel_get_table`).
 
 use std::{sync::Arc, time::Duration};
 
@@ -337,4 +338,253 @@ fn a_grid_larger_than_the_launch_share_runs_every_virtual_block_once() {
         let past = 1024 + 4 * threads;
         assert_eq!(&data[past..past + 4], &[0; 4], "nothing past the grid");
     }
+}
+
+/// Kernels named by export and by function pointer: `$fill` (exported as
+/// `fill`, in slot 1 of the table) stores `v` at `base + 4 * tid`, `$mark`
+/// (slot 2, not exported) stores `v * 2 + tid`. Slot 0 is null, slot 3
+/// holds a function with a result, so not a kernel. `ke`, `kt` and `run`
+/// pass their arguments on to `kernel_get_export`, `kernel_get_table` and
+/// a launch of 8 threads with two `i32` arguments (descriptors at 256),
+/// waited for.
+const NAMED: &str = r#"(module
+  (import "wasi_cuda" "kernel_get_export" (func $by_export (param i32 i32 i32) (result i32)))
+  (import "wasi_cuda" "kernel_get_table" (func $by_slot (param i32 i32) (result i32)))
+  (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
+  (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
+  (memory (export "memory") 1)
+  (table 4 funcref)
+  (elem (i32.const 1) $fill $mark $answer)
+  (export "reexported_import" (func $wait))
+  (func $fill (export "fill") (param $base i32) (param $v i32)
+    (i32.store (i32.add (local.get $base) (i32.shl (call $tid) (i32.const 2))) (local.get $v)))
+  (func $mark (param $base i32) (param $v i32)
+    (i32.store (i32.add (local.get $base) (i32.shl (call $tid) (i32.const 2)))
+      (i32.add (i32.mul (local.get $v) (i32.const 2)) (call $tid))))
+  (func $answer (export "answer") (param i32) (result i32) (i32.const 42))
+  (func (export "ke") (param i32 i32 i32) (result i32)
+    (call $by_export (local.get 0) (local.get 1) (local.get 2)))
+  (func (export "kt") (param i32 i32) (result i32)
+    (call $by_slot (local.get 0) (local.get 1)))
+  (func (export "run") (param $handle_ptr i32) (result i32)
+    (local $err i32)
+    (local.set $err (call $launch (i64.load (local.get $handle_ptr))
+      (i32.const 1) (i32.const 1) (i32.const 1) (i32.const 8) (i32.const 1) (i32.const 1)
+      (i32.const 0) (i32.const 256) (i32.const 2) (i32.const 248)))
+    (if (local.get $err) (then (return (local.get $err))))
+    (call $wait (i64.load (i32.const 248)))))"#;
+
+/// Where `NAMED`'s tests put a kernel name.
+const NAME_AT: usize = 4096;
+
+/// A guest of `NAMED` (or another module with the same exports) and
+/// helpers to call it.
+struct Named {
+    store: Store<GuestState<CpuDriver>>,
+    instance: Instance,
+}
+
+impl Named {
+    fn new(rt: &GuestRuntime<CpuDriver>, wat: &str) -> Named {
+        let (store, instance) = instantiate(rt, wat);
+        Named { store, instance }
+    }
+
+    fn memory(&mut self) -> &mut [u8] {
+        let memory = self.instance.get_memory(&mut self.store, "memory").unwrap();
+        memory.data_mut(&mut self.store)
+    }
+
+    /// `kernel_get_export` of `name` (written at [`NAME_AT`]) into `out`.
+    fn by_export(&mut self, name: &[u8], out: i32) -> i32 {
+        self.memory()[NAME_AT..NAME_AT + name.len()].copy_from_slice(name);
+        self.by_export_raw(NAME_AT as i32, name.len() as i32, out)
+    }
+
+    fn by_export_raw(&mut self, ptr: i32, len: i32, out: i32) -> i32 {
+        let f = self
+            .instance
+            .get_typed_func::<(i32, i32, i32), i32>(&mut self.store, "ke")
+            .unwrap();
+        futures::executor::block_on(f.call_async(&mut self.store, (ptr, len, out))).unwrap()
+    }
+
+    /// `kernel_get_table` of `slot` into `out`.
+    fn by_slot(&mut self, slot: i32, out: i32) -> i32 {
+        let f = self
+            .instance
+            .get_typed_func::<(i32, i32), i32>(&mut self.store, "kt")
+            .unwrap();
+        futures::executor::block_on(f.call_async(&mut self.store, (slot, out))).unwrap()
+    }
+
+    /// Launches the kernel whose handle is at `handle_at` over 8 threads
+    /// with arguments (`base`, `v`); the 8 `i32`s it wrote at `base`.
+    fn run(&mut self, handle_at: i32, base: i32, v: i32) -> [i32; 8] {
+        let mem = self.memory();
+        mem[base as usize..base as usize + 32].fill(0);
+        for (i, value) in [base, v].into_iter().enumerate() {
+            let desc = &mut mem[256 + 24 * i..256 + 24 * (i + 1)];
+            desc.fill(0);
+            desc[8..12].copy_from_slice(&value.to_le_bytes());
+        }
+        let f = self
+            .instance
+            .get_typed_func::<i32, i32>(&mut self.store, "run")
+            .unwrap();
+        let status = futures::executor::block_on(f.call_async(&mut self.store, handle_at)).unwrap();
+        assert_eq!(status, 0, "{}", self.last_error());
+        let mem = self.memory();
+        std::array::from_fn(|i| {
+            let at = base as usize + 4 * i;
+            i32::from_le_bytes(mem[at..at + 4].try_into().unwrap())
+        })
+    }
+
+    fn last_error(&self) -> String {
+        self.store.data().cuda.last_error().to_string()
+    }
+
+    fn live_functions(&self) -> usize {
+        self.store.data().cuda.live_handles()[2]
+    }
+
+    /// Asserts that the last call failed with `errno`, that its text
+    /// starts with `call: ERRNO` and holds `needle`.
+    fn assert_refused(&self, status: i32, errno: Errno, call: &str, needle: &str) {
+        let text = self.last_error();
+        assert_eq!(status, errno.code(), "{text}");
+        let prefix = format!("{call}: {errno:?}");
+        assert!(text.starts_with(&prefix), "{prefix}: {text}");
+        assert!(text.contains(needle), "{needle:?} in {text}");
+    }
+}
+
+#[test]
+fn kernels_named_by_export_and_by_function_pointer_run() {
+    let rt = runtime(1 << 16);
+    let mut g = Named::new(&rt, NAMED);
+    assert_eq!(g.by_export(b"fill", 64), 0, "{}", g.last_error());
+    assert_eq!(g.by_slot(1, 72), 0, "{}", g.last_error());
+    assert_eq!(g.by_slot(2, 80), 0, "{}", g.last_error());
+    assert_eq!(g.live_functions(), 3);
+    // The export and slot 1 name the same function: one lowering for both.
+    assert_eq!(rt.kernel_cache().lowerings(), 2);
+    assert_eq!(g.run(64, 1024, 7), [7; 8]);
+    assert_eq!(g.run(72, 2048, -5), [-5; 8]);
+    assert_eq!(
+        g.run(80, 3072, 100),
+        std::array::from_fn(|i| 200 + i as i32)
+    );
+    // Asking again (the names are remembered) gives new handles, same kernels.
+    assert_eq!(g.by_export(b"fill", 88), 0, "{}", g.last_error());
+    assert_eq!(g.by_slot(2, 96), 0, "{}", g.last_error());
+    assert_eq!(g.run(88, 1024, 9), [9; 8]);
+    assert_eq!(g.run(96, 1024, 1), std::array::from_fn(|i| 2 + i as i32));
+    assert_eq!(rt.kernel_cache().lowerings(), 2);
+    assert_eq!(g.live_functions(), 5);
+}
+
+#[test]
+fn kernel_get_export_refuses_bad_names_and_pointers() {
+    let rt = runtime(1 << 16);
+    let mut g = Named::new(&rt, NAMED);
+    const CALL: &str = "kernel_get_export";
+    let cases: [(&[u8], Errno, &str); 7] = [
+        (
+            b"nope",
+            Errno::EINVAL,
+            "the module exports no function `nope`",
+        ),
+        (
+            b"memory",
+            Errno::EINVAL,
+            "the module exports no function `memory`",
+        ),
+        (b"fil", Errno::EINVAL, "no function `fil`"),
+        (b"fill\0", Errno::EINVAL, "NUL"),
+        (b"fi\xffl", Errno::EINVAL, "not UTF-8"),
+        // An exported function that is not a kernel: an import, a result.
+        (b"reexported_import", Errno::EINVAL, "import"),
+        (b"answer", Errno::EINVAL, "result"),
+    ];
+    for (name, errno, needle) in cases {
+        let status = g.by_export(name, 64);
+        g.assert_refused(status, errno, CALL, needle);
+    }
+    let status = g.by_export_raw(NAME_AT as i32, 0, 64);
+    g.assert_refused(status, Errno::EINVAL, CALL, "empty");
+    // Longer than the cap (and inside memory): refused before it is read.
+    let status = g.by_export_raw(NAME_AT as i32, 1025, 64);
+    g.assert_refused(status, Errno::EINVAL, CALL, "1025 bytes long; at most 1024");
+    let status = g.by_export(&[b'f'; 1024], 64);
+    g.assert_refused(status, Errno::EINVAL, CALL, "exports no function");
+    // The name's range outside memory, or past 4 GiB.
+    let status = g.by_export_raw(65530, 8, 64);
+    g.assert_refused(status, Errno::EFAULT, CALL, "");
+    let status = g.by_export_raw(-16, 32, 64);
+    g.assert_refused(status, Errno::EOVERFLOW, CALL, "");
+    // A bad out-pointer, with a good name: nothing is made.
+    g.memory()[NAME_AT..NAME_AT + 4].copy_from_slice(b"fill");
+    let status = g.by_export_raw(NAME_AT as i32, 4, 65536);
+    g.assert_refused(status, Errno::EFAULT, CALL, "");
+    let status = g.by_export_raw(NAME_AT as i32, 4, 68);
+    g.assert_refused(status, Errno::EALIGN, CALL, "");
+    assert_eq!(g.live_functions(), 0, "no function handle issued");
+    assert_eq!(rt.kernel_cache().lowerings(), 0, "nothing translated");
+    // The out-pointer is written only on success.
+    assert_eq!(&g.memory()[64..72], &[0; 8]);
+}
+
+#[test]
+fn kernel_get_table_refuses_what_is_not_a_kernel_pointer() {
+    let rt = runtime(1 << 16);
+    let mut g = Named::new(&rt, NAMED);
+    const CALL: &str = "kernel_get_table";
+    let cases = [
+        (0, Errno::EINVAL, "slot 0 of table 0 is null"),
+        (
+            4,
+            Errno::EINVAL,
+            "slot 4 is past the end of table 0 (4 slots)",
+        ),
+        (-1, Errno::EINVAL, "slot 4294967295 is past the end"),
+        (3, Errno::EINVAL, "result"),
+    ];
+    for (slot, errno, needle) in cases {
+        let status = g.by_slot(slot, 64);
+        g.assert_refused(status, errno, CALL, needle);
+    }
+    let status = g.by_slot(1, 65536);
+    g.assert_refused(status, Errno::EFAULT, CALL, "");
+    let status = g.by_slot(1, 66);
+    g.assert_refused(status, Errno::EALIGN, CALL, "");
+    assert_eq!(g.live_functions(), 0, "no function handle issued");
+
+    // No table, or one the module changes: no slot is a function pointer.
+    let no_table = NAMED
+        .replace("(table 4 funcref)", "")
+        .replace("(elem (i32.const 1) $fill $mark $answer)", "");
+    let mut g = Named::new(&rt, &no_table);
+    let status = g.by_slot(1, 64);
+    g.assert_refused(status, Errno::EINVAL, CALL, "no table 0");
+    assert_eq!(g.by_export(b"fill", 64), 0, "{}", g.last_error());
+    let changes_table = NAMED.replace(
+        "(func $answer (export \"answer\") (param i32) (result i32) (i32.const 42))",
+        "(func $answer (export \"answer\") (param i32) (result i32)
+           (table.set (i32.const 1) (ref.func $mark)) (i32.const 42))",
+    );
+    assert_ne!(changes_table, NAMED);
+    let mut g = Named::new(&rt, &changes_table);
+    for slot in [1, 2] {
+        let status = g.by_slot(slot, 64);
+        g.assert_refused(
+            status,
+            Errno::EINVAL,
+            CALL,
+            "the module changes its tables (`table.set`",
+        );
+    }
+    assert_eq!(g.live_functions(), 0);
 }

@@ -33,6 +33,8 @@ use crate::{
     memory::{GuestMemoryLookup, GuestRegionInfo},
 };
 
+use super::kernel_names::{KernelName, ResolvedNames};
+
 /// How many objects of each kind one guest may hold at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WasiCudaLimits {
@@ -208,6 +210,8 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     wait_spin: Duration,
     /// The guest module's Wasm, for `kernel_get`.
     kernel_source: Option<KernelSource>,
+    /// Kernels the guest named by export or function pointer, resolved.
+    kernel_names: ResolvedNames,
     kernels: Arc<KernelCache<D>>,
     /// The built-in tensor kernels loaded on this driver.
     builtins: Arc<BuiltinCache<D>>,
@@ -312,6 +316,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             launches: HandleTable::new(owner, HandleKind::Launch, limits.launches),
             wait_spin: Duration::ZERO,
             kernel_source: None,
+            kernel_names: ResolvedNames::default(),
             kernels: Arc::default(),
             builtins: Arc::default(),
             status: None,
@@ -360,6 +365,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     /// kernels, made through `cache` (shared by the guests of one driver).
     pub fn set_kernel_source(&mut self, source: KernelSource, cache: Arc<KernelCache<D>>) {
         self.kernel_source = Some(source);
+        self.kernel_names.clear();
         self.kernels = cache;
     }
 
@@ -1207,15 +1213,17 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         abi::write_u64(mem.bytes, out, handle.0)
     }
 
-    /// The first half of `kernel_get`: checks the call, then finds the
-    /// kernel of the guest's own function `index` in the cache or starts
-    /// its compile on a worker ([`compile_bounded`]); the guest awaits the
-    /// second (`KernelGet::Compiling`), then [`kernel_get_finish`]
+    /// The first half of `kernel_get` (and of `kernel_get_export` and
+    /// `kernel_get_table`, which name the function otherwise): checks the
+    /// call, resolves `name` to a function index of the guest's own module,
+    /// then finds that function's kernel in the cache or starts its compile
+    /// on a worker ([`compile_bounded`]); the guest awaits the second
+    /// (`KernelGet::Compiling`), then [`kernel_get_finish`]
     /// (Self::kernel_get_finish) writes the handle.
     pub(crate) fn kernel_get_start(
         &mut self,
         mem: GuestMem<'_>,
-        index: u32,
+        name: KernelName,
         out: u32,
     ) -> Result<KernelGet<D>, AbiError>
     where
@@ -1229,6 +1237,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
                 "the host did not register this guest's module for Wasm kernels",
             ));
         };
+        let index = self.kernel_names.resolve(mem.bytes, source.wasm(), name)?;
         let charge = self.charge(Resource::Functions, 1)?;
         let bounds = self.compile_bounds;
         if let Some(hit) = self.kernels.lookup(source, index, bounds.limits) {

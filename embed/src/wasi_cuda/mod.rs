@@ -6,11 +6,13 @@
 //! suspend the guest until the driver's completion callback fires.
 
 mod ctx;
+mod kernel_names;
 
 pub(crate) use ctx::FunctionEntry;
 pub use ctx::{TenantPolicy, WasiCudaCtx, WasiCudaLimits};
 
 use ctx::{GuestMem, KernelGet};
+use kernel_names::KernelName;
 use tensorwasm_core::{
     Dim3, GpuDriver,
     abi::Handle,
@@ -77,6 +79,35 @@ async fn quiesce<T, D: GpuDriver>(
     done.await;
     let ctx = get(caller.data_mut());
     ctx.launch_status().map_err(|e| ctx.fail(call, e))
+}
+
+/// `kernel_get` and its siblings: makes (or finds) the kernel of the
+/// function `name` names, suspending the guest while it compiles, and
+/// writes its function handle to `out`; the errno.
+async fn kernel_get<T, D>(
+    caller: &mut Caller<'_, T>,
+    get: GetCtx<T, D>,
+    call: &str,
+    name: KernelName,
+    out: i32,
+) -> i32
+where
+    T: Send + 'static,
+    D: KernelTarget + Clone + 'static,
+{
+    let mut started = None;
+    let errno = with_mem(caller, get, call, |ctx, mem| {
+        started = Some(ctx.kernel_get_start(mem, name, out as u32)?);
+        Ok(())
+    });
+    let (loaded, charge) = match started {
+        None => return errno,
+        Some(KernelGet::Ready(kernel, charge)) => (Ok(kernel), charge),
+        Some(KernelGet::Compiling(compiling, charge)) => (compiling.await, charge),
+    };
+    with_mem(caller, get, call, |ctx, mem| {
+        ctx.kernel_get_finish(mem, out as u32, loaded, charge)
+    })
 }
 
 /// Registers every `wasi_cuda` import on `linker`. `get` reaches the guest's
@@ -238,26 +269,38 @@ where
     )?;
     // Making a kernel runs on a compile worker, bounded in size and time:
     // the guest is suspended meanwhile, never its fiber's stack or the
-    // executor's thread spent on it.
+    // executor's thread spent on it. The three calls differ only in how the
+    // guest names the function.
     linker.func_wrap_async(
         MODULE,
         "kernel_get",
         move |mut caller: Caller<'_, T>, (index, out): (i32, i32)| {
             Box::new(async move {
-                const CALL: &str = "kernel_get";
-                let mut started = None;
-                let errno = with_mem(&mut caller, get, CALL, |ctx, mem| {
-                    started = Some(ctx.kernel_get_start(mem, index as u32, out as u32)?);
-                    Ok(())
-                });
-                let (loaded, charge) = match started {
-                    None => return errno,
-                    Some(KernelGet::Ready(kernel, charge)) => (Ok(kernel), charge),
-                    Some(KernelGet::Compiling(compiling, charge)) => (compiling.await, charge),
+                let name = KernelName::Index(index as u32);
+                kernel_get(&mut caller, get, "kernel_get", name, out).await
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "kernel_get_export",
+        move |mut caller: Caller<'_, T>, (name_ptr, name_len, out): (i32, i32, i32)| {
+            Box::new(async move {
+                let name = KernelName::Export {
+                    ptr: name_ptr as u32,
+                    len: name_len as u32,
                 };
-                with_mem(&mut caller, get, CALL, |ctx, mem| {
-                    ctx.kernel_get_finish(mem, out as u32, loaded, charge)
-                })
+                kernel_get(&mut caller, get, "kernel_get_export", name, out).await
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "kernel_get_table",
+        move |mut caller: Caller<'_, T>, (slot, out): (i32, i32)| {
+            Box::new(async move {
+                let name = KernelName::TableSlot(slot as u32);
+                kernel_get(&mut caller, get, "kernel_get_table", name, out).await
             })
         },
     )?;

@@ -202,6 +202,12 @@ impl<'a> Launch<'a> {
         self.arg(sys::ARG_BUFFER_PTR, 0, buffer.handle(), offset)
     }
 
+    /// The argument descriptors so far, in order.
+    #[cfg(test)]
+    pub(crate) fn args(&self) -> &[ArgDescriptor] {
+        &self.args
+    }
+
     /// Queues the launch; its handle.
     ///
     /// # Safety

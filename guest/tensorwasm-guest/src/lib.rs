@@ -12,6 +12,11 @@
 //!   ([`Buffer`], [`Module`]), [`Device`], and kernel launches ([`Launch`],
 //!   [`scope`], [`PendingLaunch`]) whose borrows keep guest slices alive and
 //!   untouched while a kernel uses them.
+//! - [`kernel`]: kernels written in Rust. Inside a kernel, where the thread
+//!   is ([`kernel::thread_idx_x`], [`kernel::global_id_x`], ...); outside,
+//!   [`Kernel<F>`], a guest function of type `F` (`extern "C" fn(...)`)
+//!   made a kernel by function pointer or export name, launched with
+//!   arguments checked against `F` at compile time.
 //! - [`tensor`]: the host's built-in tensor ops (GEMM, reductions, softmax,
 //!   layer norm, elementwise ops, transpose) on typed views of guest slices
 //!   or buffers, launched and waited for like kernels.
@@ -41,6 +46,7 @@
 
 extern crate alloc;
 
+pub mod kernel;
 pub mod result;
 pub mod sys;
 pub mod tensor;
@@ -58,6 +64,7 @@ use alloc::string::String;
 pub use buffer::Buffer;
 pub use device::{Device, DeviceInfo, DriverKind};
 pub use error::{Errno, Error};
+pub use kernel::Kernel;
 pub use launch::{Dim3, Launch, PendingLaunch, Scope, scope, sync};
 pub use memory::{Advice, Target, advise, prefetch};
 pub use module::{Function, Module};

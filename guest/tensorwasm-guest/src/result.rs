@@ -197,6 +197,31 @@ pub fn kernel_get(index: u32) -> Result<u64, Error> {
     Ok(function)
 }
 
+/// `kernel_get_export`: a kernel made of this module's function exported
+/// as `name`; its function handle.
+pub fn kernel_get_export(name: &str) -> Result<u64, Error> {
+    let mut function = 0u64;
+    // SAFETY: the host reads `name` (live for the call) and writes the
+    // out-pointer, a live, 8-aligned `u64`.
+    check(unsafe {
+        sys::kernel_get_export(
+            guest_ptr(name.as_ptr()),
+            guest_len(name.len()),
+            guest_ptr(&raw mut function),
+        )
+    })?;
+    Ok(function)
+}
+
+/// `kernel_get_table`: a kernel made of the function in slot `slot` of
+/// table 0 (a function pointer's value on wasm32); its function handle.
+pub fn kernel_get_table(slot: u32) -> Result<u64, Error> {
+    let mut function = 0u64;
+    // SAFETY: the host writes the out-pointer, a live, 8-aligned `u64`.
+    check(unsafe { sys::kernel_get_table(slot as i32, guest_ptr(&raw mut function)) })?;
+    Ok(function)
+}
+
 /// `function_release`: releases a function handle.
 pub fn function_release(function: u64) -> Result<(), Error> {
     // SAFETY: the import takes a value and touches no guest memory.

@@ -127,6 +127,12 @@ unsafe extern "C" {
     /// Makes a kernel of the guest's own function `function_index` and
     /// writes its function handle.
     pub fn kernel_get(function_index: i32, out_function_ptr: i32) -> i32;
+    /// Makes a kernel of the guest's function exported as the UTF-8 name at
+    /// `name_ptr .. name_ptr + name_len` and writes its function handle.
+    pub fn kernel_get_export(name_ptr: i32, name_len: i32, out_function_ptr: i32) -> i32;
+    /// Makes a kernel of the guest's function in slot `slot` of table 0 (a
+    /// function pointer's value) and writes its function handle.
+    pub fn kernel_get_table(slot: i32, out_function_ptr: i32) -> i32;
     /// Releases a function handle.
     pub fn function_release(function: i64) -> i32;
 
@@ -160,4 +166,38 @@ unsafe extern "C" {
 
     /// Copies the text of the most recent failed call and writes its full length.
     pub fn last_error(buf_ptr: i32, buf_len: i32, out_len_ptr: i32) -> i32;
+}
+
+/// The import module of a kernel's position intrinsics (`docs/kernels.md`).
+pub const KERNEL_INTRINSICS_MODULE: &str = "tensorwasm_kernel";
+
+// A kernel's position: CUDA's `threadIdx`, `blockIdx`, `blockDim`,
+// `gridDim`. The translator replaces each call with the thread's value;
+// called outside a launched kernel, the host traps.
+#[link(wasm_import_module = "tensorwasm_kernel")]
+unsafe extern "C" {
+    /// `threadIdx.x`.
+    pub fn thread_idx_x() -> i32;
+    /// `threadIdx.y`.
+    pub fn thread_idx_y() -> i32;
+    /// `threadIdx.z`.
+    pub fn thread_idx_z() -> i32;
+    /// `blockIdx.x`.
+    pub fn block_idx_x() -> i32;
+    /// `blockIdx.y`.
+    pub fn block_idx_y() -> i32;
+    /// `blockIdx.z`.
+    pub fn block_idx_z() -> i32;
+    /// `blockDim.x`.
+    pub fn block_dim_x() -> i32;
+    /// `blockDim.y`.
+    pub fn block_dim_y() -> i32;
+    /// `blockDim.z`.
+    pub fn block_dim_z() -> i32;
+    /// `gridDim.x`.
+    pub fn grid_dim_x() -> i32;
+    /// `gridDim.y`.
+    pub fn grid_dim_y() -> i32;
+    /// `gridDim.z`.
+    pub fn grid_dim_z() -> i32;
 }

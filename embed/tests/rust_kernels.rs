@@ -1,0 +1,107 @@
+//! Kernels written in Rust (`guest/examples/rust-kernels`, built for
+//! `wasm32-unknown-unknown` by `scripts/test.sh` before the tests run):
+//! each export makes one of the guest's own `extern "C" fn`s a kernel
+//! (`tensorwasm_guest::Kernel`, by function pointer or export name),
+//! launches it over random inputs in the guest's memory and checks every
+//! element against the same Rust run on the guest's CPU; it returns 0 when
+//! all matched (the guest's crate docs list the other codes). On the CPU
+//! driver here; on CUDA with `--include-ignored` on the device machine
+//! (scripts/pack-gpu-tests.sh packs this file).
+//!
+//! What each kernel needs of the translator is in the guest's crate docs:
+//! `saxpy_unchecked` needs nothing beyond scalar Wasm; the others need the
+//! shadow stack, panics as traps, `memory.copy`/`fill` and `call_indirect`
+//! over the fixed table.
+
+use std::path::PathBuf;
+
+use tensorwasm_core::ManagedAllocator;
+use tensorwasm_cpu::CpuDriver;
+use tensorwasm_cuda::CudaDriver;
+use tensorwasm_embed::{kernel::KernelTarget, runtime::GuestRuntime};
+
+/// The built guest: `$RUST_KERNELS_GUEST_WASM` when set (the device
+/// machine's pack carries the guest there, without guest/target), else the
+/// guest workspace's release build.
+fn guest_wasm() -> Vec<u8> {
+    let path = std::env::var_os("RUST_KERNELS_GUEST_WASM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../guest/target/wasm32-unknown-unknown/release/rust_kernels.wasm")
+        });
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; build the Rust guests first (scripts/test.sh does: \
+             `cd guest && cargo build --release`)",
+            path.display()
+        )
+    })
+}
+
+/// Runs `export()` in a fresh instance of the guest and asserts that it
+/// returns 0, with the guest's last error in the message otherwise.
+fn export_passes<D>(driver: D, memory_limit: usize, export: &str)
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    let rt = GuestRuntime::new(driver, memory_limit).unwrap();
+    let module = rt.compile(guest_wasm()).unwrap();
+    for import in module.imports() {
+        assert!(
+            ["wasi_cuda", "tensorwasm_kernel"].contains(&import.module()),
+            "the guest imports only wasi_cuda and the kernel intrinsics: {}.{}",
+            import.module(),
+            import.name()
+        );
+    }
+    let mut store = rt.store().unwrap();
+    let instance = futures::executor::block_on(rt.instantiate(&mut store, &module)).unwrap();
+    let f = instance
+        .get_typed_func::<(), i32>(&mut store, export)
+        .unwrap();
+    let status = futures::executor::block_on(f.call_async(&mut store, ())).unwrap();
+    assert_eq!(
+        status,
+        0,
+        "{export}() (0: every element matched; i + 1: element i did not; -errno: a \
+         wasi_cuda call failed): last error: {}",
+        store.data().cuda.last_error()
+    );
+}
+
+fn on_cpu(export: &str) {
+    let driver = CpuDriver::with_capacity(1 << 30).unwrap();
+    export_passes(driver, 256 << 20, export);
+}
+
+fn on_gpu(export: &str) {
+    let driver = CudaDriver::new(0).expect("a CUDA device");
+    export_passes(driver, 1 << 30, export);
+}
+
+/// A CPU-driver test and its GPU twin for each export.
+macro_rules! exports {
+    ($($export:ident: $cpu:ident, $gpu:ident;)*) => {$(
+        #[test]
+        fn $cpu() {
+            on_cpu(stringify!($export));
+        }
+
+        #[test]
+        #[ignore = "needs a CUDA GPU"]
+        fn $gpu() {
+            on_gpu(stringify!($export));
+        }
+    )*};
+}
+
+exports! {
+    run_saxpy_unchecked: saxpy_unchecked_on_the_cpu_driver, saxpy_unchecked_on_the_gpu;
+    run_saxpy: strided_saxpy_over_slices_on_the_cpu_driver, strided_saxpy_over_slices_on_the_gpu;
+    run_matmul: matmul_with_div_and_rem_on_the_cpu_driver, matmul_with_div_and_rem_on_the_gpu;
+    run_row_sums: row_sums_on_a_stack_array_on_the_cpu_driver, row_sums_on_a_stack_array_on_the_gpu;
+    run_pad_rows: copy_and_fill_rows_on_the_cpu_driver, copy_and_fill_rows_on_the_gpu;
+    run_activations: dyn_trait_activations_on_the_cpu_driver, dyn_trait_activations_on_the_gpu;
+}

@@ -1,0 +1,250 @@
+//! Example TensorWasm guest: kernels written in Rust. Each kernel is an
+//! ordinary `extern "C" fn` of this guest (module `kernels`), made a GPU
+//! kernel by the host with [`Kernel::from_fn`] (by function pointer) or
+//! [`Kernel::from_export`], launched over slices of the guest's own memory,
+//! and checked element by element against the same Rust run on the guest's
+//! CPU: the kernel's per-thread function (`kernels::*_at`) called in a loop
+//! over thread ids. Inputs are random (xorshift32, fixed seeds), never
+//! zeros; outputs start as NaN, so an element no thread wrote shows.
+//!
+//! Exports, each `() -> i32`:
+//!
+//! | export | kernel | what Rust emits that the translator must take |
+//! | --- | --- | --- |
+//! | `run_saxpy_unchecked` | `kernels::saxpy_unchecked`, by export name and by function pointer | raw pointers only: no stack frame, no panic path |
+//! | `run_saxpy` | `kernels::saxpy`, strided | slices and bounds checks (a panic path) |
+//! | `run_matmul` | `kernels::matmul` | `/` and `%` with Rust's division-by-zero check |
+//! | `run_row_sums` | `kernels::row_sums` | a local `[f32; 8]` indexed at run time: the shadow stack (`__stack_pointer`) |
+//! | `run_pad_rows` | `kernels::pad_rows` | `copy_from_slice` and `fill`: `memory.copy`, `memory.fill` |
+//! | `run_activations` | `kernels::activate`, once per activation | a `dyn Trait` call: `call_indirect` through the table |
+//!
+//! Each returns 0 when every element matched bit for bit, `i + 1` for the
+//! first element `i` that did not, or minus the errno when a `wasi_cuda`
+//! call failed (`-8`, `ENOTSUP`, when the host cannot make the kernel;
+//! `-15`, `ETRAP`, when a kernel thread trapped). The host reads
+//! `last_error` for the text.
+//!
+//! `#![no_std]`: a kernel's panic path must stay a trap, not std's panic
+//! machinery (`runtime`: the panic handler and the allocator).
+
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+// Private: a kernel is a safe `extern "C" fn` that trusts its pointer
+// arguments, which only this crate's launches (slices of the lengths it
+// passes) may give it.
+mod kernels;
+#[cfg(not(test))]
+mod runtime;
+
+use alloc::vec::Vec;
+
+use kernels::{Activate, Matmul, PadRows, RowSums, Saxpy, SaxpyUnchecked};
+use tensorwasm_guest::{Error, Kernel};
+
+/// Threads per block.
+const BLOCK: u32 = 64;
+
+/// Xorshift32 (Marsaglia): small, and the same numbers on every host.
+struct Xorshift32(u32);
+
+impl Xorshift32 {
+    fn next_u32(&mut self) -> u32 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        self.0 = x;
+        x
+    }
+
+    /// Uniform in `[-1, 1)`, never 0.
+    fn next_f32(&mut self) -> f32 {
+        let v = (self.next_u32() >> 8) as f32 / (1 << 23) as f32 - 1.0;
+        if v == 0.0 { 0.5 } else { v }
+    }
+
+    /// `n` values of [`Xorshift32::next_f32`].
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next_f32()).collect()
+    }
+}
+
+/// The export's return value: 0, the first mismatch `i + 1`, or `-errno`.
+fn status(checked: Result<Option<usize>, Error>) -> i32 {
+    match checked {
+        Ok(None) => 0,
+        Ok(Some(i)) => i32::try_from(i + 1).unwrap_or(i32::MAX),
+        Err(e) => e.negative_errno(),
+    }
+}
+
+/// The first `i` where `got[i]` is not bit for bit `want[i]`.
+fn first_mismatch(got: &[f32], want: &[f32]) -> Option<usize> {
+    if got.len() != want.len() {
+        return Some(got.len().min(want.len()));
+    }
+    (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits())
+}
+
+/// Blocks of [`BLOCK`] threads covering `threads`.
+fn grid(threads: u32) -> u32 {
+    threads.div_ceil(BLOCK)
+}
+
+/// Contiguous SAXPY with raw pointers: the kernel named by its export,
+/// then the same function named by its function pointer (one kernel on
+/// the host); each launch checked. A mismatch of the second launch is
+/// `n + i + 1`.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_saxpy_unchecked() -> i32 {
+    status(saxpy_unchecked(4099, 0x5eed_0001))
+}
+
+fn saxpy_unchecked(n: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    let a = rng.next_f32();
+    let x = rng.vec(n as usize);
+    let by_export = Kernel::<SaxpyUnchecked>::from_export("saxpy_unchecked")?;
+    let by_pointer = Kernel::<SaxpyUnchecked>::from_fn(kernels::saxpy_unchecked)?;
+    for (launch, k) in [by_export, by_pointer].iter().enumerate() {
+        let mut y = rng.vec(n as usize);
+        let want: Vec<f32> = x.iter().zip(&y).map(|(x, y)| a * x + y).collect();
+        k.launch(grid(n), BLOCK, (n, a, &x, &mut y)).run()?;
+        if let Some(i) = first_mismatch(&y, &want) {
+            return Ok(Some(launch * n as usize + i));
+        }
+    }
+    Ok(None)
+}
+
+/// Strided SAXPY over slices. Elements of `y` between the strided ones
+/// must stay as they were.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_saxpy() -> i32 {
+    status(saxpy(1000, 2, 3, 0x5eed_0002))
+}
+
+fn saxpy(n: u32, incx: u32, incy: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    let a = rng.next_f32();
+    let x = rng.vec((1 + (n - 1) * incx) as usize);
+    let mut y = rng.vec((1 + (n - 1) * incy) as usize);
+    let mut want = y.clone();
+    for i in 0..n as usize {
+        kernels::saxpy_at(i, a, &x, incx as usize, &mut want[i * incy as usize]);
+    }
+    let (x_len, y_len) = (x.len() as u32, y.len() as u32);
+    let k = Kernel::<Saxpy>::from_fn(kernels::saxpy)?;
+    k.launch(grid(n), BLOCK, (n, a, &x, x_len, incx, &mut y, y_len, incy))
+        .run()?;
+    Ok(first_mismatch(&y, &want))
+}
+
+/// Naive matmul, `[37, 19] @ [19, 23]`.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_matmul() -> i32 {
+    status(matmul(37, 19, 23, 0x5eed_0003))
+}
+
+fn matmul(m: u32, k: u32, n: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    let a = rng.vec((m * k) as usize);
+    let b = rng.vec((k * n) as usize);
+    let want: Vec<f32> = (0..m * n)
+        .map(|t| kernels::matmul_at(t, &a, &b, k, n))
+        .collect();
+    let mut c = alloc::vec![f32::NAN; (m * n) as usize];
+    let kernel = Kernel::<Matmul>::from_fn(kernels::matmul)?;
+    kernel
+        .launch(grid(m * n), BLOCK, (&a, &b, &mut c, m, k, n))
+        .run()?;
+    Ok(first_mismatch(&c, &want))
+}
+
+/// Row sums of `[45, 77]` on a stack array of partial sums.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_row_sums() -> i32 {
+    status(row_sums(45, 77, 0x5eed_0004))
+}
+
+fn row_sums(rows: u32, cols: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    let x = rng.vec((rows * cols) as usize);
+    let want: Vec<f32> = (0..rows as usize)
+        .map(|r| kernels::row_sum_at(r, &x, cols as usize))
+        .collect();
+    let mut out = alloc::vec![f32::NAN; rows as usize];
+    let k = Kernel::<RowSums>::from_fn(kernels::row_sums)?;
+    k.launch(grid(rows), BLOCK, (&x, rows, cols, &mut out))
+        .run()?;
+    Ok(first_mismatch(&out, &want))
+}
+
+/// Rows of `[33, 13]` copied into `[33, 20]`, the rest zero-filled, and
+/// the mask of data elements; a mismatch in the mask is `33 * 20 + i + 1`.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_pad_rows() -> i32 {
+    status(pad_rows(33, 13, 20, 0x5eed_0005))
+}
+
+fn pad_rows(rows: u32, src_cols: u32, dst_cols: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    let src = rng.vec((rows * src_cols) as usize);
+    let (sc, dc) = (src_cols as usize, dst_cols as usize);
+    let len = rows as usize * dc;
+    let mut want = alloc::vec![f32::NAN; len];
+    let mut want_valid = alloc::vec![7u8; len];
+    for (r, (row, valid)) in want
+        .chunks_mut(dc)
+        .zip(want_valid.chunks_mut(dc))
+        .enumerate()
+    {
+        kernels::pad_row_at(r, &src, sc, row, valid);
+    }
+    // Not zeros and not NaN: a pad the kernel did not fill shows; 7 is
+    // neither mark.
+    let mut dst = rng.vec(len);
+    let mut valid = alloc::vec![7u8; len];
+    let k = Kernel::<PadRows>::from_fn(kernels::pad_rows)?;
+    k.launch(
+        grid(rows),
+        BLOCK,
+        (&src, rows, src_cols, &mut dst, dst_cols, &mut valid),
+    )
+    .run()?;
+    if let Some(i) = first_mismatch(&dst, &want) {
+        return Ok(Some(i));
+    }
+    // Past the data: the mask's elements count after the rows'.
+    Ok((0..len)
+        .find(|&i| valid[i] != want_valid[i])
+        .map(|i| len + i))
+}
+
+/// Every activation of `kernels::ACTIVATIONS` over 999 elements, one
+/// launch each; the first mismatch is counted over all launches.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_activations() -> i32 {
+    status(activations(999, 0x5eed_0006))
+}
+
+fn activations(n: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    // Scaled to [-2, 2): both sides of every activation's bends.
+    let x: Vec<f32> = rng.vec(n as usize).iter().map(|v| v * 2.0).collect();
+    let k = Kernel::<Activate>::from_fn(kernels::activate)?;
+    for (kind, act) in kernels::ACTIVATIONS.iter().enumerate() {
+        let want: Vec<f32> = (0..n as usize)
+            .map(|i| kernels::activate_at(i, *act, &x))
+            .collect();
+        let mut y = alloc::vec![f32::NAN; n as usize];
+        k.launch(grid(n), BLOCK, (kind as u32, &x, &mut y, n))
+            .run()?;
+        if let Some(i) = first_mismatch(&y, &want) {
+            return Ok(Some(kind * n as usize + i));
+        }
+    }
+    Ok(None)
+}
