@@ -10,13 +10,14 @@
 # `tensorwasm devices`, and writes one log per binary plus summary.txt to $OUT.
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
 # of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest`,
-# `rust_kernels`, `tenants_stress` and `kernel_limits` test targets are packed (the others
+# `rust_kernels`, `kernel_stack`, `tenants_stress` and `kernel_limits` test targets are packed (the others
 # run in CI and each carries a whole wasmtime).
 # The example guests go along too (examples/*.wat, and the Rust guests if
 # guest/ has been built; run.sh points the `mlp_guest` and `rust_kernels` tests at
 # the packed mlp.wasm and rust_kernels.wasm through MLP_GUEST_WASM and
 # RUST_KERNELS_GUEST_WASM, since guest/target is not carried),
-# and the benchmark binaries (guest_overhead, wasm_kernels, tenants) when
+# and the benchmark binaries (guest_overhead, wasm_kernels, tenants,
+# rust_kernels: it reads the packed kernel_bench.wasm) when
 # PACK_BENCH=1 (BENCHES, space-separated, packs only some); `.device-pack/run.sh`
 # then runs `tensorwasm run` on each example guest, and `.device-pack/bench.sh`
 # the benchmarks. run.sh exports CUDA_DEVICE_MAX_CONNECTIONS=32 (one hardware
@@ -42,7 +43,7 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "tenants_stress", "kernel_limits"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "tenants_stress", "kernel_limits"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]
@@ -58,6 +59,8 @@ mlp_guest=guest/target/wasm32-unknown-unknown/release/mlp.wasm
 if [ -f "$mlp_guest" ]; then cp "$mlp_guest" "$pack/examples/"; fi
 rust_kernels_guest=guest/target/wasm32-unknown-unknown/release/rust_kernels.wasm
 if [ -f "$rust_kernels_guest" ]; then cp "$rust_kernels_guest" "$pack/examples/"; fi
+kernel_bench=guest/target/wasm32-unknown-unknown/release/kernel_bench.wasm
+if [ -f "$kernel_bench" ]; then cp "$kernel_bench" "$pack/examples/"; fi
 if [ "${PACK_BENCH:-0}" = 1 ]; then
   mkdir -p "$pack/bench"
   bench_args=()
@@ -65,7 +68,7 @@ if [ "${PACK_BENCH:-0}" = 1 ]; then
   cargo bench -p tensorwasm-embed "${bench_args[@]}" --no-run --message-format=json \
     | python3 -c '
 import json, shutil, sys
-benches = ("guest_overhead", "wasm_kernels", "tenants")
+benches = ("guest_overhead", "wasm_kernels", "tenants", "rust_kernels")
 for line in sys.stdin:
     m = json.loads(line)
     name = m.get("target", {}).get("name")
@@ -83,6 +86,7 @@ cd "$(dirname "$0")"
 # the pack are skipped with a note.
 export OUT=${OUT:-/tmp/tensorwasm-bench-out}
 mkdir -p "$OUT"
+if [ -f examples/kernel_bench.wasm ]; then export RUST_KERNELS_WASM="$PWD/examples/kernel_bench.wasm"; fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 status=0
 for name in ${BENCHES:-guest_overhead wasm_kernels tenants}; do
@@ -135,6 +139,11 @@ runs=(
 if [ -f examples/vector_add_guest.wasm ]; then
   runs+=("examples/vector_add_guest.wasm 16777216"
          "examples/vector_add_guest.wasm --invoke device_buffers 16777216")
+fi
+if [ -f examples/rust_kernels.wasm ]; then
+  for k in run_saxpy_unchecked run_saxpy run_matmul run_row_sums run_pad_rows run_activations; do
+    runs+=("examples/rust_kernels.wasm --invoke $k")
+  done
 fi
 if [ -f examples/mlp.wasm ]; then
   runs+=("examples/mlp.wasm --invoke run 64"
