@@ -71,6 +71,66 @@ where
     );
 }
 
+/// Runs `run_panicking_gather()` (thread 77 indexes past its slice):
+/// the export sees `ETRAP` with every other element right, and the trap is
+/// `unreachable` at the offset of an `unreachable` operator (the panic
+/// handler's) in the guest's module.
+fn panic_traps_unreachable<D>(driver: D, memory_limit: usize)
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    let wasm = guest_wasm();
+    let rt = GuestRuntime::new(driver, memory_limit).unwrap();
+    let module = rt.compile(&wasm).unwrap();
+    let mut store = rt.store().unwrap();
+    let instance = futures::executor::block_on(rt.instantiate(&mut store, &module)).unwrap();
+    let f = instance
+        .get_typed_func::<(), i32>(&mut store, "run_panicking_gather")
+        .unwrap();
+    let status = futures::executor::block_on(f.call_async(&mut store, ())).unwrap();
+    let text = store.data().cuda.last_error().to_string();
+    assert_eq!(status, -15, "ETRAP expected: {text}");
+    let needle = "trapped: unreachable executed (code 1) at offset 0x";
+    let at = text
+        .find(needle)
+        .unwrap_or_else(|| panic!("not an unreachable trap: {text}"));
+    let hex: String = text[at + needle.len()..]
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    let offset = u64::from_str_radix(&hex, 16).unwrap();
+    let mut unreachable_at = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(&wasm) {
+        if let wasmparser::Payload::CodeSectionEntry(body) = payload.unwrap() {
+            let mut ops = body.get_operators_reader().unwrap();
+            while !ops.eof() {
+                let (op, at) = ops.read_with_offset().unwrap();
+                if matches!(op, wasmparser::Operator::Unreachable) {
+                    unreachable_at.push(at);
+                }
+            }
+        }
+    }
+    assert!(
+        unreachable_at.contains(&offset),
+        "offset {offset:#x} is no `unreachable` of the module ({unreachable_at:x?}): {text}"
+    );
+}
+
+#[test]
+fn a_panic_in_a_kernel_is_an_unreachable_trap_at_its_offset() {
+    let driver = CpuDriver::with_capacity(1 << 30).unwrap();
+    panic_traps_unreachable(driver, 256 << 20);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_panic_in_a_kernel_is_an_unreachable_trap_at_its_offset_on_the_gpu() {
+    let driver = CudaDriver::new(0).expect("a CUDA device");
+    panic_traps_unreachable(driver, 1 << 30);
+}
+
 fn on_cpu(export: &str) {
     let driver = CpuDriver::with_capacity(1 << 30).unwrap();
     export_passes(driver, 256 << 20, export);

@@ -293,3 +293,27 @@ pub extern "C" fn activate(kind: u32, x: *const f32, y: *mut f32, n: u32) {
 pub fn activate_at(i: usize, act: &dyn Activation, x: &[f32]) -> f32 {
     act.apply(x[i])
 }
+
+/// The launch's type of [`gather`].
+pub type Gather = extern "C" fn(*const f32, u32, *const u32, *mut f32, u32);
+
+/// `out[i] = x[idx[i]]` for `i < n`, with Rust's bounds check on `x`: an
+/// index past `x` panics, which in a kernel is the panic handler's
+/// `unreachable`, a trap of the thread that reads it.
+pub extern "C" fn gather(x: *const f32, x_len: u32, idx: *const u32, out: *mut f32, n: u32) {
+    let i = kernel::global_id_x();
+    if i >= n {
+        return;
+    }
+    // SAFETY: the launch passes `x` (x_len elements) and `idx` (n) from
+    // shared slices and `out` (n) from an exclusive one; thread `i` alone
+    // writes element `i`.
+    let (x, idx, out) = unsafe {
+        (
+            input(x, x_len),
+            input(idx, n),
+            output(out, n, i as usize, 1),
+        )
+    };
+    out[0] = x[idx[i as usize] as usize];
+}

@@ -17,6 +17,7 @@
 //! | `run_row_sums` | `kernels::row_sums` | a local `[f32; 8]` indexed at run time: the shadow stack (`__stack_pointer`) |
 //! | `run_pad_rows` | `kernels::pad_rows` | `copy_from_slice` and `fill`: `memory.copy`, `memory.fill` |
 //! | `run_activations` | `kernels::activate`, once per activation | a `dyn Trait` call: `call_indirect` through the table |
+//! | `run_panicking_gather` | `kernels::gather`, one index out of range | a panic in a kernel: the `unreachable` trap (returns `-15`, `ETRAP`, when the kernel trapped and the other threads' elements are right) |
 //!
 //! Each returns 0 when every element matched bit for bit, `i + 1` for the
 //! first element `i` that did not, or minus the errno when a `wasi_cuda`
@@ -40,7 +41,7 @@ mod runtime;
 
 use alloc::vec::Vec;
 
-use kernels::{Activate, Matmul, PadRows, RowSums, Saxpy, SaxpyUnchecked};
+use kernels::{Activate, Gather, Matmul, PadRows, RowSums, Saxpy, SaxpyUnchecked};
 use tensorwasm_guest::{Error, Kernel};
 
 /// Threads per block.
@@ -247,4 +248,30 @@ fn activations(n: u32, seed: u32) -> Result<Option<usize>, Error> {
         }
     }
     Ok(None)
+}
+
+/// A gather whose index 77 is past `x`: thread 77 panics (the kernel traps
+/// `unreachable`), every other thread's element must still be right.
+/// Returns what `run` returned (`-15`, `ETRAP`, expected) when the others
+/// match, else the first wrong element `i + 1`.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_panicking_gather() -> i32 {
+    let n = 200u32;
+    let mut rng = Xorshift32(0x5eed_0007);
+    let x = rng.vec(50);
+    let mut idx: Vec<u32> = (0..n).map(|_| rng.next_u32() % 50).collect();
+    idx[77] = 50;
+    let mut out = alloc::vec![f32::NAN; n as usize];
+    let launched = Kernel::<Gather>::from_fn(kernels::gather).and_then(|k| {
+        k.launch(grid(n), BLOCK, (&x, x.len() as u32, &idx, &mut out, n))
+            .run()
+    });
+    let wrong = (0..n as usize)
+        .filter(|&i| i != 77)
+        .find(|&i| out[i].to_bits() != x[idx[i] as usize].to_bits());
+    match (wrong, launched) {
+        (Some(i), _) => i32::try_from(i + 1).unwrap_or(i32::MAX),
+        (None, Ok(())) => 0,
+        (None, Err(e)) => e.negative_errno(),
+    }
 }
