@@ -1143,6 +1143,81 @@ fn control() -> Family {
     }
 }
 
+/// What compilers emit (`docs/kernels.md`, "Globals and the shadow
+/// stack", "Bulk memory", "Indirect calls"): a shadow-stack frame that the
+/// operator fills, copies within and reads back; an overlapping, unaligned
+/// `memory.copy` in the frame; and `call_indirect` through a fixed table
+/// with a null slot, a slot of another type and an index past the end.
+fn compiler_output() -> Family {
+    let ops = vec![
+        custom(
+            "stack.frame",
+            &[I32, I32],
+            I32,
+            "(local $sp i32) (local $r i32)",
+            "(global.set $__stack_pointer
+               (local.tee $sp (i32.sub (global.get $__stack_pointer) (i32.const 32))))
+             (i32.store (local.get $sp) (local.get 0))
+             (i32.store offset=4 (local.get $sp) (local.get 1))
+             (memory.fill (i32.add (local.get $sp) (i32.const 8)) (local.get 1) (i32.const 24))
+             (i32.store offset=8 (local.get $sp) (i32.mul (local.get 0) (local.get 1)))
+             (memory.copy (i32.add (local.get $sp) (i32.const 16)) (local.get $sp) (i32.const 12))
+             (local.set $r (i32.add (i32.load offset=24 (local.get $sp))
+               (i32.xor (i32.load offset=20 (local.get $sp)) (i32.load offset=28 (local.get $sp)))))
+             (global.set $__stack_pointer (i32.add (local.get $sp) (i32.const 32)))
+             (local.get $r)",
+        ),
+        custom(
+            "memory.copy.overlap",
+            &[I64, I32],
+            I64,
+            "(local $sp i32) (local $r i64)",
+            "(global.set $__stack_pointer
+               (local.tee $sp (i32.sub (global.get $__stack_pointer) (i32.const 32))))
+             (i64.store (local.get $sp) (local.get 0))
+             (i64.store offset=8 (local.get $sp) (i64.xor (local.get 0) (i64.const -1)))
+             (i64.store offset=16 (local.get $sp) (i64.rotl (local.get 0) (i64.const 17)))
+             (memory.copy (i32.add (local.get $sp) (i32.and (local.get 1) (i32.const 7)))
+                          (local.get $sp) (i32.const 13))
+             (memory.copy (local.get $sp)
+                          (i32.add (local.get $sp) (i32.and (i32.shr_u (local.get 1) (i32.const 3)) (i32.const 7)))
+                          (i32.const 11))
+             (local.set $r (i64.xor (i64.load offset=3 (local.get $sp)) (i64.load offset=16 (local.get $sp))))
+             (global.set $__stack_pointer (i32.add (local.get $sp) (i32.const 32)))
+             (local.get $r)",
+        ),
+        Op {
+            traps: true,
+            ..custom(
+                "call_indirect",
+                &[I32, I32],
+                I32,
+                "",
+                "(call_indirect $table (type $bin) (local.get 0) (local.get 1)
+                   (i32.and (local.get 1) (i32.const 7)))",
+            )
+        },
+    ];
+    Family {
+        name: "compiler_output",
+        ops,
+        // The stack sits below the operand arrays, in bytes no test uses;
+        // exported as wasm-ld's `--export=__stack_pointer` does, so the
+        // runtime adds no export and wasmtime's offsets are the module's.
+        helpers: r#"  (global $__stack_pointer (export "__stack_pointer") (mut i32) (i32.const 0x10000))
+  (type $bin (func (param i32 i32) (result i32)))
+  (type $unf (func (param f32) (result f32)))
+  (table $table 6 funcref)
+  (elem (table $table) (i32.const 0) func $add $sub)
+  (elem (table $table) (i32.const 3) func $mul $neg $add)
+  (func $add (type $bin) (i32.add (local.get 0) (local.get 1)))
+  (func $sub (type $bin) (i32.sub (local.get 0) (local.get 1)))
+  (func $mul (type $bin) (i32.mul (local.get 0) (local.get 1)))
+  (func $neg (type $unf) (f32.neg (local.get 0)))
+"#,
+    }
+}
+
 /// Every family, in test order.
 pub fn families() -> Vec<Family> {
     vec![
@@ -1156,6 +1231,7 @@ pub fn families() -> Vec<Family> {
         memory_ops(false),
         memory_ops(true),
         control(),
+        compiler_output(),
     ]
 }
 
