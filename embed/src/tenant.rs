@@ -75,7 +75,16 @@ impl TenantConfig {
     /// [`TenantConfig::trusted`] with `trusted = true`); unknown keys are
     /// errors, so a misspelt limit is never silently ignored.
     pub fn from_toml(text: &str) -> Result<TenantConfig, ConfigError> {
-        let file: ConfigFile = toml::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
+        let file: ConfigFile = toml::from_str(text).map_err(|e| {
+            // One line: where, and what (toml's own text adds a snippet).
+            let at = e.span().map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {column}: ")
+            });
+            ConfigError(format!("{}{}", at.unwrap_or_default(), e.message()))
+        })?;
         let mut config = if file.trusted.unwrap_or(false) {
             TenantConfig::trusted(file.name.unwrap_or_else(|| "tenant".into()))
         } else {
