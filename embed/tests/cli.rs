@@ -308,7 +308,10 @@ fn quiet_by_default_and_rust_log_turns_the_log_on() {
         .assert()
         .success();
     let err = stderr_of(&a);
-    assert!(err.contains("driver chosen") && err.contains("cpu"), "{err}");
+    assert!(
+        err.contains("driver chosen") && err.contains("cpu"),
+        "{err}"
+    );
     assert!(err.contains("guest module compiled"), "{err}");
 }
 
@@ -375,7 +378,11 @@ fn a_tenant_gets_what_its_wasi_section_grants_and_no_more() {
     // (after the 2 bytes that fit); what was captured is replayed.
     let a = run(&["--tenant", &tenant, "--invoke", "write_twice", &wat, "1"]).success();
     assert_eq!(stdout_of(&a), format!("hello\nhe{EFBIG}\n"));
-    assert!(stderr_of(&a).contains("reached its cap"), "{}", stderr_of(&a));
+    assert!(
+        stderr_of(&a).contains("reached its cap"),
+        "{}",
+        stderr_of(&a)
+    );
     // The cap holds for argv too: 8 of "probe.wat\0x\0".
     let a = run(&["--tenant", &tenant, &wat, "x"]).code(7);
     assert_eq!(a.get_output().stdout, b"probe.wa");
@@ -413,7 +420,8 @@ fn an_untrusted_tenant_runs_wasm_kernels_but_not_raw_ptx() {
         .success();
     assert_ne!(stdout_of(&a), "0\n", "raw PTX ran for an untrusted tenant");
     assert!(
-        stderr_of(&a).contains("module_load_ptx: EPERM: this tenant's policy does not allow raw PTX"),
+        stderr_of(&a)
+            .contains("module_load_ptx: EPERM: this tenant's policy does not allow raw PTX"),
         "{}",
         stderr_of(&a)
     );
@@ -438,7 +446,11 @@ fn a_file_that_is_neither_wasm_nor_wat() {
     one_line_error(run(&[&text]), 1, "is neither a Wasm module");
     let bytes = write(&dir, "blob.bin", [0xffu8, 0xfe, 0x00, 0x61, 0x73]);
     one_line_error(run(&[&bytes]), 1, "is neither a Wasm module");
-    let bad_wat = write(&dir, "bad.wat", "(module (func (export \"_start\") (i32.add)))\n");
+    let bad_wat = write(
+        &dir,
+        "bad.wat",
+        "(module (func (export \"_start\") (i32.add)))\n",
+    );
     one_line_error(run(&[&bad_wat]), 1, "bad.wat");
     let bad_syntax = write(&dir, "syntax.wat", "(module (fnuc))\n");
     one_line_error(run(&[&bad_syntax]), 1, "invalid WAT at line 1, column 10");
@@ -491,7 +503,11 @@ fn missing_start_or_export_and_bad_arguments_are_usage_errors() {
         2,
         "out of range for 32 bits",
     );
-    one_line_error(run(&["no/such/guest.wasm"]), 2, "cannot read no/such/guest.wasm");
+    one_line_error(
+        run(&["no/such/guest.wasm"]),
+        2,
+        "cannot read no/such/guest.wasm",
+    );
 }
 
 #[test]
