@@ -148,6 +148,9 @@ for spec in "${runs[@]}"; do
   if out_text=$(RUST_LOG=info bin/tensorwasm run --driver cuda $spec 2>&1) && [ "$(echo "$out_text" | tail -1)" = 0 ]; then r=PASS; else r=FAIL; status=1; fi
   echo "$r tensorwasm run --driver cuda $spec: $(echo "$out_text" | tr '\n' ' ')" | tee -a "$summary"
 done
+# The README's main job, a WASI command: one line, exit code 0.
+if out_text=$(bin/tensorwasm run --driver cuda examples/hello_gpu.wat 16777216 2>&1) && echo "$out_text" | grep -q ': all 16777216 match$'; then r=PASS; else r=FAIL; status=1; fi
+echo "$r tensorwasm run --driver cuda examples/hello_gpu.wat 16777216: $out_text" | tee -a "$summary"
 echo "--- tensorwasm devices" >> "$summary"
 bin/tensorwasm devices >> "$summary" 2>&1 || status=1
 nvidia-smi --query-gpu=memory.used --format=csv,noheader | sed 's/^/gpu memory used after: /' >> "$summary"

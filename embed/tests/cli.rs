@@ -427,6 +427,26 @@ fn an_untrusted_tenant_runs_wasm_kernels_but_not_raw_ptx() {
     );
 }
 
+// ---- the README's main job ----
+
+#[test]
+fn hello_gpu_is_a_wasi_command_that_prints_its_result() {
+    let a = run(&["examples/hello_gpu.wat", "4096"]).success();
+    let out = stdout_of(&a);
+    assert!(
+        out.starts_with("vector add of 4096 floats by a Wasm kernel on CPU (")
+            && out.ends_with("): all 4096 match\n")
+            && out.lines().count() == 1,
+        "{out:?}"
+    );
+    assert_eq!(stderr_of(&a), "");
+    // Its own usage error is its exit code 2, its message on stderr.
+    run(&["examples/hello_gpu.wat", "many"])
+        .code(2)
+        .stdout("")
+        .stderr("usage: hello_gpu [N], 1 <= N <= 67108864\n");
+}
+
 // ---- reactors (--invoke) ----
 
 #[test]

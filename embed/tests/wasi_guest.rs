@@ -245,7 +245,7 @@ fn mlp_wasi_guest_reports_bad_files_and_arguments() {
     save(
         &root.join("model").join("b2.npy"),
         &[CLASSES + 1],
-        &vec![0.5; CLASSES + 1],
+        &[0.5; CLASSES + 1],
     );
     tensorwasm()
         .args(["run", "--driver", "cpu", "--dir", &model])
