@@ -10,12 +10,14 @@
 # `tensorwasm devices`, and writes one log per binary plus summary.txt to $OUT.
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
 # of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest`,
-# `rust_kernels`, `kernel_stack`, `tenants_stress` and `kernel_limits` test targets are packed (the others
-# run in CI and each carries a whole wasmtime).
+# `rust_kernels`, `kernel_stack`, `wasi_guest`, `tenants_stress` and `kernel_limits` test
+# targets are packed (the others run in CI and each carries a whole wasmtime).
 # The example guests go along too (examples/*.wat, and the Rust guests if
 # guest/ has been built; run.sh points the `mlp_guest` and `rust_kernels` tests at
 # the packed mlp.wasm and rust_kernels.wasm through MLP_GUEST_WASM and
-# RUST_KERNELS_GUEST_WASM, since guest/target is not carried),
+# RUST_KERNELS_GUEST_WASM, and the `wasi_guest` tests at the packed
+# mlp-wasi.wasm and tensorwasm through MLP_WASI_GUEST_WASM and TENSORWASM_BIN,
+# since guest/target and target/ are not carried),
 # and the benchmark binaries (guest_overhead, wasm_kernels, tenants,
 # rust_kernels: it reads the packed kernel_bench.wasm) when
 # PACK_BENCH=1 (BENCHES, space-separated, packs only some); `.device-pack/run.sh`
@@ -43,7 +45,7 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "tenants_stress", "kernel_limits"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]
@@ -61,6 +63,8 @@ rust_kernels_guest=guest/target/wasm32-unknown-unknown/release/rust_kernels.wasm
 if [ -f "$rust_kernels_guest" ]; then cp "$rust_kernels_guest" "$pack/examples/"; fi
 kernel_bench=guest/target/wasm32-unknown-unknown/release/kernel_bench.wasm
 if [ -f "$kernel_bench" ]; then cp "$kernel_bench" "$pack/examples/"; fi
+wasi_guest=guest/target/wasm32-wasip1/release/mlp-wasi.wasm
+if [ -f "$wasi_guest" ]; then cp "$wasi_guest" "$pack/examples/"; fi
 if [ "${PACK_BENCH:-0}" = 1 ]; then
   mkdir -p "$pack/bench"
   bench_args=()
@@ -121,6 +125,9 @@ export CUDA_DEVICE_MAX_CONNECTIONS=32
 # The mlp_guest tests load the MLP guest from guest/target unless told.
 if [ -f examples/mlp.wasm ]; then export MLP_GUEST_WASM="$PWD/examples/mlp.wasm"; fi
 if [ -f examples/rust_kernels.wasm ]; then export RUST_KERNELS_GUEST_WASM="$PWD/examples/rust_kernels.wasm"; fi
+# The wasi_guest tests run the packed WASI guest through the packed command.
+if [ -f examples/mlp-wasi.wasm ]; then export MLP_WASI_GUEST_WASM="$PWD/examples/mlp-wasi.wasm"; fi
+export TENSORWASM_BIN="$PWD/bin/tensorwasm"
 for t in bin/*--*; do
   name=$(basename "$t")
   start=$(date +%s.%N)
@@ -130,29 +137,33 @@ for t in bin/*--*; do
   echo "$r $name (${secs}s): $line" | tee -a "$summary"
   if [ $r = FAIL ]; then grep -E -A3 'panicked' "$out/$name.log" | head -30 | sed 's/^/    /' | tee -a "$summary"; fi
 done
+# Options come before the guest, as with `wasmtime run`; each prints 0.
 runs=(
-  "examples/vector_add.wat 16777216"
-  "examples/device_buffers.wat 16777216 8"
-  "examples/wasm_kernels.wat 16777216"
-  "examples/wasm_kernels.wat --invoke traps"
+  "--invoke run examples/vector_add.wat 16777216"
+  "--invoke run examples/device_buffers.wat 16777216 8"
+  "--invoke run examples/wasm_kernels.wat 16777216"
+  "--invoke traps examples/wasm_kernels.wat"
 )
 if [ -f examples/vector_add_guest.wasm ]; then
-  runs+=("examples/vector_add_guest.wasm 16777216"
-         "examples/vector_add_guest.wasm --invoke device_buffers 16777216")
+  runs+=("--invoke run examples/vector_add_guest.wasm 16777216"
+         "--invoke device_buffers examples/vector_add_guest.wasm 16777216")
 fi
 if [ -f examples/rust_kernels.wasm ]; then
   for k in run_saxpy_unchecked run_saxpy run_matmul run_row_sums run_pad_rows run_activations; do
-    runs+=("examples/rust_kernels.wasm --invoke $k")
+    runs+=("--invoke $k examples/rust_kernels.wasm")
   done
 fi
 if [ -f examples/mlp.wasm ]; then
-  runs+=("examples/mlp.wasm --invoke run 64"
-         "examples/mlp.wasm --invoke run_bf16 64")
+  runs+=("--invoke run examples/mlp.wasm 64"
+         "--invoke run_bf16 examples/mlp.wasm 64")
 fi
 for spec in "${runs[@]}"; do
-  if out_text=$(bin/tensorwasm run $spec --driver cuda 2>&1) && [ "$(echo "$out_text" | tail -1)" = 0 ]; then r=PASS; else r=FAIL; status=1; fi
-  echo "$r tensorwasm run $spec --driver cuda: $(echo "$out_text" | tr '\n' ' ')" | tee -a "$summary"
+  if out_text=$(RUST_LOG=info bin/tensorwasm run --driver cuda $spec 2>&1) && [ "$(echo "$out_text" | tail -1)" = 0 ]; then r=PASS; else r=FAIL; status=1; fi
+  echo "$r tensorwasm run --driver cuda $spec: $(echo "$out_text" | tr '\n' ' ')" | tee -a "$summary"
 done
+# The README's main job, a WASI command: one line, exit code 0.
+if out_text=$(bin/tensorwasm run --driver cuda examples/hello_gpu.wat 16777216 2>&1) && echo "$out_text" | grep -q ': all 16777216 match$'; then r=PASS; else r=FAIL; status=1; fi
+echo "$r tensorwasm run --driver cuda examples/hello_gpu.wat 16777216: $out_text" | tee -a "$summary"
 echo "--- tensorwasm devices" >> "$summary"
 bin/tensorwasm devices >> "$summary" 2>&1 || status=1
 nvidia-smi --query-gpu=memory.used --format=csv,noheader | sed 's/^/gpu memory used after: /' >> "$summary"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI): formatting, lints, every test
-# that runs without a GPU, the Wasm guests (built before the tests, which
-# load them), the no_std build of core, and ptxas over every PTX file in
+# that runs without a GPU, the Wasm guests (the wasi_cuda-only guests and
+# the WASI example, built before the tests, which load them), the no_std build of core, and ptxas over every PTX file in
 # the repo. GPU tests are #[ignore]d here; they run on a GPU
 # through scripts/pack-gpu-tests.sh.
 set -euo pipefail
@@ -25,6 +25,17 @@ rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
     cargo clippy --release --workspace --all-targets -- -D warnings
     cargo build --release
     cargo test -p tensorwasm-guest --target "$(rustc -vV | sed -n 's/^host: //p')"
+)
+
+# The WASI example is a wasm32-wasip1 command, its own workspace (its
+# .cargo/config.toml); it lands in guest/target/wasm32-wasip1/release.
+step "WASI guest (wasm32-wasip1): rustfmt, clippy, release build"
+rustup target add wasm32-wasip1 >/dev/null 2>&1 || true
+(
+    cd guest/examples/mlp-wasi
+    cargo fmt --all --check
+    cargo clippy --release --all-targets -- -D warnings
+    cargo build --release
 )
 
 step "tests (CPU driver; GPU tests are ignored here)"

@@ -4,6 +4,8 @@
 //! - [`memory`]: guest linear memory in the driver's managed memory.
 //! - [`kernel`]: Wasm kernels: translation cache and per-driver lowering.
 //! - [`wasi_cuda`]: the guest API (`docs/ABI.md`) and its per-guest context.
+//! - [`wasi`]: WASI preview 1 beside it (wasmtime-wasi), what a guest's WASI
+//!   may reach, and one `add_to_linker` for both.
 //! - [`runtime`]: engine + linker + stores for one driver, ready to run guests.
 //! - [`run`]: the `tensorwasm run` command.
 //! - [`twins`]: host twins of the shipped PTX kernels, for the CPU driver.
@@ -16,6 +18,7 @@ pub mod run;
 pub mod runtime;
 pub mod tenant;
 pub mod twins;
+pub mod wasi;
 pub mod wasi_cuda;
 
 use std::fmt::Write as _;

@@ -1,27 +1,105 @@
-//! The `tensorwasm` command.
+//! The `tensorwasm` command: `run` a guest as `wasmtime run` would (WASI
+//! preview 1 and `wasi_cuda`), list `devices`. The command line is clap's;
+//! logging is `tracing`, filtered by `RUST_LOG` and quiet (warnings only)
+//! by default.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{io::Write as _, path::PathBuf, process::ExitCode};
 
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tensorwasm_embed::{
     run::{DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions},
     tenant::TenantConfig,
+    wasi::{DirAccess, PreopenDir},
 };
+use tracing_subscriber::EnvFilter;
 
-const USAGE: &str = "\
-usage: tensorwasm <command>
+/// Run WebAssembly guests on NVIDIA GPUs (or the CPU driver where there is
+/// none): WASI preview 1 and `wasi_cuda` for every guest.
+#[derive(Parser)]
+#[command(name = "tensorwasm", version, propagate_version = true)]
+#[command(
+    after_help = "Logging: RUST_LOG=info (or debug, trace; per module, e.g. \
+                        RUST_LOG=tensorwasm_embed::kernel=debug) writes the runtime's log to stderr."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-commands:
-  run GUEST [--driver auto|cuda|cpu] [--invoke NAME] [--memory-limit BYTES]
-      [--tenant FILE] [ARGS...]
-             run GUEST (.wat or .wasm): call its export NAME (default `run`)
-             with ARGS parsed by the function's parameter types, print the
-             results. `auto` (the default) picks CUDA when a GPU is there,
-             else the CPU driver, and says which. --tenant runs the guest as
-             the tenant FILE describes (TOML: quota, policy, guest fuel;
-             docs/tenants.md); without it the guest is trusted.
-  devices    list what each driver (cuda, cpu) finds, and why a driver is unavailable
-  help       print this text
-";
+#[derive(Subcommand)]
+enum Command {
+    /// Run a guest (.wasm or .wat): a WASI command's `_start` with ARGS as
+    /// its argv, or one exported function with --invoke.
+    Run(RunArgs),
+    /// List what each driver (cuda, cpu) finds, and why a driver is
+    /// unavailable.
+    Devices,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The driver: `auto` picks CUDA when a GPU is there, else the CPU
+    /// driver (RUST_LOG=info says which and why).
+    #[arg(long, value_enum, default_value_t = DriverArg::Auto)]
+    driver: DriverArg,
+
+    /// Call this exported function instead of `_start` (a reactor's
+    /// export); ARGS are then its parameters, parsed by their types (i32,
+    /// i64 in decimal or 0x hex, f32, f64), and its results are printed.
+    #[arg(long, value_name = "NAME")]
+    invoke: Option<String>,
+
+    /// Grant the guest the host directory HOST, read-write, as GUEST in the
+    /// guest (default: HOST). Repeatable; none by default.
+    #[arg(long = "dir", value_name = "HOST[::GUEST]")]
+    dirs: Vec<String>,
+
+    /// Set NAME=VALUE in the guest's environment (NAME alone: the host's
+    /// value). Repeatable; the guest sees no other variable.
+    #[arg(long = "env", value_name = "NAME[=VALUE]", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+
+    /// The most bytes one guest memory may reserve (capped at half the
+    /// device's free memory).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MEMORY_LIMIT)]
+    memory_limit: usize,
+
+    /// Run the guest as the tenant FILE describes (TOML: quota, policy,
+    /// guest fuel, WASI capabilities; docs/tenants.md). Without it the
+    /// guest is trusted and gets the host's stdio.
+    #[arg(long, value_name = "FILE")]
+    tenant: Option<PathBuf>,
+
+    /// The guest: a core Wasm module, binary or text.
+    #[arg(value_name = "GUEST")]
+    guest: PathBuf,
+
+    /// The guest's arguments (argv[1..]); with --invoke, the function's.
+    /// Everything after GUEST belongs to the guest.
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    args: Vec<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DriverArg {
+    Auto,
+    Cuda,
+    Cpu,
+}
+
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some(("", _)) => Err("the variable's name is empty".into()),
+        Some((name, value)) => Ok((name.to_string(), value.to_string())),
+        None => std::env::var(text)
+            .map(|value| (text.to_string(), value))
+            .map_err(|_| format!("`{text}` has no `=VALUE` and is not set on the host")),
+    }
+}
 
 fn main() -> ExitCode {
     // Each guest launches on its own stream; CUDA maps streams onto
@@ -34,111 +112,83 @@ fn main() -> ExitCode {
         // exists yet that could read or write the environment concurrently.
         unsafe { std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32") };
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("run") => match parse_run(&args[1..]) {
-            Ok(options) => run(&options),
-            Err(e) => {
-                eprintln!("tensorwasm run: {e}\n\n{USAGE}");
-                ExitCode::from(2)
-            }
-        },
-        Some("devices") => {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Run(args) => run(args),
+        Command::Devices => {
             print!(
                 "{}",
                 tensorwasm_embed::format_reports(&tensorwasm_embed::discover())
             );
             ExitCode::SUCCESS
         }
-        Some("help" | "--help" | "-h") => {
-            print!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        Some(other) => {
-            eprintln!("tensorwasm: unknown command `{other}`\n\n{USAGE}");
-            ExitCode::from(2)
-        }
-        None => {
-            eprint!("{USAGE}");
-            ExitCode::from(2)
-        }
     }
 }
 
-fn parse_run(args: &[String]) -> Result<RunOptions, String> {
-    let mut guest = None;
-    let mut driver = DriverChoice::Auto;
-    let mut invoke = "run".to_string();
-    let mut memory_limit = DEFAULT_MEMORY_LIMIT;
-    let mut tenant = None;
-    let mut rest = Vec::new();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = |flag: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match arg.as_str() {
-            "--driver" => {
-                driver = match value("--driver")?.as_str() {
-                    "auto" => DriverChoice::Auto,
-                    "cuda" => DriverChoice::Cuda,
-                    "cpu" => DriverChoice::Cpu,
-                    other => return Err(format!("unknown driver `{other}` (auto, cuda, cpu)")),
-                }
+/// `RUST_LOG` filters the log (tracing-subscriber's syntax); warnings only
+/// when it is unset or unreadable.
+fn init_logging() {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            eprintln!("tensorwasm: ignoring RUST_LOG `{spec}`: {e}");
+            EnvFilter::new("warn")
+        }),
+        Err(_) => EnvFilter::new("warn"),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    let tenant = match &args.tenant {
+        None => None,
+        Some(path) => match std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read --tenant {}: {e}", path.display()))
+            .and_then(|text| {
+                TenantConfig::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+            }) {
+            Ok(config) => Some(config),
+            Err(e) => {
+                eprintln!("tensorwasm run: {e}");
+                return ExitCode::from(2);
             }
-            "--invoke" => invoke = value("--invoke")?,
-            "--memory-limit" => {
-                let v = value("--memory-limit")?;
-                memory_limit = v
-                    .parse()
-                    .map_err(|_| format!("--memory-limit `{v}` is not a byte count"))?;
-            }
-            "--tenant" => {
-                let path = value("--tenant")?;
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| format!("reading --tenant {path}: {e}"))?;
-                tenant = Some(TenantConfig::from_toml(&text).map_err(|e| format!("{path}: {e}"))?);
-            }
-            "--" => rest.extend(it.by_ref().cloned()),
-            _ if guest.is_none() => guest = Some(PathBuf::from(arg)),
-            _ => rest.push(arg.clone()),
-        }
-    }
-    Ok(RunOptions {
-        guest: guest.ok_or("no guest file given")?,
-        driver,
-        invoke,
-        args: rest,
-        memory_limit,
+        },
+    };
+    let options = RunOptions {
+        guest: args.guest,
+        driver: match args.driver {
+            DriverArg::Auto => DriverChoice::Auto,
+            DriverArg::Cuda => DriverChoice::Cuda,
+            DriverArg::Cpu => DriverChoice::Cpu,
+        },
+        invoke: args.invoke,
+        args: args.args,
+        memory_limit: args.memory_limit,
         tenant,
-    })
-}
-
-fn run(options: &RunOptions) -> ExitCode {
-    match tensorwasm_embed::run::run(options) {
+        dirs: args
+            .dirs
+            .iter()
+            .map(|d| PreopenDir::parse(d, DirAccess::ReadWrite))
+            .collect(),
+        env: args.env,
+    };
+    match tensorwasm_embed::run::run(&options) {
         Ok(report) => {
-            match &report.cuda_unavailable {
-                Some(why) => eprintln!(
-                    "tensorwasm: driver cpu ({}); CUDA unavailable: {why}",
-                    report.device
-                ),
-                None => eprintln!(
-                    "tensorwasm: driver {} ({})",
-                    report.driver.as_str(),
-                    report.device
-                ),
+            if options.invoke.is_some() {
+                println!("{}", report.results.join(" "));
             }
-            if let Some(last) = &report.last_error {
-                eprintln!("tensorwasm: last wasi_cuda error: {last}");
-            }
-            println!("{}", report.results.join(" "));
-            ExitCode::SUCCESS
+            let _ = std::io::stdout().flush();
+            // WASI exit codes are those of the process, as under `wasmtime
+            // run`; one the OS cannot carry is a failure.
+            ExitCode::from(u8::try_from(report.exit_code).unwrap_or(1))
         }
         Err(e) => {
             eprintln!("tensorwasm run: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

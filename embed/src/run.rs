@@ -1,20 +1,28 @@
-//! `tensorwasm run`: load a guest (`.wat` or `.wasm`), pick a driver, call
-//! one exported function with arguments from the command line, and report
-//! its results — or which guest function and which `wasi_cuda` call failed.
+//! `tensorwasm run`: load a guest (`.wasm` or `.wat`), pick a driver, and
+//! run it as `wasmtime run` would: a WASI command's `_start` with its argv,
+//! environment, preopened directories and stdio, or one exported function
+//! (`--invoke`) with arguments from the command line. Reports its exit code
+//! and results, or which guest function and which `wasi_cuda` call failed;
+//! bad input is a one-line [`RunError`] that says whose fault it was.
 
-use std::{fmt, path::PathBuf};
+use std::{
+    fmt,
+    io::Write as _,
+    path::{Path, PathBuf},
+    time::Instant,
+};
 
 use tensorwasm_core::{DriverKind, ManagedAllocator};
 use tensorwasm_cpu::CpuDriver;
 use tensorwasm_cuda::CudaDriver;
-use wasmtime::{Val, ValType};
+use wasmtime::{ExternType, Val, ValType};
 
 use crate::{
     runtime::GuestRuntime,
     tenant::{Tenant, TenantConfig},
     twins,
+    wasi::{I32Exit, OutputMode, PreopenDir},
 };
-
 /// Which driver `run` uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DriverChoice {
@@ -33,16 +41,23 @@ pub struct RunOptions {
     pub guest: PathBuf,
     /// The driver.
     pub driver: DriverChoice,
-    /// The exported function to call.
-    pub invoke: String,
-    /// Its arguments, parsed by the function's parameter types.
+    /// The exported function to call, its parameters parsed from `args`;
+    /// `None`: the WASI command's `_start`.
+    pub invoke: Option<String>,
+    /// The guest's arguments: its argv after argv[0] (the guest file's
+    /// name), and with `invoke` also the function's parameters.
     pub args: Vec<String>,
     /// The most bytes one guest memory may reserve.
     pub memory_limit: usize,
-    /// The tenant the guest runs as (`--tenant FILE`): its quota, policy
-    /// and guest fuel. `None`: a trusted tenant (the user runs their own
-    /// code).
+    /// The tenant the guest runs as (`--tenant FILE`): its quota, policy,
+    /// guest fuel and WASI capabilities. `None`: a trusted tenant (the user
+    /// runs their own code) with the host's stdio.
     pub tenant: Option<TenantConfig>,
+    /// Directories preopened for the guest on top of the tenant's
+    /// (`--dir`, read-write as in `wasmtime run`).
+    pub dirs: Vec<PreopenDir>,
+    /// Environment variables for the guest on top of the tenant's (`--env`).
+    pub env: Vec<(String, String)>,
 }
 
 /// The default per-guest memory limit: the whole 32-bit address space.
@@ -57,32 +72,138 @@ pub struct RunReport {
     pub device: String,
     /// Why `auto` did not pick CUDA, when it did not.
     pub cuda_unavailable: Option<String>,
-    /// The function's results, formatted.
+    /// The invoked function's results, formatted (none for `_start`).
     pub results: Vec<String>,
+    /// The guest's exit code: what it passed to WASI's `proc_exit`, 0 when
+    /// it returned.
+    pub exit_code: i32,
     /// The guest's last `wasi_cuda` error, if any call failed.
     pub last_error: Option<String>,
 }
 
-/// Why a run failed.
+/// Whose fault a failed run was: it decides the command's exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunErrorKind {
+    /// The command line asked for something that cannot be: an unreadable
+    /// guest file, tenant file or `--dir`, a missing `_start` or export, a
+    /// wrong argument count or type. Exit code 2.
+    Usage,
+    /// The guest or the host failed: not a Wasm module, a component, a
+    /// module that does not instantiate, a trap, a driver error. Exit code 1.
+    Guest,
+}
+
+/// Why a run failed, in one line (a trap adds wasmtime's backtrace).
 #[derive(Debug)]
-pub struct RunError(pub String);
+pub struct RunError {
+    /// Whose fault it was.
+    pub kind: RunErrorKind,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl RunError {
+    /// The exit code `tensorwasm run` ends with: 2 for usage errors, 1 for
+    /// guest failures.
+    pub fn exit_code(&self) -> u8 {
+        match self.kind {
+            RunErrorKind::Usage => 2,
+            RunErrorKind::Guest => 1,
+        }
+    }
+}
 
 impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
 impl std::error::Error for RunError {}
 
-fn err(message: impl Into<String>) -> RunError {
-    RunError(message.into())
+fn usage(message: impl Into<String>) -> RunError {
+    RunError {
+        kind: RunErrorKind::Usage,
+        message: message.into(),
+    }
 }
 
-/// Runs a guest as `tensorwasm run` does.
+fn guest_err(message: impl Into<String>) -> RunError {
+    RunError {
+        kind: RunErrorKind::Guest,
+        message: message.into(),
+    }
+}
+
+/// Joins a multi-line error (wasmtime's and wat's) into one line.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The guest file as a core Wasm binary, or why it is not one.
+pub fn guest_binary(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, RunError> {
+    let name = path.display();
+    let wasm = match wat::Detect::from_bytes(bytes) {
+        wat::Detect::WasmBinary => bytes.to_vec(),
+        wat::Detect::WasmText => {
+            let text = std::str::from_utf8(bytes).unwrap_or_default();
+            wat::parse_str(text).map_err(|e| {
+                // wat's message, then a `--> file:line:col` line and a snippet.
+                let shown = e.to_string();
+                let mut lines = shown.lines();
+                let message = lines.next().unwrap_or("invalid WAT").trim();
+                let at = lines
+                    .find_map(|l| l.trim().strip_prefix("--> "))
+                    .and_then(|loc| {
+                        let mut parts = loc.rsplitn(3, ':');
+                        let (col, line) = (parts.next()?, parts.next()?);
+                        Some(format!("line {line}, column {col}"))
+                    });
+                match at {
+                    Some(at) => guest_err(format!("{name}: invalid WAT at {at}: {message}")),
+                    None => guest_err(format!("{name}: invalid WAT: {message}")),
+                }
+            })?
+        }
+        wat::Detect::Unknown => {
+            return Err(guest_err(format!(
+                "{name} is neither a Wasm module (no `\\0asm` header) nor WAT text"
+            )));
+        }
+    };
+    if wasm.len() < 8 {
+        return Err(guest_err(format!(
+            "{name} is truncated: {} bytes, shorter than a Wasm header",
+            wasm.len()
+        )));
+    }
+    match [wasm[4], wasm[5], wasm[6], wasm[7]] {
+        [1, 0, 0, 0] => Ok(wasm),
+        // A component's version field is 0x0d, its layer 1.
+        [_, _, 1, 0] => Err(guest_err(format!(
+            "{name} is a Wasm component; tensorwasm runs core Wasm modules only \
+             (components are not supported yet)"
+        ))),
+        [v0, v1, _, _] => Err(guest_err(format!(
+            "{name}: unsupported Wasm version {}",
+            u16::from_le_bytes([v0, v1])
+        ))),
+    }
+}
+
+/// Runs a guest as `tensorwasm run` does, on a tokio runtime of its own
+/// (wasmtime-wasi's I/O and clocks need one). A guest whose tenant captures
+/// its output has it replayed on this process's stdout and stderr when it
+/// ends.
 pub fn run(options: &RunOptions) -> Result<RunReport, RunError> {
     let bytes = std::fs::read(&options.guest)
-        .map_err(|e| err(format!("reading {}: {e}", options.guest.display())))?;
+        .map_err(|e| usage(format!("cannot read {}: {e}", options.guest.display())))?;
+    let wasm = guest_binary(&options.guest, &bytes)?;
+    let config = tenant_config(options)?;
     let cuda = match options.driver {
         DriverChoice::Cpu => Err("the CPU driver was asked for".to_string()),
         DriverChoice::Auto | DriverChoice::Cuda => match CudaDriver::new(0) {
@@ -90,25 +211,79 @@ pub fn run(options: &RunOptions) -> Result<RunReport, RunError> {
             Err(e) => Err(e.to_string()),
         },
     };
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| guest_err(format!("starting the I/O runtime: {e}")))?;
     match cuda {
-        Ok(driver) => run_on(driver, &bytes, options, None),
+        Ok(driver) => tokio.block_on(run_on(driver, &wasm, options, config, None)),
         Err(why) if options.driver == DriverChoice::Cuda => {
-            Err(err(format!("the CUDA driver is unavailable: {why}")))
+            tracing::error!(%why, "the CUDA driver is unavailable");
+            Err(guest_err(format!("the CUDA driver is unavailable: {why}")))
         }
         Err(why) => {
             let driver =
-                CpuDriver::new().map_err(|e| err(format!("starting the CPU driver: {e}")))?;
+                CpuDriver::new().map_err(|e| guest_err(format!("starting the CPU driver: {e}")))?;
             twins::register(&driver);
             let why = (options.driver == DriverChoice::Auto).then_some(why);
-            run_on(driver, &bytes, options, why)
+            if let Some(why) = &why {
+                tracing::info!(%why, "CUDA unavailable; using the CPU driver");
+            }
+            tokio.block_on(run_on(driver, &wasm, options, config, why))
         }
     }
 }
 
-fn run_on<D>(
+/// The tenant the guest runs as, with the command line's argv, environment
+/// and directories added; every directory is checked to open.
+fn tenant_config(options: &RunOptions) -> Result<TenantConfig, RunError> {
+    let mut config = options
+        .tenant
+        .clone()
+        .unwrap_or_else(|| TenantConfig::trusted("guest"));
+    // argv[0] is the guest file's name without its directories, as
+    // `wasmtime run` gives it (no host path leaks into the guest).
+    let argv0 = options
+        .guest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| options.guest.display().to_string());
+    config.wasi.args = std::iter::once(argv0)
+        .chain(options.args.iter().cloned())
+        .collect();
+    config.wasi.env.extend(options.env.iter().cloned());
+    config.wasi.dirs.extend(options.dirs.iter().cloned());
+    for dir in &config.wasi.dirs {
+        std::fs::read_dir(&dir.host).map_err(|e| {
+            usage(format!(
+                "--dir {}::{}: cannot open {}: {e}",
+                dir.host.display(),
+                dir.guest,
+                dir.host.display()
+            ))
+        })?;
+    }
+    Ok(config)
+}
+
+fn exports_list(module: &wasmtime::Module) -> String {
+    let names: Vec<&str> = module
+        .exports()
+        .filter(|e| matches!(e.ty(), ExternType::Func(_)))
+        .map(|e| e.name())
+        .collect();
+    if names.is_empty() {
+        "it exports no function".into()
+    } else {
+        format!("it exports {}", names.join(", "))
+    }
+}
+
+async fn run_on<D>(
     driver: D,
-    bytes: &[u8],
+    wasm: &[u8],
     options: &RunOptions,
+    config: TenantConfig,
     cuda_unavailable: Option<String>,
 ) -> Result<RunReport, RunError>
 where
@@ -117,7 +292,7 @@ where
 {
     let free = driver
         .mem_info()
-        .map_err(|e| err(format!("asking the device for free memory: {e}")))?
+        .map_err(|e| guest_err(format!("asking the device for free memory: {e}")))?
         .free;
     // Reserving is cheap (managed memory is populated lazily) but a
     // reservation above what the device has free is refused.
@@ -126,61 +301,134 @@ where
         .min(usize::try_from(free / 2).unwrap_or(usize::MAX));
     let kind = driver.kind();
     let device = driver.device().name.clone();
-    let runtime = GuestRuntime::new(driver, limit).map_err(|e| err(format!("{e:#}")))?;
+    tracing::info!(driver = kind.as_str(), %device, "driver chosen");
+    let runtime =
+        GuestRuntime::new(driver, limit).map_err(|e| guest_err(one_line(&format!("{e:#}"))))?;
+    let name = options.guest.display();
+    let started = Instant::now();
     let module = runtime
-        .compile(bytes)
-        .map_err(|e| err(format!("compiling {}: {e:#}", options.guest.display())))?;
-    let config = options
-        .tenant
-        .clone()
-        .unwrap_or_else(|| TenantConfig::trusted("guest"));
-    let mut tenant = Tenant::new(&runtime, &config).map_err(|e| err(format!("{e:#}")))?;
-    futures::executor::block_on(async {
-        let instance = tenant
-            .instantiate(&runtime, &module)
-            .await
-            .map_err(|e| err(format!("instantiating {}: {e:#}", options.guest.display())))?;
-        let store = tenant.store_mut();
-        let name = &options.invoke;
-        let func = instance
-            .get_func(&mut *store, name)
-            .ok_or_else(|| err(format!("the guest exports no function `{name}`")))?;
-        let ty = func.ty(&*store);
-        let params: Vec<ValType> = ty.params().collect();
+        .compile(wasm)
+        .map_err(|e| guest_err(format!("compiling {name}: {}", one_line(&format!("{e:#}")))))?;
+    tracing::info!(guest = %name, bytes = wasm.len(), elapsed = ?started.elapsed(), "guest module compiled");
+    // Which function, and its arguments, before anything is instantiated.
+    let (func_name, params) = match &options.invoke {
+        Some(f) => match module.get_export(f) {
+            Some(ExternType::Func(ty)) => (f.clone(), ty.params().collect::<Vec<ValType>>()),
+            _ => {
+                return Err(usage(format!(
+                    "{name} exports no function `{f}` ({})",
+                    exports_list(&module)
+                )));
+            }
+        },
+        None => match module.get_export("_start") {
+            Some(ExternType::Func(ty)) if ty.params().len() == 0 => ("_start".into(), Vec::new()),
+            Some(_) => {
+                return Err(usage(format!(
+                    "{name}: `_start` is not a function without parameters"
+                )));
+            }
+            None => {
+                return Err(usage(format!(
+                    "{name} exports no `_start` (it is not a WASI command); \
+                     call one of its functions with --invoke NAME ({})",
+                    exports_list(&module)
+                )));
+            }
+        },
+    };
+    let args = if options.invoke.is_some() {
         if params.len() != options.args.len() {
-            return Err(err(format!(
-                "`{name}` takes {} argument(s), {} given",
+            return Err(usage(format!(
+                "`{func_name}` takes {} argument(s), {} given",
                 params.len(),
                 options.args.len()
             )));
         }
-        let args = params
+        params
             .iter()
             .zip(&options.args)
             .enumerate()
             .map(|(i, (ty, text))| {
-                parse_arg(ty, text).map_err(|e| err(format!("argument {i} of `{name}`: {e}")))
+                parse_arg(ty, text)
+                    .map_err(|e| usage(format!("argument {i} of `{func_name}`: {e}")))
             })
-            .collect::<Result<Vec<Val>, RunError>>()?;
-        let mut results = vec![Val::I32(0); ty.results().len()];
-        let outcome = func.call_async(&mut *store, &args, &mut results).await;
-        let last = store.data().cuda.last_error();
-        let last_error = (!last.is_empty()).then(|| last.to_string());
-        if let Err(e) = outcome {
-            let mut message = format!("guest function `{name}` failed: {e:#}");
-            if let Some(last) = &last_error {
-                message.push_str(&format!("\nlast wasi_cuda error: {last}"));
+            .collect::<Result<Vec<Val>, RunError>>()?
+    } else {
+        Vec::new()
+    };
+    let mut tenant =
+        Tenant::new(&runtime, &config).map_err(|e| guest_err(one_line(&format!("{e:#}"))))?;
+    let instance = tenant.instantiate(&runtime, &module).await.map_err(|e| {
+        guest_err(format!(
+            "instantiating {name}: {}",
+            one_line(&format!("{e:#}"))
+        ))
+    })?;
+    let store = tenant.store_mut();
+    let func = instance
+        .get_func(&mut *store, &func_name)
+        .ok_or_else(|| guest_err(format!("{name} lost its export `{func_name}`")))?;
+    let mut results = vec![Val::I32(0); func.ty(&*store).results().len()];
+    let started = Instant::now();
+    let outcome = func.call_async(&mut *store, &args, &mut results).await;
+    tracing::info!(function = %func_name, elapsed = ?started.elapsed(), "guest returned");
+    replay_captured(&tenant, &config);
+    let last = tenant.store().data().cuda.last_error();
+    let last_error = (!last.is_empty()).then(|| last.to_string());
+    let exit_code = match outcome {
+        Ok(()) => 0,
+        Err(e) => match e.downcast_ref::<I32Exit>() {
+            Some(exit) => exit.0,
+            None => {
+                tracing::warn!(function = %func_name, "guest trapped: {e:#}");
+                let mut message = format!("guest function `{func_name}` failed: {e:#}");
+                if let Some(last) = &last_error {
+                    message.push_str(&format!("\nlast wasi_cuda error: {last}"));
+                }
+                return Err(guest_err(message));
             }
-            return Err(err(message));
-        }
-        Ok(RunReport {
-            driver: kind,
-            device,
-            cuda_unavailable,
-            results: results.iter().map(format_val).collect(),
-            last_error,
-        })
+        },
+    };
+    if let Some(last) = &last_error {
+        tracing::info!(%last, "the guest's last failed wasi_cuda call");
+    }
+    Ok(RunReport {
+        driver: kind,
+        device,
+        cuda_unavailable,
+        results: if options.invoke.is_some() {
+            results.iter().map(format_val).collect()
+        } else {
+            Vec::new()
+        },
+        exit_code,
+        last_error,
     })
+}
+
+/// Writes what the guest wrote to captured streams on this process's own.
+fn replay_captured<D>(tenant: &Tenant<D>, config: &TenantConfig)
+where
+    D: crate::kernel::KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    let output = tenant.output();
+    if config.wasi.stdout == OutputMode::Capture {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(&output.stdout());
+        let _ = out.flush();
+    }
+    if config.wasi.stderr == OutputMode::Capture {
+        let _ = std::io::stderr().lock().write_all(&output.stderr());
+    }
+    if output.capped() {
+        tracing::warn!(
+            tenant = tenant.name(),
+            cap = ?config.wasi.output_bytes,
+            "the guest's output reached its cap; later writes got EFBIG"
+        );
+    }
 }
 
 fn parse_arg(ty: &ValType, text: &str) -> Result<Val, String> {

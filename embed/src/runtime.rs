@@ -1,8 +1,8 @@
-//! [`GuestRuntime`]: an engine, a linker with the `wasi_cuda` imports and a
-//! managed memory creator, for one driver. The `tensorwasm run` command, the
+//! [`GuestRuntime`]: an engine, a linker with WASI preview 1 and the
+//! `wasi_cuda` imports, and a managed memory creator, for one driver. The `tensorwasm run` command, the
 //! tests and the benchmarks build guests through it; an embedder with its own
 //! store data uses [`memory`](crate::memory) and
-//! [`wasi_cuda`](crate::wasi_cuda) directly instead.
+//! [`wasi::add_to_linker`](crate::wasi::add_to_linker) directly instead.
 
 use std::sync::Arc;
 
@@ -14,7 +14,8 @@ use crate::{
     kernel::{GuestModule, KernelCache, KernelTarget},
     memory::{ManagedMemoryCreator, configure_engine},
     tenant::{TenantConfig, TenantLimiter},
-    wasi_cuda::{self, WasiCudaCtx, WasiCudaLimits},
+    wasi::{self, GuestOutput, WasiP1Ctx},
+    wasi_cuda::{WasiCudaCtx, WasiCudaLimits},
 };
 
 /// The store data of a guest run by a [`GuestRuntime`].
@@ -23,6 +24,10 @@ pub struct GuestState<D: GpuDriver> {
     pub cuda: WasiCudaCtx<D>,
     /// Ties the guest's memory growth to its tenant's quota.
     pub limiter: TenantLimiter,
+    /// The guest's WASI preview 1 context (what its config lets it reach).
+    pub wasi: WasiP1Ctx,
+    /// What the guest wrote to its captured stdout and stderr.
+    pub output: GuestOutput,
 }
 
 /// Builds engines, stores and instances for guests on one driver.
@@ -70,7 +75,11 @@ where
         config.consume_fuel(true);
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
-        wasi_cuda::add_to_linker(&mut linker, |s: &mut GuestState<D>| &mut s.cuda)?;
+        wasi::add_to_linker(
+            &mut linker,
+            |s: &mut GuestState<D>| &mut s.cuda,
+            |s: &mut GuestState<D>| &mut s.wasi,
+        )?;
         Ok(GuestRuntime {
             driver,
             engine,
@@ -97,7 +106,7 @@ where
         &self.driver
     }
 
-    /// The linker with every `wasi_cuda` import; add more imports to it
+    /// The linker with WASI preview 1 and every `wasi_cuda` import; add more imports to it
     /// before instantiating if the guest needs them.
     pub fn linker_mut(&mut self) -> &mut Linker<GuestState<D>> {
         &mut self.linker
@@ -127,7 +136,8 @@ where
     }
 
     /// A store for one trusted guest, with its own context and stream: no
-    /// quota, every kind of module allowed, no fuel bound. Untrusted code
+    /// quota, every kind of module allowed, no fuel bound, the host's stdio
+    /// and nothing else for WASI ([`WasiConfig::inherit`](crate::wasi::WasiConfig::inherit)). Untrusted code
     /// goes in a [`Tenant`](crate::tenant::Tenant).
     pub fn store(&self) -> wasmtime::Result<Store<GuestState<D>>> {
         let ledger = Arc::new(QuotaLedger::new(
@@ -138,7 +148,8 @@ where
 
     /// A store for a tenant: its context charges `ledger` and follows the
     /// config's policy, its memory growth is charged to the same ledger,
-    /// and its guest code gets the config's fuel.
+    /// its guest code gets the config's fuel, and its WASI reaches what the
+    /// config's [`wasi`](TenantConfig::wasi) lists.
     pub fn tenant_store(
         &self,
         config: &TenantConfig,
@@ -155,7 +166,19 @@ where
         .map_err(|e| wasmtime::format_err!("tenant `{}`: {e}", config.name))?;
         cuda.set_builtin_cache(Arc::clone(&self.builtins));
         let limiter = TenantLimiter::new(ledger);
-        let mut store = Store::new(&self.engine, GuestState { cuda, limiter });
+        let (wasi, output) = config
+            .wasi
+            .build()
+            .map_err(|e| wasmtime::format_err!("tenant `{}`: {e}", config.name))?;
+        let mut store = Store::new(
+            &self.engine,
+            GuestState {
+                cuda,
+                limiter,
+                wasi,
+                output,
+            },
+        );
         store.limiter(|s| &mut s.limiter);
         store.set_fuel(config.guest_fuel.unwrap_or(u64::MAX))?;
         Ok(store)

@@ -1,12 +1,14 @@
 //! Tenants: one untrusted party's guest on a shared device. A [`Tenant`]
-//! owns its store (its `wasi_cuda` context: stream, handle tables), its
-//! quota ledger and its policy; [`TenantLimiter`] ties the guest's linear
-//! memory growth to the same ledger, and Wasm fuel bounds the guest's own
-//! CPU time. [`TenantConfig`] is what an embedder passes (or `tensorwasm
+//! owns its store (its `wasi_cuda` context: stream, handle tables; its WASI
+//! context: what it may read, write and print), its quota ledger and its
+//! policy; [`TenantLimiter`] ties the guest's linear memory growth to the
+//! same ledger, and Wasm fuel bounds the guest's own CPU time. [`TenantConfig`] is what an embedder passes (or `tensorwasm
 //! run --tenant FILE` reads from TOML). docs/tenants.md is the isolation
 //! model this implements.
 
 use std::{fmt, sync::Arc};
+
+use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use tensorwasm_core::{
@@ -18,6 +20,7 @@ use wasmtime::{Instance, ResourceLimiter, Store};
 use crate::{
     kernel::{GuestModule, KernelTarget},
     runtime::{GuestRuntime, GuestState},
+    wasi::{DirAccess, GuestOutput, OutputMode, PreopenDir, WasiConfig},
     wasi_cuda::TenantPolicy,
 };
 
@@ -33,29 +36,37 @@ pub struct TenantConfig {
     /// Wasm fuel for the guest's own code (one unit per Wasm operator,
     /// roughly): the guest traps once it is spent. `None`: no bound.
     pub guest_fuel: Option<u64>,
+    /// What its WASI may reach: arguments, environment, directories, stdio
+    /// and how many bytes it may write.
+    pub wasi: WasiConfig,
 }
 
 impl TenantConfig {
     /// An untrusted tenant: default quota ([`TenantQuota::default`]),
     /// sandboxed kernels only, 10^10 units of guest fuel (some seconds of
-    /// Wasm; waiting for the GPU spends none).
+    /// Wasm; waiting for the GPU spends none), and WASI with no
+    /// directories, no environment and captured, capped output
+    /// ([`WasiConfig::untrusted`]).
     pub fn untrusted(name: impl Into<String>) -> Self {
         TenantConfig {
             name: name.into(),
             quota: TenantQuota::default(),
             policy: TenantPolicy::UNTRUSTED,
             guest_fuel: Some(DEFAULT_GUEST_FUEL),
+            wasi: WasiConfig::untrusted(),
         }
     }
 
     /// A tenant the host trusts as itself: no quota, raw PTX allowed, no
-    /// fuel bound. What `tensorwasm run` uses without `--tenant`.
+    /// fuel bound, the host's stdio ([`WasiConfig::inherit`]). What
+    /// `tensorwasm run` uses without `--tenant`.
     pub fn trusted(name: impl Into<String>) -> Self {
         TenantConfig {
             name: name.into(),
             quota: TenantQuota::unlimited(),
             policy: TenantPolicy::TRUSTED,
             guest_fuel: None,
+            wasi: WasiConfig::inherit(),
         }
     }
 
@@ -64,7 +75,16 @@ impl TenantConfig {
     /// [`TenantConfig::trusted`] with `trusted = true`); unknown keys are
     /// errors, so a misspelt limit is never silently ignored.
     pub fn from_toml(text: &str) -> Result<TenantConfig, ConfigError> {
-        let file: ConfigFile = toml::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
+        let file: ConfigFile = toml::from_str(text).map_err(|e| {
+            // One line: where, and what (toml's own text adds a snippet).
+            let at = e.span().map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {column}: ")
+            });
+            ConfigError(format!("{}{}", at.unwrap_or_default(), e.message()))
+        })?;
         let mut config = if file.trusted.unwrap_or(false) {
             TenantConfig::trusted(file.name.unwrap_or_else(|| "tenant".into()))
         } else {
@@ -127,6 +147,38 @@ impl TenantConfig {
             config.policy.wasm_kernels = p.wasm_kernels.unwrap_or(config.policy.wasm_kernels);
             config.policy.builtins = p.builtins.unwrap_or(config.policy.builtins);
         }
+        if let Some(w) = file.wasi {
+            let wasi = &mut config.wasi;
+            wasi.stdout = w.stdout.unwrap_or(wasi.stdout);
+            wasi.stderr = w.stderr.unwrap_or(wasi.stderr);
+            wasi.stdin = w.stdin.unwrap_or(wasi.stdin);
+            match w.output_bytes {
+                Some(Limit::Bytes(n)) => wasi.output_bytes = Some(n),
+                Some(Limit::Unlimited(s)) if s == "unlimited" => wasi.output_bytes = None,
+                Some(Limit::Unlimited(s)) => {
+                    return Err(ConfigError(format!(
+                        "wasi.output_bytes `{s}` is neither a number nor \"unlimited\""
+                    )));
+                }
+                None => {}
+            }
+            if let Some(env) = w.env {
+                wasi.env = env.into_iter().collect();
+            }
+            for d in w.dirs.unwrap_or_default() {
+                if d.guest.is_empty() {
+                    return Err(ConfigError(format!(
+                        "wasi.dirs: `{}` needs a non-empty guest path",
+                        d.host
+                    )));
+                }
+                wasi.dirs.push(PreopenDir {
+                    host: d.host.into(),
+                    guest: d.guest,
+                    access: d.access.unwrap_or(DirAccess::ReadOnly),
+                });
+            }
+        }
         match file.guest_fuel {
             Some(GuestFuel::Unlimited(s)) if s == "unlimited" => config.guest_fuel = None,
             Some(GuestFuel::Unlimited(s)) => {
@@ -167,6 +219,33 @@ struct ConfigFile {
     guest_fuel: Option<GuestFuel>,
     quota: Option<QuotaSection>,
     policy: Option<PolicySection>,
+    wasi: Option<WasiSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WasiSection {
+    stdout: Option<OutputMode>,
+    stderr: Option<OutputMode>,
+    stdin: Option<bool>,
+    output_bytes: Option<Limit>,
+    env: Option<BTreeMap<String, String>>,
+    dirs: Option<Vec<DirSection>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DirSection {
+    host: String,
+    guest: String,
+    access: Option<DirAccess>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Limit {
+    Bytes(u64),
+    Unlimited(String),
 }
 
 #[derive(Deserialize)]
@@ -318,6 +397,11 @@ where
         &self.store
     }
 
+    /// What the guest wrote to its captured stdout and stderr.
+    pub fn output(&self) -> &GuestOutput {
+        &self.store.data().output
+    }
+
     /// The tenant's store, to call its guest.
     pub fn store_mut(&mut self) -> &mut Store<GuestState<D>> {
         &mut self.store
@@ -386,6 +470,40 @@ mod tests {
     }
 
     #[test]
+    fn wasi_capabilities_come_from_the_wasi_section() {
+        let c = TenantConfig::from_toml("name = \"a\"\n").unwrap();
+        assert_eq!(c.wasi, WasiConfig::untrusted());
+        assert!(c.wasi.dirs.is_empty() && c.wasi.env.is_empty() && !c.wasi.stdin);
+        assert_eq!(c.wasi.stdout, OutputMode::Capture);
+        assert_eq!(c.wasi.output_bytes, Some(crate::wasi::DEFAULT_OUTPUT_BYTES));
+        let c = TenantConfig::from_toml(
+            "[wasi]\nstdout = \"inherit\"\noutput_bytes = 4096\nstdin = true\n\
+             env = { MODEL = \"small\", LANG = \"C\" }\n\
+             [[wasi.dirs]]\nhost = \"/srv/in\"\nguest = \"/in\"\n\
+             [[wasi.dirs]]\nhost = \"/srv/out\"\nguest = \"/out\"\naccess = \"read-write\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.wasi.stdout, OutputMode::Inherit);
+        assert_eq!(c.wasi.stderr, OutputMode::Capture);
+        assert_eq!(c.wasi.output_bytes, Some(4096));
+        assert!(c.wasi.stdin);
+        assert_eq!(
+            c.wasi.env,
+            [
+                ("LANG".into(), "C".into()),
+                ("MODEL".into(), "small".into())
+            ]
+        );
+        assert_eq!(c.wasi.dirs[0].access, DirAccess::ReadOnly);
+        assert_eq!(c.wasi.dirs[1].access, DirAccess::ReadWrite);
+        assert_eq!(c.wasi.dirs[1].guest, "/out");
+        let c = TenantConfig::from_toml("trusted = true\n").unwrap();
+        assert_eq!(c.wasi, WasiConfig::inherit());
+        let c = TenantConfig::from_toml("[wasi]\noutput_bytes = \"unlimited\"\n").unwrap();
+        assert_eq!(c.wasi.output_bytes, None);
+    }
+
+    #[test]
     fn misspelt_keys_and_bad_values_are_errors() {
         for bad in [
             "[quota]\ndevice_byte = 1\n",
@@ -395,6 +513,12 @@ mod tests {
             "guest_fuel = \"lots\"\n",
             "[quota]\nkernel_fuel = 0\n",
             "[quota]\nmodules = -1\n",
+            "[wasi]\nstdout = \"file\"\n",
+            "[wasi]\noutput_bytes = \"lots\"\n",
+            "[wasi]\ndirectories = []\n",
+            "[[wasi.dirs]]\nhost = \"/a\"\nguest = \"/a\"\naccess = \"rw\"\n",
+            "[[wasi.dirs]]\nhost = \"/a\"\n",
+            "[[wasi.dirs]]\nhost = \"/a\"\nguest = \"\"\n",
         ] {
             assert!(
                 TenantConfig::from_toml(bad).is_err(),

@@ -1758,10 +1758,12 @@ fn run_example(name: &str, args: &[&str]) -> tensorwasm_embed::run::RunReport {
     let options = RunOptions {
         guest: example(name),
         driver: DriverChoice::Cpu,
-        invoke: "run".into(),
+        invoke: Some("run".into()),
         args: args.iter().map(|s| s.to_string()).collect(),
         memory_limit: 64 << 20,
         tenant: None,
+        dirs: Vec::new(),
+        env: Vec::new(),
     };
     tensorwasm_embed::run::run(&options).unwrap_or_else(|e| panic!("{name} {args:?}: {e}"))
 }

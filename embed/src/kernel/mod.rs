@@ -432,12 +432,16 @@ impl<D: KernelTarget> KernelCache<D> {
 
     /// Translates, lowers and loads the kernel.
     fn make(&self, driver: &D, source: &KernelSource, index: u32, limits: KernelLimits) -> Made<D> {
+        let started = std::time::Instant::now();
         let translated =
             translate_kernel_within(source.wasm(), index, limits).map_err(KernelError::Lower)?;
+        let translate = started.elapsed();
         let module = driver.load_kernel(&translated)?;
         let function = driver
             .function(&module, &translated.name)
             .map_err(driver_error)?;
+        tracing::debug!(kernel = %translated.name, ?translate,
+            lower_and_jit = ?started.elapsed() - translate, "Wasm kernel made");
         self.lowerings.fetch_add(1, Ordering::Relaxed);
         Ok(Arc::new(LoadedKernel {
             module: Arc::new(module),

@@ -398,6 +398,16 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     /// its errno.
     pub(crate) fn fail(&mut self, call: &str, error: AbiError) -> i32 {
         self.last_error = format!("{call}: {error}");
+        // What the host's operator wants to see: quota refusals and kernel
+        // traps (a tenant at its limits), driver failures (the device).
+        match error.errno {
+            Errno::EQUOTA => tracing::info!(call, %error, "quota refusal"),
+            Errno::ETRAP => tracing::info!(call, %error, "kernel trap"),
+            Errno::EDRIVER | Errno::ELAUNCH | Errno::ENODEV | Errno::ENOMEM => {
+                tracing::warn!(call, %error, "driver error")
+            }
+            _ => tracing::debug!(call, %error, "wasi_cuda call failed"),
+        }
         error.errno.code()
     }
 
