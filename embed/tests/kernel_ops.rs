@@ -751,9 +751,6 @@ const NO_WASM_SOURCE: &[(Opcode, Type, Option<Type>, Option<Cond>)] = &[
     (Opcode::Select, I64, Some(I64), None),
     (Opcode::Select, F32, Some(I64), None),
     (Opcode::Select, F64, Some(I64), None),
-    // `if`, `br_if` and `br_table` branch on Wasm i32 values and the
-    // virtual-block loop on comparisons' i8 flags: no i64 branch.
-    (Opcode::Brif, I64, None, None),
     // The translator traps with trapnz on i8 flags (a time check's
     // comparison among them), and with trapz on a divisor (i32/i64) or on
     // the fuel (i64).

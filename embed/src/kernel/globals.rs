@@ -2,10 +2,14 @@
 //! each kernel thread starts with its own copy of every mutable global the
 //! kernel uses, at the value the global holds when the kernel is launched
 //! (`docs/kernels.md`, "Globals and the shadow stack"). wasmtime lets a host
-//! read only exported globals, so the runtime compiles each guest with one
-//! more export per defined mutable global, named [`export_name`]; the
-//! module's code and every other section are unchanged (the kernels are
-//! translated from the original bytes, whose offsets traps report).
+//! read only exported globals. A module that exports its mutable globals
+//! (wasm-ld's `--export=__stack_pointer`, which the guest workspace sets)
+//! is compiled as it is, and a launch reads them under their names. For
+//! each one it does not export, the runtime adds an export named
+//! [`export_name`]; nothing else changes, but the export section grows, so
+//! wasmtime's offsets into the guest's own code (in its backtraces) are
+//! that many bytes past the original module's. Kernels are translated from
+//! the original bytes, so their trap offsets are always the module's.
 
 use std::borrow::Cow;
 
@@ -23,10 +27,11 @@ pub fn export_name(index: u32) -> String {
     format!("{RESERVED_PREFIX}global_{index}")
 }
 
-/// `wasm` with an export of every defined mutable global ([`export_name`]),
-/// or `wasm` itself when it defines none. A module that is not valid Wasm
-/// is returned as it is (wasmtime reports what is wrong with it); a module
-/// that already exports a name with [`RESERVED_PREFIX`] is refused.
+/// `wasm` with an export ([`export_name`]) of every defined mutable global
+/// it does not export already, or `wasm` itself when there is none. A
+/// module that is not valid Wasm is returned as it is (wasmtime reports
+/// what is wrong with it); a module that exports a name with
+/// [`RESERVED_PREFIX`] is refused.
 pub fn export_mutable_globals(wasm: &[u8]) -> Result<Cow<'_, [u8]>, String> {
     let Some(plan) = plan(wasm) else {
         return Ok(Cow::Borrowed(wasm));
@@ -70,7 +75,7 @@ pub fn export_mutable_globals(wasm: &[u8]) -> Result<Cow<'_, [u8]>, String> {
 
 /// Where the module's exports are and what to add.
 struct Plan {
-    /// Defined mutable globals, by index.
+    /// Defined mutable globals the module does not export, by index.
     mutable: Vec<u32>,
     /// Exports the module has.
     exports: u64,
@@ -93,6 +98,7 @@ fn plan(wasm: &[u8]) -> Option<Plan> {
         reserved: None,
     };
     let mut imported_globals = 0u32;
+    let mut exported = Vec::new();
     let sections = raw_sections(wasm)?;
     // The export section's place: after import, function, table, memory,
     // tag and global sections; before start, element, data count, code and
@@ -123,6 +129,9 @@ fn plan(wasm: &[u8]) -> Option<Plan> {
                     if export.name.starts_with(RESERVED_PREFIX) {
                         plan.reserved = Some(export.name.to_string());
                     }
+                    if export.kind == wasmparser::ExternalKind::Global {
+                        exported.push(export.index);
+                    }
                 }
                 let content = reader.range();
                 let content = content.start as usize..content.end as usize;
@@ -142,6 +151,7 @@ fn plan(wasm: &[u8]) -> Option<Plan> {
             _ => {}
         }
     }
+    plan.mutable.retain(|g| !exported.contains(g));
     Some(plan)
 }
 
@@ -203,14 +213,14 @@ pub fn launch_values(
     globals
         .iter()
         .map(|g| {
-            let name = export_name(g.index);
+            let name = g.export.clone().unwrap_or_else(|| export_name(g.index));
             let value = read(&name).ok_or_else(|| {
                 AbiError::new(
                     Errno::ENOTSUP,
                     format!(
-                        "the kernel uses global {}, which the host cannot read: the guest was \
-                         not compiled by the runtime (`Runtime::compile`), which exports it as \
-                         `{name}`",
+                        "the kernel uses global {}, which the host cannot read: the module \
+                         does not export it, and the guest was not compiled by the runtime \
+                         (`GuestRuntime::compile`), which exports it as `{name}`",
                         g.index
                     ),
                 )
@@ -234,4 +244,109 @@ pub fn launch_values(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exports(wasm: &[u8]) -> Vec<(String, wasmparser::ExternalKind, u32)> {
+        let mut out = Vec::new();
+        for payload in Parser::new(0).parse_all(wasm) {
+            if let Payload::ExportSection(reader) = payload.unwrap() {
+                for e in reader {
+                    let e = e.unwrap();
+                    out.push((e.name.to_string(), e.kind, e.index));
+                }
+            }
+        }
+        out
+    }
+
+    fn validate(wasm: &[u8]) {
+        wasmparser::Validator::new().validate_all(wasm).unwrap();
+    }
+
+    #[test]
+    fn unexported_mutable_globals_get_an_export_each() {
+        use wasmparser::ExternalKind::{Func, Global};
+        // With an export section, and without one (before the code section).
+        for wat in [
+            r#"(module (import "e" "g" (global i32)) (global (mut i32) (i32.const 1))
+                 (global i64 (i64.const 2)) (global (mut f64) (f64.const 3))
+                 (func (export "f")) (start 0))"#,
+            r#"(module (global (mut i32) (i32.const 1)) (global i64 (i64.const 2))
+                 (global (mut f64) (f64.const 3)) (func) (start 0))"#,
+        ] {
+            let wasm = wat::parse_str(wat).unwrap();
+            let out = export_mutable_globals(&wasm).unwrap();
+            validate(&out);
+            let imported = u32::from(wat.contains("import"));
+            let mut want: Vec<_> = exports(&wasm);
+            want.push((export_name(imported), Global, imported));
+            want.push((export_name(imported + 2), Global, imported + 2));
+            assert_eq!(exports(&out), want);
+            assert!(exports(&wasm).iter().all(|e| e.1 == Func));
+        }
+    }
+
+    #[test]
+    fn exported_globals_leave_the_module_as_it_is() {
+        let wasm = wat::parse_str(
+            r#"(module (global $__stack_pointer (export "__stack_pointer") (mut i32) (i32.const 8))
+                 (global i32 (i32.const 1)) (func (export "f")))"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            export_mutable_globals(&wasm),
+            Ok(Cow::Borrowed(_))
+        ));
+        let none = wat::parse_str("(module (func))").unwrap();
+        assert!(matches!(
+            export_mutable_globals(&none),
+            Ok(Cow::Borrowed(_))
+        ));
+        // Not a module: wasmtime says why.
+        assert!(matches!(
+            export_mutable_globals(b"nope"),
+            Ok(Cow::Borrowed(_))
+        ));
+    }
+
+    #[test]
+    fn the_reserved_prefix_is_refused() {
+        let wasm = wat::parse_str(
+            r#"(module (global (export "__tensorwasm_global_0") (mut i32) (i32.const 8)))"#,
+        )
+        .unwrap();
+        let err = export_mutable_globals(&wasm).unwrap_err();
+        assert!(err.contains("reserved"), "{err}");
+    }
+
+    #[test]
+    fn launch_values_read_each_global_by_its_export() {
+        let globals = [
+            KernelGlobal {
+                index: 0,
+                ty: WasmType::I32,
+                export: Some("__stack_pointer".into()),
+            },
+            KernelGlobal {
+                index: 3,
+                ty: WasmType::F64,
+                export: None,
+            },
+        ];
+        let values = launch_values(&globals, |name| match name {
+            "__stack_pointer" => Some(wasmtime::Val::I32(4096)),
+            "__tensorwasm_global_3" => Some(wasmtime::Val::F64(2.5f64.to_bits())),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(values, vec![KernelParam::I32(4096), KernelParam::F64(2.5)]);
+        let err = launch_values(&globals[1..], |_| None).unwrap_err();
+        assert_eq!(err.errno, Errno::ENOTSUP);
+        let err = launch_values(&globals[..1], |_| Some(wasmtime::Val::I64(1))).unwrap_err();
+        assert_eq!(err.errno, Errno::ENOTSUP);
+    }
 }

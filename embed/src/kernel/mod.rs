@@ -55,6 +55,14 @@ impl GuestModule {
         // Kernels read the guest's mutable globals at launch, through
         // exports the runtime adds (`globals`).
         let compiled = globals::export_mutable_globals(&wasm).map_err(wasmtime::Error::msg)?;
+        if compiled.len() != wasm.len() {
+            tracing::info!(
+                added_bytes = compiled.len() - wasm.len(),
+                "guest module: exports added for its mutable globals (kernels read them at \
+                 launch); wasmtime's offsets into the guest's code are that many bytes past the \
+                 module's (export them, e.g. wasm-ld --export=__stack_pointer, to avoid this)"
+            );
+        }
         let module = wasmtime::Module::new(engine, &compiled)?;
         Ok(GuestModule {
             module,

@@ -120,12 +120,15 @@ pub struct KernelSize {
 /// when the kernel is launched. The launcher passes that value as a
 /// parameter after the kernel's Wasm parameters, in
 /// [`TranslatedKernel::globals`] order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct KernelGlobal {
     /// The global's index in the module.
     pub index: u32,
     /// Its type.
     pub ty: WasmType,
+    /// A name the module exports it under (its first), through which a
+    /// host can read its value at launch.
+    pub export: Option<String>,
 }
 
 /// A kernel thread's shadow-stack window (`docs/kernels.md`, "The shadow
@@ -192,7 +195,15 @@ pub fn translate_kernel_within(
         .globals
         .iter()
         .map(|&index| match module.globals.get(index as usize) {
-            Some(module::GlobalKind::Mutable(Some(ty))) => Ok(KernelGlobal { index, ty: *ty }),
+            Some(module::GlobalKind::Mutable(Some(ty))) => Ok(KernelGlobal {
+                index,
+                ty: *ty,
+                export: module
+                    .global_exports
+                    .iter()
+                    .find(|(g, _)| *g == index)
+                    .map(|(_, name)| String::from(*name)),
+            }),
             _ => Err(LowerError::Invalid(alloc::format!(
                 "translator: global {index} is not a mutable scalar"
             ))),

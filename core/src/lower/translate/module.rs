@@ -127,6 +127,8 @@ pub(super) struct ModuleInfo<'a> {
     pending: Vec<Option<FuncToValidate<ValidatorResources>>>,
     /// Exported functions: `(function index, export name)`.
     pub func_exports: Vec<(u32, &'a str)>,
+    /// Exported globals: `(global index, export name)`.
+    pub global_exports: Vec<(u32, &'a str)>,
     /// The table index space.
     pub tables: Vec<TableDecl>,
     /// Global names from the `name` section, if it names any.
@@ -153,6 +155,7 @@ impl<'a> ModuleInfo<'a> {
             bodies: Vec::new(),
             pending: Vec::new(),
             func_exports: Vec::new(),
+            global_exports: Vec::new(),
             tables: Vec::new(),
             global_names: None,
             elements: Vec::new(),
@@ -306,8 +309,12 @@ impl<'a> ModuleInfo<'a> {
             Payload::ExportSection(reader) => {
                 for export in reader {
                     let export = export.map_err(invalid)?;
-                    if export.kind == ExternalKind::Func {
-                        self.func_exports.push((export.index, export.name));
+                    match export.kind {
+                        ExternalKind::Func => self.func_exports.push((export.index, export.name)),
+                        ExternalKind::Global => {
+                            self.global_exports.push((export.index, export.name));
+                        }
+                        _ => {}
                     }
                 }
             }
