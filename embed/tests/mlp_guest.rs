@@ -8,33 +8,20 @@
 //! driver here, on CUDA with `--include-ignored` on the device machine
 //! (scripts/pack-gpu-tests.sh packs this file).
 
-use std::path::PathBuf;
-
 use tensorwasm_core::ManagedAllocator;
 use tensorwasm_cpu::CpuDriver;
 use tensorwasm_cuda::CudaDriver;
 use tensorwasm_embed::{kernel::KernelTarget, runtime::GuestRuntime};
 
+#[path = "support/guests.rs"]
+mod guests;
+
 /// The batch each export runs.
 const BATCH: i32 = 64;
 
-/// The built guest: `$MLP_GUEST_WASM` when set (the device machine's pack
-/// carries the guest there, without guest/target), else the guest
-/// workspace's release build.
+/// The built guest (`support/guests.rs`).
 fn guest_wasm() -> Vec<u8> {
-    let path = std::env::var_os("MLP_GUEST_WASM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../guest/target/wasm32-unknown-unknown/release/mlp.wasm")
-        });
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; build the Rust guests first (scripts/test.sh does: \
-             `cd guest && cargo build --release`)",
-            path.display()
-        )
-    })
+    guests::guest_wasm("MLP_GUEST_WASM", "mlp.wasm")
 }
 
 /// Runs `run(BATCH)` and `run_bf16(BATCH)`, each in a fresh instance, and

@@ -13,30 +13,17 @@
 //! shadow stack, panics as traps, `memory.copy`/`fill` and `call_indirect`
 //! over the fixed table.
 
-use std::path::PathBuf;
-
 use tensorwasm_core::ManagedAllocator;
 use tensorwasm_cpu::CpuDriver;
 use tensorwasm_cuda::CudaDriver;
 use tensorwasm_embed::{kernel::KernelTarget, runtime::GuestRuntime};
 
-/// The built guest: `$RUST_KERNELS_GUEST_WASM` when set (the device
-/// machine's pack carries the guest there, without guest/target), else the
-/// guest workspace's release build.
+#[path = "support/guests.rs"]
+mod guests;
+
+/// The built guest (`support/guests.rs`).
 fn guest_wasm() -> Vec<u8> {
-    let path = std::env::var_os("RUST_KERNELS_GUEST_WASM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../guest/target/wasm32-unknown-unknown/release/rust_kernels.wasm")
-        });
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; build the Rust guests first (scripts/test.sh does: \
-             `cd guest && cargo build --release`)",
-            path.display()
-        )
-    })
+    guests::guest_wasm("RUST_KERNELS_GUEST_WASM", "rust_kernels.wasm")
 }
 
 /// Runs `export()` in a fresh instance of the guest and asserts that it

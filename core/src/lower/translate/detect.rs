@@ -428,17 +428,7 @@ impl Detector<'_, '_> {
             }
             Operator::MemoryFill { mem } => self.check_memory(op, *mem, offset),
             Operator::CallIndirect { type_index, .. } => {
-                let scalar = m
-                    .types
-                    .get(*type_index as usize)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|ty| {
-                        ty.params()
-                            .iter()
-                            .chain(ty.results())
-                            .all(|t| WasmType::from_val_type(*t).is_some())
-                    });
-                if scalar {
+                if m.scalar_func_type(*type_index) {
                     Ok(())
                 } else {
                     Err(refuse(
@@ -548,17 +538,7 @@ impl Detector<'_, '_> {
         let scalar = match blockty {
             BlockType::Empty => true,
             BlockType::Type(t) => WasmType::from_val_type(t).is_some(),
-            BlockType::FuncType(index) => self
-                .module
-                .types
-                .get(index as usize)
-                .and_then(Option::as_ref)
-                .is_some_and(|ty| {
-                    ty.params()
-                        .iter()
-                        .chain(ty.results())
-                        .all(|t| WasmType::from_val_type(*t).is_some())
-                }),
+            BlockType::FuncType(index) => self.module.scalar_func_type(index),
         };
         if scalar {
             Ok(())

@@ -498,6 +498,20 @@ impl<'a> ModuleInfo<'a> {
             })
     }
 
+    /// Whether type `type_index` is a function type whose parameters and
+    /// results are all `i32`, `i64`, `f32` or `f64`.
+    pub fn scalar_func_type(&self, type_index: u32) -> bool {
+        self.types
+            .get(type_index as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|ty| {
+                ty.params()
+                    .iter()
+                    .chain(ty.results())
+                    .all(|t| WasmType::from_val_type(*t).is_some())
+            })
+    }
+
     /// Whether function `func` has type `type_index` (`call_indirect`'s
     /// check: the same parameters and results).
     pub fn same_type(&self, func: u32, type_index: u32) -> bool {
