@@ -23,11 +23,11 @@
 
 mod common;
 
-use common::{command_line, json_string, utc_timestamp};
+use common::{DeviceRecord, Target, command_line, driver_version, rounded, utc_timestamp};
+use serde::Serialize;
 use std::{
     ffi::{CStr, CString, c_char, c_void},
     fmt::Write as _,
-    path::PathBuf,
     process::ExitCode,
     ptr,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -115,9 +115,7 @@ fn run(driver: CudaDriver) -> BenchResult<()> {
     let info = driver.device().clone();
     let command = command_line();
     let date = utc_timestamp();
-    let driver_version = info
-        .driver_version
-        .map_or_else(|| "unknown".to_string(), |(a, b)| format!("{a}.{b}"));
+    let driver_version = driver_version(&info);
     println!(
         "guest_overhead on {} (driver {driver_version}), {date}",
         info.name
@@ -144,12 +142,10 @@ fn run(driver: CudaDriver) -> BenchResult<()> {
 
     println!();
     print!("{}", table(&rows));
-    let json = report_json(&rows, &info, &driver_version, &date, &command, seed);
-    let path = std::env::var_os("OUT").map_or_else(
-        || PathBuf::from("guest_overhead.json"),
-        |out| PathBuf::from(out).join("guest_overhead.json"),
-    );
-    std::fs::write(&path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let path = common::write_record(
+        "guest_overhead.json",
+        &Record::new(&rows, &info, date, command, seed),
+    )?;
     println!("raw numbers: {}", path.display());
     Ok(())
 }
@@ -1153,12 +1149,6 @@ struct Ratio {
     value: f64,
 }
 
-/// A goal a row is held to.
-struct Target {
-    text: &'static str,
-    met: bool,
-}
-
 /// One measurement: its samples and what is reported about them.
 struct Row {
     id: String,
@@ -1253,119 +1243,124 @@ fn table(rows: &[Row]) -> String {
     out
 }
 
-fn json_number(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:.4}")
-    } else {
-        "null".into()
-    }
-}
-
-fn json_numbers(xs: &[f64]) -> String {
-    let items: Vec<String> = xs.iter().map(|&x| json_number(x)).collect();
-    format!("[{}]", items.join(","))
-}
-
-fn report_json(
-    rows: &[Row],
-    info: &tensorwasm_core::DeviceInfo,
-    driver_version: &str,
-    date: &str,
-    command: &str,
+/// The JSON record: every sample, and what produced it.
+#[derive(Serialize)]
+struct Record<'a> {
+    benchmark: &'static str,
+    date_utc: String,
+    command: String,
     seed: u64,
-) -> String {
-    let mut out = String::from("{\n");
-    let _ = writeln!(out, "  \"benchmark\": \"guest_overhead\",");
-    let _ = writeln!(out, "  \"date_utc\": {},", json_string(date));
-    let _ = writeln!(out, "  \"command\": {},", json_string(command));
-    let _ = writeln!(out, "  \"seed\": {seed},");
-    let cc = info
-        .compute_capability
-        .map_or_else(|| "unknown".into(), |(a, b)| format!("{a}.{b}"));
-    let _ = writeln!(
-        out,
-        "  \"device\": {{\"name\": {}, \"compute_capability\": {}, \"multiprocessors\": {}, \
-         \"total_memory_bytes\": {}, \"driver_version\": {}}},",
-        json_string(&info.name),
-        json_string(&cc),
-        info.multiprocessor_count,
-        info.total_memory,
-        json_string(driver_version),
-    );
-    let _ = writeln!(
-        out,
-        "  \"config\": {{\"launch_batch\": {LAUNCH_BATCH}, \"launch_batches\": {LAUNCH_BATCHES}, \
-         \"launch_warmup_batches\": {LAUNCH_WARMUP_BATCHES}, \"latency_iters\": {LATENCY_ITERS}, \
-         \"latency_warmup\": {LATENCY_WARMUP}, \"spin_ns\": {SPIN_NS}, \"spin_iters\": {SPIN_ITERS}, \
-         \"spin_warmup\": {SPIN_WARMUP}, \"sleep_poll_us\": {}, \"vadd_n\": {VADD_N}, \
-         \"vadd_block\": {VADD_BLOCK}, \"vadd_launches\": {VADD_LAUNCHES}, \"vadd_reps\": {VADD_REPS}, \
-         \"guest_memory_limit_bytes\": {GUEST_MEMORY_LIMIT}}},",
-        SLEEP_POLL.as_micros()
-    );
-    let notes = [
-        "launch rows: host time of one batch of launch calls divided by the batch size; the raw \
-         side calls cuLaunchKernel directly, the guest row times one Wasm export call that makes \
-         every launch of the batch",
-        "latency rows: wall time from before the launch to the wait's return; cpu_us is the \
-         process's getrusage(RUSAGE_SELF) user+sys time over the same span, every thread included",
-        "bandwidth rows: GB/s = 12 * vadd_n * vadd_launches / seconds, one sample per repetition, \
-         the closing synchronize included",
-        "raw modules are loaded with cuModuleLoadDataEx and no options: sys.rs has no \
-         cuModuleLoadData",
-    ];
-    let notes: Vec<String> = notes.iter().map(|n| json_string(n)).collect();
-    let _ = writeln!(out, "  \"notes\": [{}],", notes.join(", "));
-    out.push_str("  \"rows\": [\n");
-    for (i, r) in rows.iter().enumerate() {
-        let _ = write!(
-            out,
-            "    {{\"id\": {}, \"name\": {}, \"unit\": {}, \"median\": {}",
-            json_string(&r.id),
-            json_string(&r.name),
-            json_string(r.unit),
-            json_number(median(&r.samples)),
-        );
-        if r.p99 {
-            let _ = write!(
-                out,
-                ", \"p99\": {}",
-                json_number(percentile(&r.samples, 99.0))
-            );
+    device: DeviceRecord,
+    config: Config,
+    notes: [&'static str; 4],
+    rows: Vec<RowRecord<'a>>,
+}
+
+/// The settings the record was measured with.
+#[derive(Serialize)]
+struct Config {
+    launch_batch: usize,
+    launch_batches: usize,
+    launch_warmup_batches: usize,
+    latency_iters: usize,
+    latency_warmup: usize,
+    spin_ns: u64,
+    spin_iters: usize,
+    spin_warmup: usize,
+    sleep_poll_us: u128,
+    vadd_n: usize,
+    vadd_block: u32,
+    vadd_launches: usize,
+    vadd_reps: usize,
+    guest_memory_limit_bytes: usize,
+}
+
+/// One row in the record; numbers to 4 decimals, a non-finite one `null`.
+#[derive(Serialize)]
+struct RowRecord<'a> {
+    id: &'a str,
+    name: &'a str,
+    unit: &'static str,
+    median: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    p99: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_percent: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_to: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    targets: &'a [Target],
+    samples: Vec<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    cpu_us: Vec<f64>,
+}
+
+impl<'a> Record<'a> {
+    fn new(
+        rows: &'a [Row],
+        info: &tensorwasm_core::DeviceInfo,
+        date_utc: String,
+        command: String,
+        seed: u64,
+    ) -> Record<'a> {
+        Record {
+            benchmark: "guest_overhead",
+            date_utc,
+            command,
+            seed,
+            device: DeviceRecord::new(info),
+            config: Config {
+                launch_batch: LAUNCH_BATCH,
+                launch_batches: LAUNCH_BATCHES,
+                launch_warmup_batches: LAUNCH_WARMUP_BATCHES,
+                latency_iters: LATENCY_ITERS,
+                latency_warmup: LATENCY_WARMUP,
+                spin_ns: SPIN_NS,
+                spin_iters: SPIN_ITERS,
+                spin_warmup: SPIN_WARMUP,
+                sleep_poll_us: SLEEP_POLL.as_micros(),
+                vadd_n: VADD_N,
+                vadd_block: VADD_BLOCK,
+                vadd_launches: VADD_LAUNCHES,
+                vadd_reps: VADD_REPS,
+                guest_memory_limit_bytes: GUEST_MEMORY_LIMIT,
+            },
+            notes: [
+                "launch rows: host time of one batch of launch calls divided by the batch size; \
+                 the raw side calls cuLaunchKernel directly, the guest row times one Wasm export \
+                 call that makes every launch of the batch",
+                "latency rows: wall time from before the launch to the wait's return; cpu_us is \
+                 the process's getrusage(RUSAGE_SELF) user+sys time over the same span, every \
+                 thread included",
+                "bandwidth rows: GB/s = 12 * vadd_n * vadd_launches / seconds, one sample per \
+                 repetition, the closing synchronize included",
+                "raw modules are loaded with cuModuleLoadDataEx and no options: sys.rs has no \
+                 cuModuleLoadData",
+            ],
+            rows: rows.iter().map(RowRecord::new).collect(),
         }
-        if let Some(cpu) = r.cpu_percent {
-            let _ = write!(out, ", \"cpu_percent\": {}", json_number(cpu));
-        }
-        if let Some(q) = &r.ratio {
-            let _ = write!(
-                out,
-                ", \"ratio\": {}, \"ratio_to\": {}",
-                json_number(q.value),
-                json_string(&q.to)
-            );
-        }
-        if !r.targets.is_empty() {
-            let targets: Vec<String> = r
-                .targets
-                .iter()
-                .map(|t| {
-                    format!(
-                        "{{\"target\": {}, \"met\": {}}}",
-                        json_string(t.text),
-                        t.met
-                    )
-                })
-                .collect();
-            let _ = write!(out, ", \"targets\": [{}]", targets.join(", "));
-        }
-        let _ = write!(out, ", \"samples\": {}", json_numbers(&r.samples));
-        if !r.cpu_us.is_empty() {
-            let _ = write!(out, ", \"cpu_us\": {}", json_numbers(&r.cpu_us));
-        }
-        out.push('}');
-        out.push_str(if i + 1 < rows.len() { ",\n" } else { "\n" });
     }
-    out.push_str("  ]\n}\n");
-    out
+}
+
+impl<'a> RowRecord<'a> {
+    fn new(r: &'a Row) -> RowRecord<'a> {
+        let four = |x: f64| common::round(x, 4);
+        RowRecord {
+            id: &r.id,
+            name: &r.name,
+            unit: r.unit,
+            median: four(median(&r.samples)),
+            p99: r.p99.then(|| four(percentile(&r.samples, 99.0))),
+            cpu_percent: r.cpu_percent.map(four),
+            ratio: r.ratio.as_ref().map(|q| four(q.value)),
+            ratio_to: r.ratio.as_ref().map(|q| q.to.as_str()),
+            targets: &r.targets,
+            samples: rounded(&r.samples, 4),
+            cpu_us: rounded(&r.cpu_us, 4),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

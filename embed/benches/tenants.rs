@@ -39,11 +39,11 @@
 
 mod common;
 
-use common::{command_line, json_string, utc_timestamp};
+use common::{DeviceRecord, command_line, driver_version, round, rounded, utc_timestamp};
+use serde::Serialize;
 use std::{
     collections::VecDeque,
     fmt::Write as _,
-    path::PathBuf,
     process::ExitCode,
     sync::atomic::{AtomicBool, AtomicUsize, Ordering},
     time::{Duration, Instant},
@@ -999,9 +999,7 @@ fn run(driver: CudaDriver, connections: &str, hostile_ms: u64) -> BenchResult<()
     let info = driver.device().clone();
     let command = command_line();
     let date = utc_timestamp();
-    let driver_version = info
-        .driver_version
-        .map_or_else(|| "unknown".to_string(), |(a, b)| format!("{a}.{b}"));
+    let driver_version = driver_version(&info);
     println!("tenants on {} (driver {driver_version}), {date}", info.name);
     println!("command: {command}");
     println!("{connections}");
@@ -1044,21 +1042,16 @@ fn run(driver: CudaDriver, connections: &str, hostile_ms: u64) -> BenchResult<()
     if let Ok(h) = &hostile {
         print!("{}", hostile_table(h));
     }
-    let json = json(&Record {
-        scenarios: &scenarios,
-        aggregates: &aggregates,
-        hostile: hostile.as_ref(),
-        info: &info,
-        driver_version: &driver_version,
-        date: &date,
-        command: &command,
-        child_error: child_error.as_ref(),
-    });
-    let path = std::env::var_os("OUT").map_or_else(
-        || PathBuf::from("tenants.json"),
-        |out| PathBuf::from(out).join("tenants.json"),
+    let record = Record::new(
+        &info,
+        date,
+        command,
+        child_error.as_deref(),
+        &scenarios,
+        &aggregates,
+        hostile.as_ref(),
     );
-    std::fs::write(&path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let path = common::write_record("tenants.json", &record)?;
     println!("raw numbers: {}", path.display());
     // The other numbers are written; a failed hostile run still fails the
     // bench, since it means a launch the sandbox must take went wrong.
@@ -1167,159 +1160,193 @@ fn hostile_table(h: &Hostile) -> String {
     out
 }
 
+/// The JSON record: every latency, and what produced it. Latencies and
+/// percentiles to 2 decimals; a non-finite number (a percentile of no
+/// samples) is `null`.
+#[derive(Serialize)]
 struct Record<'a> {
-    scenarios: &'a [Scenario],
-    aggregates: &'a [Aggregate],
-    hostile: Result<&'a Hostile, &'a String>,
-    info: &'a tensorwasm_core::DeviceInfo,
-    driver_version: &'a str,
-    date: &'a str,
-    command: &'a str,
-    child_error: Option<&'a String>,
+    benchmark: &'static str,
+    date_utc: String,
+    command: String,
+    device: DeviceRecord,
+    config: Config,
+    notes: [&'static str; 4],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    child_error: Option<&'a str>,
+    scenarios: Vec<ScenarioRecord<'a>>,
+    aggregates: Vec<AggregateRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hostile: Option<HostileRecord<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hostile_error: Option<&'a str>,
 }
 
-fn json(r: &Record<'_>) -> String {
-    let mut out = String::from("{\n");
-    let _ = writeln!(out, "  \"benchmark\": \"tenants\",");
-    let _ = writeln!(out, "  \"date_utc\": {},", json_string(r.date));
-    let _ = writeln!(out, "  \"command\": {},", json_string(r.command));
-    let cc = r
-        .info
-        .compute_capability
-        .map_or_else(|| "unknown".into(), |(a, b)| format!("{a}.{b}"));
-    let _ = writeln!(
-        out,
-        "  \"device\": {{\"name\": {}, \"compute_capability\": {}, \"multiprocessors\": {}, \
-         \"total_memory_bytes\": {}, \"driver_version\": {}}},",
-        json_string(&r.info.name),
-        json_string(&cc),
-        r.info.multiprocessor_count,
-        r.info.total_memory,
-        json_string(r.driver_version)
-    );
-    let _ = writeln!(
-        out,
-        "  \"config\": {{\"quiet_elems\": {QUIET_ELEMS}, \"quiet_launches\": {QUIET_LAUNCHES}, \
-         \"quiet_warmup\": {QUIET_WARMUP}, \"heavy_gemm_bf16_mnk\": {HEAVY}, \"small_elems\": \
-         {SMALL_ELEMS}, \"aggregate_launches_per_tenant\": {AGGREGATE_LAUNCHES}, \
-         \"aggregate_window\": {AGGREGATE_WINDOW}, \"launches_in_flight_quota\": 256, \
-         \"connections\": {CONNECTIONS}}},"
-    );
-    let notes = [
-        "quiet latency: host time around one call of the guest's launch_wait export \
-         (tensor_op, then wait on its handle), so it includes wasmtime's call_async and the \
-         fiber switch; the first 100 launches are untimed",
-        "noisy tenants queue the GEMM until EQUOTA, then wait the oldest handle (wait waits \
-         for the tenant's whole stream) and the rest (finished by then), and fill again; their \
-         rate is launches completed over the time from their first launch to the end of \
-         their final sync",
-        "the unset row is a child process of this binary with CUDA_DEVICE_MAX_CONNECTIONS \
-         removed from its environment",
-        "hostile: the quiet tenant's launches are paced (started quiet_interval_us apart, \
-         spinning in between, alone and under the hostile tenant alike, after 100 unpaced \
-         untimed ones); each hostile launch's duration is host time from its launch call to \
-         the return of its wait; a launch counts as ended by the time limit when wait \
-         returned ETRAP and the last error says time limit",
-    ];
-    let notes: Vec<String> = notes.iter().map(|n| json_string(n)).collect();
-    let _ = writeln!(out, "  \"notes\": [{}],", notes.join(", "));
-    if let Some(e) = r.child_error {
-        let _ = writeln!(out, "  \"child_error\": {},", json_string(e));
-    }
-    out.push_str("  \"scenarios\": [\n");
-    for (i, s) in r.scenarios.iter().enumerate() {
-        let samples: Vec<String> = s.latencies_us.iter().map(|x| format!("{x:.2}")).collect();
-        let _ = write!(
-            out,
-            "    {{\"noisy_tenants\": {}, \"connections\": {}, \"quiet_p50_us\": {:.2}, \
-             \"quiet_p99_us\": {:.2}, \"quiet_max_us\": {:.2}, \"noisy_launches\": {}, \
-             \"noisy_seconds\": {:.4}, \"noisy_launches_per_s\": {:.2}, \"quiet_latencies_us\": \
-             [{}]}}",
-            s.noisy,
-            json_string(&s.connections),
-            s.percentile(50.0),
-            s.percentile(99.0),
-            s.max(),
-            s.noisy_launches,
-            s.noisy_secs,
-            s.noisy_rate(),
-            samples.join(",")
-        );
-        out.push_str(if i + 1 < r.scenarios.len() {
-            ",\n"
-        } else {
-            "\n"
-        });
-    }
-    out.push_str("  ],\n  \"aggregates\": [\n");
-    for (i, a) in r.aggregates.iter().enumerate() {
-        let _ = write!(
-            out,
-            "    {{\"tenants\": {}, \"launches\": {}, \"seconds\": {:.4}, \"launches_per_s\": \
-             {:.1}}}",
-            a.tenants,
-            a.launches,
-            a.secs,
-            a.launches as f64 / a.secs
-        );
-        out.push_str(if i + 1 < r.aggregates.len() {
-            ",\n"
-        } else {
-            "\n"
-        });
-    }
-    out.push_str("  ],\n");
-    match r.hostile {
-        Ok(h) => out.push_str(&hostile_json(h)),
-        Err(e) => {
-            let _ = writeln!(out, "  \"hostile_error\": {}", json_string(e));
+/// The settings the record was measured with.
+#[derive(Serialize)]
+struct Config {
+    quiet_elems: u64,
+    quiet_launches: usize,
+    quiet_warmup: usize,
+    heavy_gemm_bf16_mnk: u64,
+    small_elems: u64,
+    aggregate_launches_per_tenant: usize,
+    aggregate_window: usize,
+    launches_in_flight_quota: u32,
+    connections: u32,
+}
+
+/// One fairness scenario in the record.
+#[derive(Serialize)]
+struct ScenarioRecord<'a> {
+    noisy_tenants: usize,
+    connections: &'a str,
+    quiet_p50_us: f64,
+    quiet_p99_us: f64,
+    quiet_max_us: f64,
+    noisy_launches: u64,
+    noisy_seconds: f64,
+    noisy_launches_per_s: f64,
+    quiet_latencies_us: Vec<f64>,
+}
+
+/// One aggregate run in the record.
+#[derive(Serialize)]
+struct AggregateRecord {
+    tenants: usize,
+    launches: u64,
+    seconds: f64,
+    launches_per_s: f64,
+}
+
+/// The hostile scenario in the record.
+#[derive(Serialize)]
+struct HostileRecord<'a> {
+    launch_time_ms: u64,
+    grid_x: u32,
+    block_x: u32,
+    kernel_fuel: &'static str,
+    launch_share_percent: u64,
+    quiet_interval_us: f64,
+    quiet_alone_p50_us: f64,
+    quiet_alone_p99_us: f64,
+    quiet_alone_max_us: f64,
+    quiet_hostile_p50_us: f64,
+    quiet_hostile_p99_us: f64,
+    quiet_hostile_max_us: f64,
+    hostile_launches: usize,
+    hostile_time_limit_traps: usize,
+    hostile_all_time_limit: bool,
+    hostile_median_ms: f64,
+    hostile_max_ms: f64,
+    hostile_other_outcome: Option<&'a str>,
+    hostile_durations_ms: Vec<f64>,
+    quiet_alone_latencies_us: Vec<f64>,
+    quiet_hostile_latencies_us: Vec<f64>,
+}
+
+impl<'a> Record<'a> {
+    fn new(
+        info: &tensorwasm_core::DeviceInfo,
+        date_utc: String,
+        command: String,
+        child_error: Option<&'a str>,
+        scenarios: &'a [Scenario],
+        aggregates: &[Aggregate],
+        hostile: Result<&'a Hostile, &'a String>,
+    ) -> Record<'a> {
+        Record {
+            benchmark: "tenants",
+            date_utc,
+            command,
+            device: DeviceRecord::new(info),
+            config: Config {
+                quiet_elems: QUIET_ELEMS,
+                quiet_launches: QUIET_LAUNCHES,
+                quiet_warmup: QUIET_WARMUP,
+                heavy_gemm_bf16_mnk: HEAVY,
+                small_elems: SMALL_ELEMS,
+                aggregate_launches_per_tenant: AGGREGATE_LAUNCHES,
+                aggregate_window: AGGREGATE_WINDOW,
+                launches_in_flight_quota: 256,
+                connections: CONNECTIONS.parse().expect("CONNECTIONS is a number"),
+            },
+            notes: [
+                "quiet latency: host time around one call of the guest's launch_wait export \
+                 (tensor_op, then wait on its handle), so it includes wasmtime's call_async and \
+                 the fiber switch; the first 100 launches are untimed",
+                "noisy tenants queue the GEMM until EQUOTA, then wait the oldest handle (wait \
+                 waits for the tenant's whole stream) and the rest (finished by then), and fill \
+                 again; their rate is launches completed over the time from their first launch \
+                 to the end of their final sync",
+                "the unset row is a child process of this binary with CUDA_DEVICE_MAX_CONNECTIONS \
+                 removed from its environment",
+                "hostile: the quiet tenant's launches are paced (started quiet_interval_us apart, \
+                 spinning in between, alone and under the hostile tenant alike, after 100 \
+                 unpaced untimed ones); each hostile launch's duration is host time from its \
+                 launch call to the return of its wait; a launch counts as ended by the time \
+                 limit when wait returned ETRAP and the last error says time limit",
+            ],
+            child_error,
+            scenarios: scenarios.iter().map(ScenarioRecord::new).collect(),
+            aggregates: aggregates.iter().map(AggregateRecord::new).collect(),
+            hostile: hostile.ok().map(HostileRecord::new),
+            hostile_error: hostile.err().map(String::as_str),
         }
     }
-    out.push_str("}\n");
-    out
 }
 
-/// The hostile scenario as the record's last member.
-fn hostile_json(h: &Hostile) -> String {
-    let list = |xs: &[f64]| -> String {
-        xs.iter()
-            .map(|x| format!("{x:.2}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let l = &h.launches;
-    let other = l
-        .other
-        .as_deref()
-        .map_or_else(|| "null".into(), json_string);
-    format!(
-        "  \"hostile\": {{\"launch_time_ms\": {}, \"grid_x\": {}, \"block_x\": {HOSTILE_BLOCK}, \
-         \"kernel_fuel\": \"unlimited\", \"launch_share_percent\": {}, \"quiet_interval_us\": \
-         {:.1}, \"quiet_alone_p50_us\": {:.2}, \"quiet_alone_p99_us\": {:.2}, \
-         \"quiet_alone_max_us\": {:.2}, \"quiet_hostile_p50_us\": {:.2}, \"quiet_hostile_p99_us\": \
-         {:.2}, \"quiet_hostile_max_us\": {:.2}, \"hostile_launches\": {}, \
-         \"hostile_time_limit_traps\": {}, \"hostile_all_time_limit\": {}, \
-         \"hostile_median_ms\": {:.2}, \"hostile_max_ms\": {:.2}, \"hostile_other_outcome\": {}, \
-         \"hostile_durations_ms\": [{}], \"quiet_alone_latencies_us\": [{}], \
-         \"quiet_hostile_latencies_us\": [{}]}}\n",
-        h.launch_ms,
-        h.grid,
-        h.share_percent,
-        h.interval.as_secs_f64() * 1e6,
-        percentile(&h.alone_us, 50.0),
-        percentile(&h.alone_us, 99.0),
-        max_of(&h.alone_us),
-        percentile(&h.flooded_us, 50.0),
-        percentile(&h.flooded_us, 99.0),
-        max_of(&h.flooded_us),
-        l.durations_ms.len(),
-        l.time_limit_traps,
-        h.all_time_limit(),
-        percentile(&l.durations_ms, 50.0),
-        max_of(&l.durations_ms),
-        other,
-        list(&l.durations_ms),
-        list(&h.alone_us),
-        list(&h.flooded_us)
-    )
+impl<'a> ScenarioRecord<'a> {
+    fn new(s: &'a Scenario) -> ScenarioRecord<'a> {
+        ScenarioRecord {
+            noisy_tenants: s.noisy,
+            connections: &s.connections,
+            quiet_p50_us: round(s.percentile(50.0), 2),
+            quiet_p99_us: round(s.percentile(99.0), 2),
+            quiet_max_us: round(s.max(), 2),
+            noisy_launches: s.noisy_launches,
+            noisy_seconds: round(s.noisy_secs, 4),
+            noisy_launches_per_s: round(s.noisy_rate(), 2),
+            quiet_latencies_us: rounded(&s.latencies_us, 2),
+        }
+    }
+}
+
+impl AggregateRecord {
+    fn new(a: &Aggregate) -> AggregateRecord {
+        AggregateRecord {
+            tenants: a.tenants,
+            launches: a.launches,
+            seconds: round(a.secs, 4),
+            launches_per_s: round(a.launches as f64 / a.secs, 1),
+        }
+    }
+}
+
+impl<'a> HostileRecord<'a> {
+    fn new(h: &'a Hostile) -> HostileRecord<'a> {
+        let l = &h.launches;
+        HostileRecord {
+            launch_time_ms: h.launch_ms,
+            grid_x: h.grid,
+            block_x: HOSTILE_BLOCK,
+            kernel_fuel: "unlimited",
+            launch_share_percent: h.share_percent,
+            quiet_interval_us: round(h.interval.as_secs_f64() * 1e6, 1),
+            quiet_alone_p50_us: round(percentile(&h.alone_us, 50.0), 2),
+            quiet_alone_p99_us: round(percentile(&h.alone_us, 99.0), 2),
+            quiet_alone_max_us: round(max_of(&h.alone_us), 2),
+            quiet_hostile_p50_us: round(percentile(&h.flooded_us, 50.0), 2),
+            quiet_hostile_p99_us: round(percentile(&h.flooded_us, 99.0), 2),
+            quiet_hostile_max_us: round(max_of(&h.flooded_us), 2),
+            hostile_launches: l.durations_ms.len(),
+            hostile_time_limit_traps: l.time_limit_traps,
+            hostile_all_time_limit: h.all_time_limit(),
+            hostile_median_ms: round(percentile(&l.durations_ms, 50.0), 2),
+            hostile_max_ms: round(max_of(&l.durations_ms), 2),
+            hostile_other_outcome: l.other.as_deref(),
+            hostile_durations_ms: rounded(&l.durations_ms, 2),
+            quiet_alone_latencies_us: rounded(&h.alone_us, 2),
+            quiet_hostile_latencies_us: rounded(&h.flooded_us, 2),
+        }
+    }
 }

@@ -54,12 +54,12 @@
 
 mod common;
 
-use common::{command_line, json_string, utc_timestamp};
+use common::{DeviceRecord, Target, command_line, driver_version, round, rounded, utc_timestamp};
+use serde::Serialize;
 use std::{
     ffi::{CStr, CString, c_char, c_void},
     fmt::Write as _,
     num::NonZero,
-    path::PathBuf,
     process::ExitCode,
     ptr,
     sync::Arc,
@@ -211,9 +211,7 @@ fn run(driver: CudaDriver, jit_cache: &str) -> BenchResult<()> {
     let info = driver.device().clone();
     let command = command_line();
     let date = utc_timestamp();
-    let driver_version = info
-        .driver_version
-        .map_or_else(|| "unknown".to_string(), |(a, b)| format!("{a}.{b}"));
+    let driver_version = driver_version(&info);
     println!(
         "wasm_kernels on {} (driver {driver_version}), {date}",
         info.name
@@ -259,27 +257,23 @@ fn run(driver: CudaDriver, jit_cache: &str) -> BenchResult<()> {
 
     println!();
     print!("{}", table(&rows));
-    let record = Record {
-        rows: &rows,
-        info: &info,
-        driver_version: &driver_version,
-        date: &date,
-        command: &command,
+    let tenant = TenantRecord {
+        share,
+        slots,
+        blocks: tenant_blocks,
+        launch_time_ns: tenant_config().quota.launch_time_ns(),
+    };
+    let record = Record::new(
+        &rows,
+        &info,
+        date,
+        command,
         seed,
         jit_cache,
-        lowered_ptx: &lowered_ptx,
-        tenant: TenantRecord {
-            share,
-            slots,
-            blocks: tenant_blocks,
-            launch_time_ns: tenant_config().quota.launch_time_ns(),
-        },
-    };
-    let path = std::env::var_os("OUT").map_or_else(
-        || PathBuf::from("wasm_kernels.json"),
-        |out| PathBuf::from(out).join("wasm_kernels.json"),
+        &lowered_ptx,
+        &tenant,
     );
-    std::fs::write(&path, record.json()).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let path = common::write_record("wasm_kernels.json", &record)?;
     println!("raw numbers: {}", path.display());
     Ok(())
 }
@@ -1605,12 +1599,6 @@ struct Ratio {
     value: f64,
 }
 
-/// A goal a row is held to.
-struct Target {
-    text: &'static str,
-    met: bool,
-}
-
 /// One measurement: its samples and what is reported about them. The table
 /// shows the first ratio; the JSON has them all.
 struct Row {
@@ -1703,19 +1691,6 @@ fn table(rows: &[Row]) -> String {
     out
 }
 
-fn json_number(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:.4}")
-    } else {
-        "null".into()
-    }
-}
-
-fn json_numbers(xs: &[f64]) -> String {
-    let items: Vec<String> = xs.iter().map(|&x| json_number(x)).collect();
-    format!("[{}]", items.join(","))
-}
-
 /// How the tenant's launches were sized.
 struct TenantRecord {
     /// Its `launch_share_percent`.
@@ -1729,186 +1704,217 @@ struct TenantRecord {
     launch_time_ns: u64,
 }
 
-/// Everything the JSON file holds.
+/// The JSON record: every sample, and what produced it.
+#[derive(Serialize)]
 struct Record<'a> {
-    rows: &'a [Row],
-    info: &'a tensorwasm_core::DeviceInfo,
-    driver_version: &'a str,
-    date: &'a str,
-    command: &'a str,
+    benchmark: &'static str,
+    date_utc: String,
+    command: String,
     seed: u64,
     jit_cache: &'a str,
-    lowered_ptx: &'a [(Op, String)],
-    tenant: TenantRecord,
+    device: DeviceRecord,
+    config: Config,
+    notes: [&'static str; 10],
+    /// Each operation's lowered Wasm kernel, by [`Op::id`], in [`OPS`] order.
+    #[serde(serialize_with = "common::ordered_object")]
+    lowered_ptx: Vec<(&'static str, &'a str)>,
+    rows: Vec<RowRecord<'a>>,
 }
 
-impl Record<'_> {
-    fn json(&self) -> String {
-        let mut out = String::from("{\n");
-        let _ = writeln!(out, "  \"benchmark\": \"wasm_kernels\",");
-        let _ = writeln!(out, "  \"date_utc\": {},", json_string(self.date));
-        let _ = writeln!(out, "  \"command\": {},", json_string(self.command));
-        let _ = writeln!(out, "  \"seed\": {},", self.seed);
-        let _ = writeln!(out, "  \"jit_cache\": {},", json_string(self.jit_cache));
-        let info = self.info;
-        let cc = info
-            .compute_capability
-            .map_or_else(|| "unknown".into(), |(a, b)| format!("{a}.{b}"));
-        let _ = writeln!(
-            out,
-            "  \"device\": {{\"name\": {}, \"compute_capability\": {}, \"multiprocessors\": {}, \
-             \"total_memory_bytes\": {}, \"driver_version\": {}}},",
-            json_string(&info.name),
-            json_string(&cc),
-            info.multiprocessor_count,
-            info.total_memory,
-            json_string(self.driver_version),
-        );
-        let edges: Vec<String> = EDGE_VALUES
-            .iter()
-            .map(|e| format!("\"{:#010x}\"", e.to_bits()))
-            .collect();
-        let tenant = &self.tenant;
-        let _ = writeln!(
-            out,
-            "  \"config\": {{\"n\": {N}, \"block\": {BLOCK}, \"launches\": {LAUNCHES}, \
-             \"reps\": {REPS}, \"cpu_reps\": {CPU_REPS}, \"kernel_get_warmup\": \
-             {KERNEL_GET_WARMUP}, \"kernel_get_reps\": {KERNEL_GET_REPS}, \"alpha\": {ALPHA}, \
-             \"bytes_per_element\": {BYTES_PER_ELEMENT}, \"loop_n\": {LOOP_N}, \
-             \"loop_iters\": {LOOP_ITERS}, \"loop_a_bits\": \"{:#010x}\", \"loop_b_bits\": \
-             \"{:#010x}\", \"guest_memory_limit_bytes\": {GUEST_MEMORY_LIMIT}, \
-             \"kernel_get_guest_memory_limit_bytes\": {SMALL_GUEST_MEMORY_LIMIT}, \
-             \"vadd_kernel_index\": {VADD_KERNEL}, \"saxpy_kernel_index\": {SAXPY_KERNEL}, \
-             \"loop_kernel_index\": {LOOP_KERNEL}, \"tenant_launch_share_percent\": {}, \
-             \"tenant_launch_time_ns\": {}, \"thread_slots\": {}, \"tenant_physical_blocks\": \
-             {}, \"edge_value_bits\": [{}]}},",
-            LOOP_A.to_bits(),
-            LOOP_B.to_bits(),
-            tenant.share,
-            tenant.launch_time_ns,
-            tenant.slots,
-            tenant.blocks,
-            edges.join(", ")
-        );
-        let notes = [
-            "GPU rows: one sample per repetition of launches launches, then one synchronize \
-             (for a guest its `sync` export, whose completion callback is in the window); vadd \
-             and saxpy in GB/s = bytes_per_element * n * launches / seconds, loop in Giter/s = \
-             loop_iters * loop_n * launches / seconds (an iteration is one f32 multiply and one \
-             f32 add, so GFLOP/s is twice it); the four methods take turns within a \
-             repetition, the first rotating; one untimed launch each before",
-            "guest rows run over the guest's linear memory (managed memory, prefetched to the \
-             device with the guest's `prefetch` import before the warm-up); raw rows over \
-             cuMemAlloc buffers; `guest hand PTX` launches the raw row's PTX through the guest \
-             (module_load_ptx, function_get, launch with guest pointers), so Wasm kernel over \
-             guest hand PTX is the lowering alone",
-            "Wasm kernels: $vadd_kernel, $saxpy_kernel and $loop_kernel of wasm_kernels.wat \
-             (function indices in config), made by the guest's kernel_get and launched with \
-             eight hidden parameters (memory base and length, status word, fuel, time limit, \
-             the guest's grid); the lowered code checks every access against the memory's \
-             length, reads the SM's cycle counter when a thread starts, at each virtual \
-             block's start and at each loop header (after spending fuel), trapping past the \
-             launch's time limit (lowered_ptx below); the hand PTX does none of this",
-            "loop: y = x after loop_iters steps of x = x * a + b (a = loop_a_bits, b = \
-             loop_b_bits as f32), x the first loop_n elements of vector a, y a vector of each \
-             method's own; every launch starts again from x, so the output does not depend on \
-             the launch count; the hand PTX (kernels/bench/mul_add_loop.ptx) has the Wasm \
-             loop's shape with mul.rn.f32 and add.rn.f32, which ptxas may unroll, while the Wasm \
-             kernel's loop header carries the fuel and clock check on every iteration, and its \
-             body a NaN test and canonicalization after each f32 operation",
-            "tenant rows: the same Wasm kernels launched by a second guest of the same runtime \
-             whose store is an untrusted tenant's (GuestRuntime::tenant_store with \
-             TenantConfig::untrusted, the default TenantQuota but guest memory up to \
-             guest_memory_limit_bytes), over its own copy of the inputs: each launch runs on \
-             tenant_physical_blocks physical blocks (tenant_launch_share_percent of \
-             thread_slots, over block threads), each running every tenant_physical_blocks-th \
-             of the guest's blocks as virtual blocks, with a time limit of \
-             tenant_launch_time_ns; the trusted guest's launches have one physical block per \
-             virtual block and no time limit (the checks still run); the first ratio is the \
-             tenant row over the trusted guest's Wasm kernel row",
-            "checks: every output element of every method (raw, guest Wasm kernel, guest hand \
-             PTX, tenant Wasm kernel, wasmtime) is compared bit for bit with f32 arithmetic on \
-             the CPU after the timed runs; a mismatch ends the run before this file is written",
-            "SAXPY runs over the vector add's output: x = a, y starts as a + b, alpha = 1.5; \
-             after k launches y has taken k steps of y = alpha * x + y (k = 1 + reps * \
-             launches on the GPU, 1 + cpu_reps on the CPU), which the check replays in f32 on \
-             the CPU, mul then add",
-            "wasmtime rows (vadd and saxpy only: the loop's loop_n * loop_iters dependent \
-             steps would take most of a minute on one core): one export call is one pass over \
-             n elements on the calling thread (a scalar f32 loop), in a runtime with \
-             wasmtime's own memory and default configuration \
-             (GuestRuntime::with_host_memory: guard pages, no explicit bounds checks); one \
-             untimed pass first; their ratio is the guest Wasm kernel's median over theirs",
-            "kernel_get rows: call_async of an export that calls kernel_get and loads the \
-             handle; `first` in a fresh GuestRuntime (empty kernel cache: translate, lower, \
-             cuModuleLoadData JIT, cuModuleGetFunction), `cached` from a second store of the \
-             same runtime, `empty_call` an export that does nothing, in that store, \
-             `first_touch` the host's first write to that store's memory (64 bytes at 0; \
-             managed memory, so the driver serves a page fault); building the runtime, \
-             compiling the module, instantiating, each store's first call (which sets up its \
-             fiber stack) and first touch of its memory are not in the kernel_get times; `by \
-             hand` rows time translate_kernel, PtxLowerer::lower and cuModuleLoadDataEx + \
-             cuModuleGetFunction outside the guest, after the guest's calls, in the same \
-             repetition",
-            "raw modules are loaded with cuModuleLoadDataEx and no options: sys.rs has no \
-             cuModuleLoadData",
-        ];
-        let notes: Vec<String> = notes.iter().map(|n| json_string(n)).collect();
-        let _ = writeln!(out, "  \"notes\": [{}],", notes.join(", "));
-        let ptx: Vec<String> = self
-            .lowered_ptx
-            .iter()
-            .map(|(op, text)| format!("{}: {}", json_string(op.id()), json_string(text)))
-            .collect();
-        let _ = writeln!(out, "  \"lowered_ptx\": {{{}}},", ptx.join(", "));
-        out.push_str("  \"rows\": [\n");
-        for (i, r) in self.rows.iter().enumerate() {
-            let _ = write!(
-                out,
-                "    {{\"id\": {}, \"name\": {}, \"unit\": {}, \"median\": {}, \"min\": {}, \
-                 \"max\": {}",
-                json_string(&r.id),
-                json_string(&r.name),
-                json_string(r.unit),
-                json_number(median(&r.samples)),
-                json_number(min(&r.samples)),
-                json_number(max(&r.samples)),
-            );
-            if !r.ratios.is_empty() {
-                let ratios: Vec<String> = r
-                    .ratios
-                    .iter()
-                    .map(|q| {
-                        format!(
-                            "{{\"of\": {}, \"over\": {}, \"value\": {}}}",
-                            json_string(&q.of),
-                            json_string(&q.over),
-                            json_number(q.value)
-                        )
-                    })
-                    .collect();
-                let _ = write!(out, ", \"ratios\": [{}]", ratios.join(", "));
-            }
-            if !r.targets.is_empty() {
-                let targets: Vec<String> = r
-                    .targets
-                    .iter()
-                    .map(|t| {
-                        format!(
-                            "{{\"target\": {}, \"met\": {}}}",
-                            json_string(t.text),
-                            t.met
-                        )
-                    })
-                    .collect();
-                let _ = write!(out, ", \"targets\": [{}]", targets.join(", "));
-            }
-            let _ = write!(out, ", \"samples\": {}", json_numbers(&r.samples));
-            out.push('}');
-            out.push_str(if i + 1 < self.rows.len() { ",\n" } else { "\n" });
+/// The settings the record was measured with; f32 values as their bits.
+#[derive(Serialize)]
+struct Config {
+    n: usize,
+    block: u32,
+    launches: usize,
+    reps: usize,
+    cpu_reps: usize,
+    kernel_get_warmup: usize,
+    kernel_get_reps: usize,
+    alpha: f32,
+    bytes_per_element: f64,
+    loop_n: usize,
+    loop_iters: u32,
+    loop_a_bits: String,
+    loop_b_bits: String,
+    guest_memory_limit_bytes: usize,
+    kernel_get_guest_memory_limit_bytes: usize,
+    vadd_kernel_index: u32,
+    saxpy_kernel_index: u32,
+    loop_kernel_index: u32,
+    tenant_launch_share_percent: u64,
+    tenant_launch_time_ns: u64,
+    thread_slots: u64,
+    tenant_physical_blocks: u64,
+    edge_value_bits: Vec<String>,
+}
+
+/// One row in the record; numbers to 4 decimals, a non-finite one `null`.
+#[derive(Serialize)]
+struct RowRecord<'a> {
+    id: &'a str,
+    name: &'a str,
+    unit: &'static str,
+    median: f64,
+    min: f64,
+    max: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ratios: Vec<RatioRecord<'a>>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    targets: &'a [Target],
+    samples: Vec<f64>,
+}
+
+/// A [`Ratio`] in the record.
+#[derive(Serialize)]
+struct RatioRecord<'a> {
+    of: &'a str,
+    over: &'a str,
+    value: f64,
+}
+
+/// An f32's bits as the record writes them, `0x` and eight hex digits.
+fn f32_bits(x: f32) -> String {
+    format!("{:#010x}", x.to_bits())
+}
+
+impl<'a> Record<'a> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        rows: &'a [Row],
+        info: &DeviceInfo,
+        date_utc: String,
+        command: String,
+        seed: u64,
+        jit_cache: &'a str,
+        lowered_ptx: &'a [(Op, String)],
+        tenant: &TenantRecord,
+    ) -> Record<'a> {
+        Record {
+            benchmark: "wasm_kernels",
+            date_utc,
+            command,
+            seed,
+            jit_cache,
+            device: DeviceRecord::new(info),
+            config: Config {
+                n: N,
+                block: BLOCK,
+                launches: LAUNCHES,
+                reps: REPS,
+                cpu_reps: CPU_REPS,
+                kernel_get_warmup: KERNEL_GET_WARMUP,
+                kernel_get_reps: KERNEL_GET_REPS,
+                alpha: ALPHA,
+                bytes_per_element: BYTES_PER_ELEMENT,
+                loop_n: LOOP_N,
+                loop_iters: LOOP_ITERS,
+                loop_a_bits: f32_bits(LOOP_A),
+                loop_b_bits: f32_bits(LOOP_B),
+                guest_memory_limit_bytes: GUEST_MEMORY_LIMIT,
+                kernel_get_guest_memory_limit_bytes: SMALL_GUEST_MEMORY_LIMIT,
+                vadd_kernel_index: VADD_KERNEL,
+                saxpy_kernel_index: SAXPY_KERNEL,
+                loop_kernel_index: LOOP_KERNEL,
+                tenant_launch_share_percent: tenant.share,
+                tenant_launch_time_ns: tenant.launch_time_ns,
+                thread_slots: tenant.slots,
+                tenant_physical_blocks: tenant.blocks,
+                edge_value_bits: EDGE_VALUES.iter().map(|&e| f32_bits(e)).collect(),
+            },
+            notes: [
+                "GPU rows: one sample per repetition of launches launches, then one synchronize \
+                 (for a guest its `sync` export, whose completion callback is in the window); vadd \
+                 and saxpy in GB/s = bytes_per_element * n * launches / seconds, loop in Giter/s = \
+                 loop_iters * loop_n * launches / seconds (an iteration is one f32 multiply and one \
+                 f32 add, so GFLOP/s is twice it); the four methods take turns within a \
+                 repetition, the first rotating; one untimed launch each before",
+                "guest rows run over the guest's linear memory (managed memory, prefetched to the \
+                 device with the guest's `prefetch` import before the warm-up); raw rows over \
+                 cuMemAlloc buffers; `guest hand PTX` launches the raw row's PTX through the guest \
+                 (module_load_ptx, function_get, launch with guest pointers), so Wasm kernel over \
+                 guest hand PTX is the lowering alone",
+                "Wasm kernels: $vadd_kernel, $saxpy_kernel and $loop_kernel of wasm_kernels.wat \
+                 (function indices in config), made by the guest's kernel_get and launched with \
+                 eight hidden parameters (memory base and length, status word, fuel, time limit, \
+                 the guest's grid); the lowered code checks every access against the memory's \
+                 length, reads the SM's cycle counter when a thread starts, at each virtual \
+                 block's start and at each loop header (after spending fuel), trapping past the \
+                 launch's time limit (lowered_ptx below); the hand PTX does none of this",
+                "loop: y = x after loop_iters steps of x = x * a + b (a = loop_a_bits, b = \
+                 loop_b_bits as f32), x the first loop_n elements of vector a, y a vector of each \
+                 method's own; every launch starts again from x, so the output does not depend on \
+                 the launch count; the hand PTX (kernels/bench/mul_add_loop.ptx) has the Wasm \
+                 loop's shape with mul.rn.f32 and add.rn.f32, which ptxas may unroll, while the Wasm \
+                 kernel's loop header carries the fuel and clock check on every iteration, and its \
+                 body a NaN test and canonicalization after each f32 operation",
+                "tenant rows: the same Wasm kernels launched by a second guest of the same runtime \
+                 whose store is an untrusted tenant's (GuestRuntime::tenant_store with \
+                 TenantConfig::untrusted, the default TenantQuota but guest memory up to \
+                 guest_memory_limit_bytes), over its own copy of the inputs: each launch runs on \
+                 tenant_physical_blocks physical blocks (tenant_launch_share_percent of \
+                 thread_slots, over block threads), each running every tenant_physical_blocks-th \
+                 of the guest's blocks as virtual blocks, with a time limit of \
+                 tenant_launch_time_ns; the trusted guest's launches have one physical block per \
+                 virtual block and no time limit (the checks still run); the first ratio is the \
+                 tenant row over the trusted guest's Wasm kernel row",
+                "checks: every output element of every method (raw, guest Wasm kernel, guest hand \
+                 PTX, tenant Wasm kernel, wasmtime) is compared bit for bit with f32 arithmetic on \
+                 the CPU after the timed runs; a mismatch ends the run before this file is written",
+                "SAXPY runs over the vector add's output: x = a, y starts as a + b, alpha = 1.5; \
+                 after k launches y has taken k steps of y = alpha * x + y (k = 1 + reps * \
+                 launches on the GPU, 1 + cpu_reps on the CPU), which the check replays in f32 on \
+                 the CPU, mul then add",
+                "wasmtime rows (vadd and saxpy only: the loop's loop_n * loop_iters dependent \
+                 steps would take most of a minute on one core): one export call is one pass over \
+                 n elements on the calling thread (a scalar f32 loop), in a runtime with \
+                 wasmtime's own memory and default configuration \
+                 (GuestRuntime::with_host_memory: guard pages, no explicit bounds checks); one \
+                 untimed pass first; their ratio is the guest Wasm kernel's median over theirs",
+                "kernel_get rows: call_async of an export that calls kernel_get and loads the \
+                 handle; `first` in a fresh GuestRuntime (empty kernel cache: translate, lower, \
+                 cuModuleLoadData JIT, cuModuleGetFunction), `cached` from a second store of the \
+                 same runtime, `empty_call` an export that does nothing, in that store, \
+                 `first_touch` the host's first write to that store's memory (64 bytes at 0; \
+                 managed memory, so the driver serves a page fault); building the runtime, \
+                 compiling the module, instantiating, each store's first call (which sets up its \
+                 fiber stack) and first touch of its memory are not in the kernel_get times; `by \
+                 hand` rows time translate_kernel, PtxLowerer::lower and cuModuleLoadDataEx + \
+                 cuModuleGetFunction outside the guest, after the guest's calls, in the same \
+                 repetition",
+                "raw modules are loaded with cuModuleLoadDataEx and no options: sys.rs has no \
+                 cuModuleLoadData",
+            ],
+            lowered_ptx: lowered_ptx
+                .iter()
+                .map(|(op, text)| (op.id(), text.as_str()))
+                .collect(),
+            rows: rows.iter().map(RowRecord::new).collect(),
         }
-        out.push_str("  ]\n}\n");
-        out
+    }
+}
+
+impl<'a> RowRecord<'a> {
+    fn new(r: &'a Row) -> RowRecord<'a> {
+        RowRecord {
+            id: &r.id,
+            name: &r.name,
+            unit: r.unit,
+            median: round(median(&r.samples), 4),
+            min: round(min(&r.samples), 4),
+            max: round(max(&r.samples), 4),
+            ratios: r
+                .ratios
+                .iter()
+                .map(|q| RatioRecord {
+                    of: &q.of,
+                    over: &q.over,
+                    value: round(q.value, 4),
+                })
+                .collect(),
+            targets: &r.targets,
+            samples: rounded(&r.samples, 4),
+        }
     }
 }
 

@@ -1,28 +1,94 @@
-//! Helpers the benchmarks share: JSON text, the command line that ran, and
-//! the time, for the records they write (each bench includes this with
-//! `mod common;`).
+//! What the benchmarks share for the records they write: the command line
+//! that ran, the time, the device, rounded numbers, and the record itself
+//! written with `serde_json` (each bench includes this with `mod common;`).
+
+// Every bench includes this module and uses only part of it (rust_kernels
+// builds its own record and takes just the command line and the time).
+#![allow(dead_code)]
 
 use std::{
-    fmt::Write as _,
+    path::PathBuf,
     time::{SystemTime, UNIX_EPOCH},
 };
 
-/// `s` as a JSON string literal.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+use serde::{Serialize, Serializer};
+use tensorwasm_core::DeviceInfo;
+
+/// The device a record was measured on, as every record names it.
+#[derive(Serialize)]
+pub struct DeviceRecord {
+    pub name: String,
+    pub compute_capability: String,
+    pub multiprocessors: u32,
+    pub total_memory_bytes: u64,
+    pub driver_version: String,
+}
+
+impl DeviceRecord {
+    pub fn new(info: &DeviceInfo) -> DeviceRecord {
+        DeviceRecord {
+            name: info.name.clone(),
+            compute_capability: info
+                .compute_capability
+                .map_or_else(|| "unknown".into(), |(a, b)| format!("{a}.{b}")),
+            multiprocessors: info.multiprocessor_count,
+            total_memory_bytes: info.total_memory,
+            driver_version: driver_version(info),
         }
     }
-    out.push('"');
-    out
+}
+
+/// The driver's CUDA version as `major.minor`, or `unknown`.
+pub fn driver_version(info: &DeviceInfo) -> String {
+    info.driver_version
+        .map_or_else(|| "unknown".to_string(), |(a, b)| format!("{a}.{b}"))
+}
+
+/// A goal a row is held to; in a record, `{"target": text, "met": bool}`.
+#[derive(Serialize)]
+pub struct Target {
+    #[serde(rename = "target")]
+    pub text: &'static str,
+    pub met: bool,
+}
+
+/// `x` rounded to `places` decimals, as the records keep their numbers. A
+/// NaN or an infinity stays one, and `serde_json` writes it as `null`.
+pub fn round(x: f64, places: i32) -> f64 {
+    let scale = 10f64.powi(places);
+    (x * scale).round() / scale
+}
+
+/// Each of `xs` rounded to `places` decimals ([`round`]).
+pub fn rounded(xs: &[f64], places: i32) -> Vec<f64> {
+    xs.iter().map(|&x| round(x, places)).collect()
+}
+
+/// Serializes `(key, value)` pairs as a JSON object in their order (a
+/// `serde_json::Map` would sort the keys); for `#[serde(serialize_with)]`.
+pub fn ordered_object<K: Serialize, V: Serialize, S: Serializer>(
+    pairs: &[(K, V)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(pairs.iter().map(|(k, v)| (k, v)))
+}
+
+/// `record` as the text of its JSON file: indented, one closing newline.
+pub fn record_json(record: &impl Serialize) -> Result<String, String> {
+    let mut text =
+        serde_json::to_string_pretty(record).map_err(|e| format!("the record as JSON: {e}"))?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// Writes `record` to `$OUT/<file>`, or `./<file>` when `OUT` is unset, and
+/// says where.
+pub fn write_record(file: &str, record: &impl Serialize) -> Result<PathBuf, String> {
+    let path = std::env::var_os("OUT")
+        .map_or_else(|| PathBuf::from(file), |out| PathBuf::from(out).join(file));
+    std::fs::write(&path, record_json(record)?)
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(path)
 }
 
 /// The command line, quoted where a shell would need it.
