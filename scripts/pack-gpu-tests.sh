@@ -10,8 +10,9 @@
 # `tensorwasm devices`, and writes one log per binary plus summary.txt to $OUT.
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
 # of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest`,
-# `rust_kernels`, `kernel_stack`, `wasi_guest`, `tenants_stress` and `kernel_limits` test
-# targets are packed (the others run in CI and each carries a whole wasmtime).
+# `rust_kernels`, `kernel_stack`, `wasi_guest`, `tenants_stress`, `kernel_limits` and
+# `gpu_kernel_diff` test targets are packed (the others run in CI and each carries a
+# whole wasmtime).
 # The example guests go along too (examples/*.wat, and the Rust guests if
 # guest/ has been built; run.sh points the `mlp_guest` and `rust_kernels` tests at
 # the packed mlp.wasm and rust_kernels.wasm through MLP_GUEST_WASM and
@@ -45,7 +46,7 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]

@@ -1,0 +1,445 @@
+//! Differential cases for Wasm kernels against wasmtime, shared by the
+//! `kernel_diff` fuzz target (CPU driver) and `embed/tests/gpu_kernel_diff.rs`
+//! (CUDA, and the CPU driver in CI), which include this folder with
+//! `#[path]`. A case is made from bytes (libFuzzer's input, or a seeded
+//! generator's): wasm-smith makes a module in the kernel subset around a
+//! function F of a type the bytes pick, and a kernel that calls F through
+//! a shadow-stack frame is appended; [`check`] runs it once on wasmtime
+//! (the reference) and once translated, lowered and launched on a driver,
+//! from the same memory image, and compares the outcome (trap or not, the
+//! trap's kind and offset), every byte of guest memory but the working
+//! thread's stack window, and bytes past guest memory.
+//!
+//! The bytes, in order: memory pages (1 to 4), F's parameter and result
+//! types (up to [`MAX_PARAMS`] and [`MAX_RESULTS`]), whether table
+//! operators are allowed (a quarter of the cases), wasm-smith's
+//! module, the launch geometry and the thread that does the work, F's
+//! arguments, and the frame (below).
+//!
+//! The module (docs/verification/2026-11-24-fuzz-kernel-diff-compiler-output.md
+//! says why):
+//! - wasm-smith with bulk memory (`memory.copy`, `memory.fill`), a table
+//!   of up to 64 `funcref`s and up to 4 element segments (`call_indirect`),
+//!   mutable globals (`global.set`); no reference types (wasmtime without
+//!   its GC refuses the `externref` they bring), SIMD, threads,
+//!   multi-memory, memory64, tail calls, exceptions, GC or start function.
+//!   Table operators (`table.copy`, `table.init`, `elem.drop`: refused,
+//!   tables must be fixed) only in a quarter of the cases. Its only imports
+//!   are some of the `tensorwasm_kernel` intrinsics, its only exports
+//!   memory 0 (`min` 1 to 4 pages, `max` 4) and F (as `f`); NaNs
+//!   canonicalized after every float operation that may make one.
+//! - Refused operators with a stand-in of the same stack effect are
+//!   rewritten in place (padded with `nop`s), so more modules reach the
+//!   translator: `memory.grow` becomes `i32.eqz`, `memory.init` three
+//!   `drop`s, `data.drop` a `nop`.
+//! - Bodies of functions F does not reach (by direct calls, or through a
+//!   table's active segments) become `unreachable` (wasmtime compiles every
+//!   function, and would spend most of the run on them).
+//! - Appended: a mutable `i32` global, the stack pointer, which a `name`
+//!   section calls `__stack_pointer`; an export `g<index>` of each mutable
+//!   scalar global (the harness reads the launch values there); and
+//!   `kernel(F's params)` (type, function, export, code). The kernel checks
+//!   every intrinsic the module imports against one chosen thread's values
+//!   and returns unless they all match, so only that thread works and the
+//!   launch is deterministic; an axis of the launch is longer than 1 only
+//!   if the module imports its index intrinsic. Then, as LLVM does, it
+//!   opens a frame (`global.get sp; i32.const N; i32.sub`, over-aligned
+//!   with `i32.const -A; i32.and` in some cases, `local.tee; global.set`),
+//!   may `memory.fill` it, spills F's arguments into it and reloads them,
+//!   calls F, stores F's results into the frame, `memory.copy`s them to
+//!   [`RESULTS_AT`] (plus 0 to 3 bytes), and restores the stack pointer.
+//!   The stack pointer starts at a multiple of 16 the bytes pick: mostly in
+//!   memory above 1 KiB, sometimes at or past its end, or at 0 (the frame
+//!   wraps past 4 GiB and its accesses trap).
+//!
+//! Both sides run the same bytes, so trap offsets index the same module.
+//! Modules with `externref` (none, reference types being off) would be
+//! skipped: wasmtime without its GC, as the fuzz target and the embedding
+//! build it, refuses them.
+//! The globals' launch values are the reference instance's values before
+//! the call. The thread's stack window (`docs/kernels.md`, "Globals and the
+//! shadow stack") is zeroed in the image both sides start from and left out
+//! of the memory comparison: its bytes are the thread's own. Skipped, and
+//! counted: inputs wasm-smith cannot build a module from, a translator
+//! refusal (by operator), call graphs that inline to more than
+//! [`MAX_INLINED_OPERATORS`], failed instantiation, and runs where either
+//! side runs out of fuel (the two count fuel differently: wasmtime per
+//! operator, the kernel per loop iteration) or wasmtime's stack overflows.
+
+mod facts;
+mod module;
+mod run;
+
+use std::{collections::BTreeMap, fmt::Write as _};
+
+use arbitrary::{Result as ArbitraryResult, Unstructured};
+use tensorwasm_core::lower::{LowerError, translate::translate_kernel};
+use tensorwasm_embed::kernel::KernelTarget;
+use wasmparser::{FuncType, ValType};
+
+use facts::{Facts, TRACKED, inlined_operators, reached_from};
+use module::{Frame, frame_bytes, rewrite_refused, smith_config, with_kernel};
+use run::{Arg, Launch, Outcome, Reference, arbitrary_arg, engine, launch_on};
+
+const PAGE: u64 = 65536;
+/// Memory 0's maximum, in pages; its minimum is 1 to this.
+const MAX_PAGES: u64 = 4;
+/// Where the kernel copies F's results (8 bytes each), give or take 3.
+const RESULTS_AT: u64 = 0;
+/// The kernel's budget of loop iterations.
+const KERNEL_FUEL: u64 = 10_000;
+/// wasmtime's budget of fuel (about one unit per operator).
+const WASMTIME_FUEL: u64 = 1_000_000;
+/// The largest kernel, every callee inlined, a case compiles; larger
+/// call graphs (which inlining can make exponential) are skipped.
+const MAX_INLINED_OPERATORS: u64 = 10_000;
+/// Blocks per grid and threads per block, along each axis.
+const MAX_DIM: u32 = 3;
+const KERNEL_EXPORT: &str = "kernel";
+const F_EXPORT: &str = "f";
+/// F's most parameters and results.
+const MAX_PARAMS: usize = 8;
+const MAX_RESULTS: usize = 3;
+
+/// One generated case: the module and how to launch its kernel.
+pub struct Case {
+    pub wasm: Vec<u8>,
+    kernel_index: u32,
+    f: u32,
+    f_type: FuncType,
+    launch: Launch,
+    args: Vec<Arg>,
+    frame: Frame,
+    /// The refused operators rewritten in place.
+    rewrote: Vec<&'static str>,
+    /// The tracked operators ([`TRACKED`]) in F's call graph.
+    uses: Vec<&'static str>,
+}
+
+/// Makes a case from `u`'s bytes: `Ok(Err(why))` where it is skipped before
+/// it runs, `Err` where the bytes make no module.
+pub fn generate(u: &mut Unstructured<'_>) -> ArbitraryResult<Result<Case, String>> {
+    let pages = u.int_in_range(1..=MAX_PAGES)?;
+    let (params, results) = (
+        arbitrary_types(u, MAX_PARAMS)?,
+        arbitrary_types(u, MAX_RESULTS)?,
+    );
+    let tables = u.ratio(1, 4)?;
+    let smith = wasm_smith::Module::new(smith_config(pages, &params, &results, tables), u)?;
+    let mut wasm = smith.to_bytes();
+    let rewrote = rewrite_refused(&mut wasm);
+    let facts = Facts::parse(&wasm);
+    let f = facts.f.expect("wasm-smith exports `f`");
+    let f_type = facts.func_type(f).clone();
+    let launch = Launch::arbitrary(u, &facts)?;
+    let mem_len = pages * PAGE;
+    let args = f_type
+        .params()
+        .iter()
+        .map(|&ty| arbitrary_arg(u, ty, mem_len))
+        .collect::<ArbitraryResult<Vec<Arg>>>()?;
+    let frame = arbitrary_frame(u, &f_type, mem_len)?;
+    if inlined_operators(&facts, f).is_some_and(|n| n > MAX_INLINED_OPERATORS) {
+        return Ok(Err(format!(
+            "inlines to more than {MAX_INLINED_OPERATORS} operators"
+        )));
+    }
+    let reached = reached_from(&facts, f);
+    let mut uses: Vec<&'static str> = (facts.bodies.iter().zip(&reached))
+        .filter(|(_, reached)| **reached)
+        .flat_map(|(body, _)| body.uses.iter().copied())
+        .collect();
+    uses.sort_unstable();
+    uses.dedup();
+    Ok(Ok(Case {
+        wasm: with_kernel(&wasm, &facts, f, &f_type, &launch, &frame),
+        kernel_index: facts.funcs.len() as u32,
+        f,
+        f_type,
+        launch,
+        args,
+        frame,
+        rewrote,
+        uses,
+    }))
+}
+
+/// Up to `max` Wasm scalar types.
+fn arbitrary_types(u: &mut Unstructured<'_>, max: usize) -> ArbitraryResult<Vec<ValType>> {
+    const TYPES: [ValType; 4] = [ValType::I32, ValType::I64, ValType::F32, ValType::F64];
+    let n = u.int_in_range(0..=max)?;
+    (0..n).map(|_| u.choose(&TYPES).copied()).collect()
+}
+
+/// The kernel's frame: its size from F's type, its alignment, fill and
+/// results address, and where the stack pointer starts.
+fn arbitrary_frame(
+    u: &mut Unstructured<'_>,
+    f_type: &FuncType,
+    mem_len: u64,
+) -> ArbitraryResult<Frame> {
+    let top = (mem_len / 16) as u32;
+    // Not just above 0: F's accesses to small addresses, common in
+    // wasm-smith's code, would then straddle the window's top, and an access
+    // that lies partly in the window goes to the shared bytes while the
+    // thread's own copy keeps the window's (docs/kernels.md), a difference
+    // by design that the comparison cannot tell from a bug.
+    let sp = 16
+        * match u.int_in_range(0..=15u8)? {
+            // 0: the frame's address wraps past 4 GiB; the window lies wholly
+            // below the memory.
+            0 => 0,
+            // At or past the memory's end.
+            1 => top + u.int_in_range(0..=4)?,
+            _ => u.int_in_range(64..=top)?,
+        };
+    Ok(Frame {
+        sp,
+        bytes: frame_bytes(f_type),
+        align: *u.choose(&[0, 0, 32, 64])?,
+        fill: if u.arbitrary()? {
+            Some(u.arbitrary()?)
+        } else {
+            None
+        },
+        results_at: RESULTS_AT as u32 + u.int_in_range(0..=3)?,
+    })
+}
+
+impl Case {
+    /// Everything that makes the case, for a report.
+    pub fn describe(&self) -> String {
+        format!(
+            "kernel calls function {} of type {}; args {:?}; {:?}; {:?}; module of {} bytes",
+            self.f,
+            self.f_type,
+            self.args,
+            self.launch,
+            self.frame,
+            self.wasm.len()
+        )
+    }
+}
+
+/// What [`check`] found.
+pub enum Checked {
+    /// Both sides agree: how it ended, and the tracked operators in F's
+    /// call graph.
+    Compared {
+        outcome: String,
+        uses: Vec<&'static str>,
+    },
+    /// Not compared, and why.
+    Skipped(String),
+    /// The kernel differs from wasmtime, or the translator or the target's
+    /// lowerer refuses a module wasmtime runs: the report.
+    Differs(String),
+    /// The driver failed (on CUDA, a launch that faulted: the context is
+    /// lost, and no later case can run): the report.
+    DriverFailed(String),
+}
+
+/// Runs `case` on wasmtime and on `driver` (`target` names it in reports)
+/// and compares the two.
+pub fn check<D: KernelTarget>(
+    driver: &D,
+    stream: &D::Stream,
+    case: &Case,
+    target: &str,
+) -> Checked {
+    // The reference first: a module wasmtime refuses is the harness's bug,
+    // but for `externref`, which wasmtime built without its GC (as here and
+    // in the embedding) refuses.
+    let module = match wasmtime::Module::new(engine(), &case.wasm) {
+        Ok(module) => module,
+        Err(e) if format!("{e:?}").contains("requires gc") => {
+            return Checked::Skipped("wasmtime without GC refuses externref".into());
+        }
+        Err(e) => return Checked::Differs(format!("wasmtime refuses the module: {e:?}\n")),
+    };
+    let Some(mut reference) = Reference::instantiate(&module, &case.launch) else {
+        return Checked::Skipped("instantiation failed".into());
+    };
+    let kernel = match translate_kernel(&case.wasm, case.kernel_index) {
+        Ok(kernel) => kernel,
+        Err(LowerError::Unsupported(op)) => {
+            return Checked::Skipped(format!("refused `{}`", op.op));
+        }
+        Err(LowerError::TooLarge(op)) => {
+            return Checked::Skipped(format!("too large at `{}`", op.op));
+        }
+        Err(LowerError::Invalid(why)) => {
+            return Checked::Differs(format!(
+                "the translator calls a module wasmtime accepts invalid: {why}"
+            ));
+        }
+    };
+    // The launch values of the kernel's globals, then its stack window,
+    // zeroed in the image both sides start from.
+    let globals: Vec<Arg> = kernel
+        .globals
+        .iter()
+        .map(|g| reference.global(g.index))
+        .collect();
+    let window = kernel.stack_window.map(|w| {
+        let at = kernel
+            .globals
+            .iter()
+            .position(|g| g.index == w.global)
+            .expect("the stack pointer is a kernel global");
+        let (mem_len, sp) = (reference.memory().len() as u64, globals[at].1);
+        sp.saturating_sub(w.bytes).min(mem_len) as usize..sp.min(mem_len) as usize
+    });
+    if let Some(w) = &window {
+        reference.memory()[w.clone()].fill(0);
+    }
+    let image = reference.memory().to_vec();
+
+    let loaded = match driver.load_kernel(&kernel) {
+        Ok(module) => module,
+        Err(e) => {
+            return Checked::Differs(format!(
+                "the {target} target refuses a translated kernel: {e}"
+            ));
+        }
+    };
+    let function = match driver.function(&loaded, &kernel.name) {
+        Ok(function) => function,
+        Err(e) => return Checked::Differs(format!("the loaded kernel has no function: {e}")),
+    };
+    let args: Vec<Arg> = case.args.iter().chain(&globals).copied().collect();
+    let ours = match launch_on(driver, stream, &function, &case.launch, &args, &image) {
+        Ok(launched) => launched,
+        Err(e) => return Checked::DriverFailed(format!("the {target} driver failed: {e}")),
+    };
+    let (theirs, mut their_memory) = reference.call(&case.args);
+    if ours.outcome == Outcome::OutOfFuel || theirs == Outcome::OutOfFuel {
+        return Checked::Skipped("out of fuel (either side)".into());
+    }
+    if theirs == Outcome::StackOverflow {
+        return Checked::Skipped("wasmtime's stack overflowed".into());
+    }
+    let mut our_memory = ours.memory;
+    if let Some(w) = &window {
+        their_memory[w.clone()].fill(0);
+        our_memory[w.clone()].fill(0);
+    }
+
+    let mut diff = String::new();
+    if ours.outcome != theirs {
+        let _ = writeln!(
+            diff,
+            "outcome: wasmtime {theirs:?}, {target} kernel {:?}",
+            ours.outcome
+        );
+    }
+    // Slice equality first: a byte loop is slow under coverage tracing.
+    if our_memory != their_memory {
+        let differing: Vec<usize> = (0..image.len())
+            .filter(|&i| our_memory[i] != their_memory[i])
+            .collect();
+        let _ = writeln!(
+            diff,
+            "memory differs at {} bytes (the stack window {window:?} left out); first ones \
+             (address: wasmtime, {target} kernel):",
+            differing.len()
+        );
+        for &i in differing.iter().take(16) {
+            let _ = writeln!(
+                diff,
+                "  {i:#07x}: {:#04x} {:#04x}",
+                their_memory[i], our_memory[i]
+            );
+        }
+    }
+    if let Some(at) = ours.canary {
+        let _ = writeln!(
+            diff,
+            "the {target} kernel wrote past guest memory, at mem_len + {at}"
+        );
+    }
+    if !diff.is_empty() {
+        return Checked::Differs(diff);
+    }
+    Checked::Compared {
+        outcome: match ours.outcome {
+            Outcome::Trapped { trap, .. } => format!("trapped ({})", trap.description()),
+            _ => "returned".into(),
+        },
+        uses: case.uses.clone(),
+    }
+}
+
+/// Counts of what happened to the cases, by what (`compared: ...`,
+/// `skip: ...`, `info: ...`, `uses: ...`).
+pub struct Tally {
+    counts: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    pub const fn new() -> Tally {
+        Tally {
+            counts: BTreeMap::new(),
+        }
+    }
+
+    pub fn add(&mut self, what: String) {
+        *self.counts.entry(what).or_default() += 1;
+    }
+
+    /// Counts the refused operators a case rewrote.
+    pub fn add_rewrites(&mut self, case: &Case) {
+        for rewrote in &case.rewrote {
+            self.add(format!("info: rewrote {rewrote}"));
+        }
+    }
+
+    /// Counts a case's result.
+    pub fn add_checked(&mut self, checked: &Checked) {
+        match checked {
+            Checked::Compared { outcome, uses } => {
+                self.add(format!("compared: {outcome}"));
+                for tracked in TRACKED {
+                    if uses.contains(&tracked) {
+                        self.add(format!("info: compared, F's call graph has {tracked}"));
+                    }
+                }
+            }
+            Checked::Skipped(why) => self.add(format!("skip: {why}")),
+            Checked::Differs(_) => self.add("DIFFERS".into()),
+            Checked::DriverFailed(_) => self.add("DRIVER FAILED".into()),
+        }
+    }
+
+    /// Cases counted whose key starts with `prefix`.
+    pub fn count(&self, prefix: &str) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(what, _)| what.starts_with(prefix))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Cases counted, `info:` entries left out.
+    pub fn cases(&self) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(what, _)| !what.starts_with("info:"))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Every count, by what.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.counts.iter().map(|(what, n)| (what.as_str(), *n))
+    }
+
+    /// Every count, one `[what: n]` after another.
+    pub fn line(&self) -> String {
+        let mut line = String::new();
+        for (what, count) in self.entries() {
+            let _ = write!(line, " [{what}: {count}]");
+        }
+        line
+    }
+}
