@@ -2293,6 +2293,30 @@ fn shadow_stack_frames_and_globals_match_wasmtime() {
         kernel.globals.iter().map(|g| g.index).collect::<Vec<_>>(),
         vec![0, 1]
     );
+    // The frames' accesses at constant offsets from the stack pointer go
+    // straight to the slot (a `stack_addr` with the offset), not through
+    // the window-or-memory select: the kernel's own frame stores and loads,
+    // and $fill's store of its seed.
+    // (The entry block's are the window's zeroing.)
+    let entry = kernel.function.layout.entry_block();
+    let direct = kernel
+        .function
+        .layout
+        .blocks()
+        .filter(|&b| Some(b) != entry)
+        .flat_map(|b| kernel.function.layout.block_insts(b))
+        .filter(|&i| {
+            matches!(
+                kernel.function.dfg.insts[i],
+                InstructionData::StackAddr { offset, .. } if i32::from(offset) > 0
+            )
+        })
+        .count();
+    assert!(
+        direct >= 5,
+        "{direct} accesses resolved to the slot\n{}",
+        kernel.function
+    );
     let mut rng = rng("frames");
     for n in 0..=12u64 {
         let memory = random_page(&mut rng);

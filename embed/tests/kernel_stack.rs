@@ -98,7 +98,25 @@ pub const STACK_GUEST: &str = r#"(module
       (if (i32.ne (i32.load8_u (local.get $g)) (i32.const 0xab)) (then (return (i32.const -2))))
       (local.set $g (i32.add (local.get $g) (i32.const 1)))
       (br $bytes)))
-    (i32.const 0)))"#;
+    (i32.const 0))
+
+  ;; low_stack(): launches with the stack pointer at 64, below the
+  ;; kernel's 128-byte window; returns the errno (EINVAL expected) and puts
+  ;; the stack pointer back.
+  (func (export "low_stack") (result i32)
+    (local $err i32)
+    (local.set $err (call $kernel_get (i32.const 6) (i32.const 64)))
+    (if (local.get $err) (then (return (i32.sub (i32.const -1000) (local.get $err)))))
+    (i32.store (i32.const 128) (i32.const 0))
+    (i64.store (i32.const 136) (i64.const 131072))
+    (i32.store (i32.const 152) (i32.const 0))
+    (i64.store (i32.const 160) (i64.const 1))
+    (global.set $__stack_pointer (i32.const 64))
+    (local.set $err (call $launch (i64.load (i32.const 64))
+      (i32.const 1) (i32.const 1) (i32.const 1) (i32.const 128) (i32.const 1) (i32.const 1)
+      (i32.const 0) (i32.const 128) (i32.const 2) (i32.const 72)))
+    (global.set $__stack_pointer (i32.const 65536))
+    (local.get $err)))"#;
 
 /// Runs the guest on `rt`: 128 blocks of 128 threads, 8 rounds.
 fn threads_keep_their_own_frames<D>(rt: &GuestRuntime<D>)
@@ -124,6 +142,14 @@ where
             store.data().cuda.last_error()
         );
     }
+    // A stack pointer below the window: refused before anything runs.
+    let low = instance
+        .get_typed_func::<(), i32>(&mut store, "low_stack")
+        .expect("low_stack");
+    let errno = futures::executor::block_on(low.call_async(&mut store, ())).expect("low_stack");
+    let text = store.data().cuda.last_error().to_string();
+    assert_eq!(errno, tensorwasm_core::abi::Errno::EINVAL.code(), "{text}");
+    assert!(text.contains("below address 0"), "{text}");
 }
 
 #[test]

@@ -30,7 +30,7 @@ use tensorwasm_core::{
         LowerError, Lowerer, UnsupportedOp,
         ptx::PtxLowerer,
         translate::{
-            KernelGlobal, KernelLimits, KernelSize, TranslatedKernel, WasmType,
+            KernelGlobal, KernelLimits, KernelSize, StackWindow, TranslatedKernel, WasmType,
             translate_kernel_within,
         },
     },
@@ -271,6 +271,8 @@ pub struct LoadedKernel<D: GpuDriver> {
     /// The mutable globals it uses: their launch values follow the Wasm
     /// arguments.
     pub globals: Vec<KernelGlobal>,
+    /// Its threads' shadow-stack window, if it makes stack frames.
+    pub stack_window: Option<StackWindow>,
     /// Its symbol (the export name, or `kernel_<index>`).
     pub name: String,
     /// Its size, callees inlined: a cache hit is checked against the
@@ -456,6 +458,7 @@ impl<D: KernelTarget> KernelCache<D> {
             function,
             params: translated.params.clone(),
             globals: translated.globals.clone(),
+            stack_window: translated.stack_window,
             name: translated.name.clone(),
             size: translated.size,
         }))

@@ -21,7 +21,7 @@ use tensorwasm_core::{
 
 use tensorwasm_core::lower::{
     KernelAbi, KernelTrap, LowerError, status,
-    translate::{KernelGlobal, KernelLimits, WasmType},
+    translate::{KernelGlobal, KernelLimits, StackWindow, WasmType},
 };
 
 use crate::{
@@ -167,6 +167,8 @@ pub(crate) struct KernelInfo {
     /// The mutable globals it uses, whose launch values follow the
     /// arguments.
     globals: Vec<KernelGlobal>,
+    /// Its threads' shadow-stack window.
+    stack_window: Option<StackWindow>,
 }
 
 /// A launch not yet waited for: everything the kernel may touch, kept alive
@@ -792,6 +794,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                     ),
                 ));
             }
+            check_stack_window(kernel, &globals)?;
             params.extend(globals);
             if !guest.device_addressable {
                 return Err(AbiError::new(
@@ -1292,6 +1295,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
                 name: loaded.name.clone(),
                 params: loaded.params.clone(),
                 globals: loaded.globals.clone(),
+                stack_window: loaded.stack_window,
             }),
         }))?;
         abi::write_u64(mem.bytes, out, handle.0)
@@ -1330,6 +1334,41 @@ const STATUS_BYTES: usize = status::BYTES;
 
 /// A Wasm kernel's arguments are values of its Wasm parameter types (guest
 /// offsets are `i32` values, not pointer descriptors).
+/// A kernel with a stack window runs only when the window lies above
+/// address 0: its stack pointer's launch value is at least the window's
+/// size (`docs/kernels.md`, "Globals and the shadow stack"; the translator
+/// relies on it to place frames at constant offsets).
+fn check_stack_window(kernel: &KernelInfo, globals: &[KernelParam]) -> Result<(), AbiError> {
+    let Some(window) = kernel.stack_window else {
+        return Ok(());
+    };
+    let sp = kernel
+        .globals
+        .iter()
+        .position(|g| g.index == window.global)
+        .and_then(|at| globals.get(at));
+    match sp {
+        Some(KernelParam::I32(sp)) if u64::from(sp.cast_unsigned()) >= window.bytes => Ok(()),
+        Some(KernelParam::I32(sp)) => Err(AbiError::new(
+            Errno::EINVAL,
+            format!(
+                "kernel `{}` needs a stack window of {} bytes below the stack pointer, which is \
+                 {} at launch: the window would reach below address 0",
+                kernel.name,
+                window.bytes,
+                sp.cast_unsigned()
+            ),
+        )),
+        _ => Err(AbiError::new(
+            Errno::EINVAL,
+            format!(
+                "kernel `{}`: its stack pointer was not read at launch",
+                kernel.name
+            ),
+        )),
+    }
+}
+
 fn check_kernel_args<B>(
     kernel: &KernelInfo,
     params: &[KernelParam],

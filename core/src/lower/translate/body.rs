@@ -17,9 +17,9 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
 use cranelift_codegen::ir::{
-    AbiParam, Block, BlockCall, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
-    InstBuilder, JumpTableData, MemFlagsData, Signature, SourceLoc, StackSlotData, StackSlotKind,
-    Type, UserFuncName, Value,
+    AbiParam, Block, BlockCall, Endianness, ExtFuncData, ExternalName, FuncRef, Function, Inst,
+    InstBuilder, InstructionData, JumpTableData, MemFlagsData, Opcode, Signature, SourceLoc,
+    StackSlot, StackSlotData, StackSlotKind, Type, UserFuncName, Value,
 };
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -126,6 +126,7 @@ pub(super) fn translate(
         fuel,
         globals,
         window,
+        window_accesses: Vec::new(),
     };
     let def = module
         .defined(func_index)
@@ -147,6 +148,14 @@ pub(super) fn translate(
             .map(|results| results.is_some())
     })?;
     translator.builder.seal_all_blocks();
+    let (window, accesses) = (
+        translator.window.take(),
+        core::mem::take(&mut translator.window_accesses),
+    );
+    drop(translator);
+    if let Some(window) = &window {
+        resolve_frame_accesses(&mut function, window, &accesses);
+    }
     // No `finalize`: its `TargetFrontendConfig` needs target-lexicon's
     // `PointerWidth`, which no_std Cranelift does not re-export, and it only
     // adds debug checks (the verifier's, stricter, run in `translate_kernel`)
@@ -177,6 +186,9 @@ struct Translator<'m, 'a, 'f> {
     globals: Vec<ThreadGlobal>,
     /// The thread's shadow-stack window, if the kernel makes stack frames.
     window: Option<Window>,
+    /// The loads' and stores' choices between the window and the guest's
+    /// memory, for [`resolve_frame_accesses`].
+    window_accesses: Vec<WindowAccess>,
 }
 
 /// A thread's copy of a mutable global.
@@ -195,11 +207,26 @@ struct Window {
     /// The stack pointer's global index.
     sp: u32,
     bytes: u64,
+    /// The slot.
+    slot: StackSlot,
     /// The slot's address.
     base: Value,
     /// The window's lowest Wasm address (`i64`, the stack pointer's launch
     /// value minus `bytes`; below 0 when the stack pointer starts low).
     low: Value,
+    /// The stack pointer's launch value (`i32`, a kernel parameter).
+    sp_launch: Value,
+}
+
+/// A load's or store's address choice between the window and the guest's
+/// memory (a `select`), for [`resolve_frame_accesses`]: the Wasm address
+/// is `index + offset`.
+struct WindowAccess {
+    select: Inst,
+    /// The Wasm `i32` address operand.
+    index: Value,
+    offset: u64,
+    bytes: u32,
 }
 
 /// Makes the thread's stack window: the slot, zeroed 8 bytes at a time,
@@ -209,31 +236,191 @@ fn stack_window(b: &mut FunctionBuilder<'_>, sp: u32, bytes: u64, sp_launch: Val
     let size = u32::try_from(bytes).unwrap_or(u32::MAX);
     let slot = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 4));
     let base = b.ins().stack_addr(I64, slot, 0);
-    let sp_launch = b.ins().uextend(I64, sp_launch);
-    let low = b.ins().iadd_imm_s(sp_launch, -(bytes.cast_signed()));
-    let zero_loop = b.create_block();
-    let at = b.append_block_param(zero_loop, I64);
-    let done = b.create_block();
-    let start = b.ins().iconst(I64, 0);
-    b.ins().jump(zero_loop, &[start.into()]);
-    b.switch_to_block(zero_loop);
-    let addr = b.ins().iadd(base, at);
+    let wide = b.ins().uextend(I64, sp_launch);
+    let low = b.ins().iadd_imm_s(wide, -(bytes.cast_signed()));
     let zero = b.ins().iconst(I64, 0);
     let flags = MemFlagsData::new().with_endianness(Endianness::Little);
-    b.ins().store(flags, zero, addr, 0);
-    let next = b.ins().iadd_imm_s(at, 8);
-    let more = b
-        .ins()
-        .icmp_imm_u(IntCC::UnsignedLessThan, next, bytes.cast_signed());
-    b.ins().brif(more, zero_loop, &[next.into()], done, &[]);
-    b.seal_block(zero_loop);
-    b.seal_block(done);
-    b.switch_to_block(done);
+    if bytes <= UNROLLED_ZEROING {
+        // Stores at constant offsets: a window whose every access is at a
+        // constant offset can then live in registers.
+        for at in (0..bytes).step_by(8) {
+            let addr = b
+                .ins()
+                .stack_addr(I64, slot, i32::try_from(at).unwrap_or(0));
+            b.ins().store(flags, zero, addr, 0);
+        }
+    } else {
+        let zero_loop = b.create_block();
+        let at = b.append_block_param(zero_loop, I64);
+        let done = b.create_block();
+        b.ins().jump(zero_loop, &[zero.into()]);
+        b.switch_to_block(zero_loop);
+        let addr = b.ins().iadd(base, at);
+        b.ins().store(flags, zero, addr, 0);
+        let next = b.ins().iadd_imm_s(at, 8);
+        let more = b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedLessThan, next, bytes.cast_signed());
+        b.ins().brif(more, zero_loop, &[next.into()], done, &[]);
+        b.seal_block(zero_loop);
+        b.seal_block(done);
+        b.switch_to_block(done);
+    }
     Window {
         sp,
         bytes,
+        slot,
         base,
         low,
+        sp_launch,
+    }
+}
+
+/// Windows up to this many bytes are zeroed by straight-line stores.
+const UNROLLED_ZEROING: u64 = 256;
+
+/// The frame accesses whose Wasm address is the stack pointer's launch
+/// value plus a constant (`sp0 + k`, through any chain of `i32.add` /
+/// `i32.sub` of constants, locals and loop parameters that carry the same
+/// value on every edge) and lies wholly in the window: their address
+/// becomes the slot's at a constant offset (`stack_addr`), with no select
+/// between the window and the guest's memory, so the device can keep the
+/// frame in registers or local memory. Exact because the host launches a
+/// kernel with a window only when `sp0 >= bytes` (`docs/kernels.md`), so
+/// `sp0 + k` never wraps for `-bytes <= k < 0`. The bounds check before each
+/// access stays as it was.
+fn resolve_frame_accesses(func: &mut Function, window: &Window, accesses: &[WindowAccess]) {
+    let known = SpOffsets::of(func, window.sp_launch);
+    let w = window.bytes.cast_signed();
+    for access in accesses {
+        let Some(k) = known.offset(func, access.index) else {
+            continue;
+        };
+        let at = w + k + access.offset.cast_signed();
+        if at < 0 || at > w - i64::from(access.bytes) {
+            continue;
+        }
+        let Ok(at) = i32::try_from(at) else { continue };
+        func.replace(access.select).stack_addr(I64, window.slot, at);
+    }
+}
+
+/// What is known of an `i32` value relative to the stack pointer's launch
+/// value.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum SpOffset {
+    /// Not seen yet (block parameters, optimistically).
+    Unseen,
+    /// `sp0 + k`.
+    Known(i64),
+    /// Anything else.
+    Unknown,
+}
+
+/// Block parameters' [`SpOffset`]s, to a fixed point over every edge.
+struct SpOffsets {
+    sp_launch: Value,
+    params: alloc::collections::BTreeMap<Value, SpOffset>,
+}
+
+impl SpOffsets {
+    fn of(func: &Function, sp_launch: Value) -> SpOffsets {
+        let mut incoming: alloc::collections::BTreeMap<Value, Vec<Value>> =
+            alloc::collections::BTreeMap::new();
+        for block in func.layout.blocks() {
+            let Some(last) = func.layout.last_inst(block) else {
+                continue;
+            };
+            for call in func.dfg.insts[last]
+                .branch_destination(&func.dfg.jump_tables, &func.dfg.exception_tables)
+            {
+                let dest = call.block(&func.dfg.value_lists);
+                let params = func.dfg.block_params(dest);
+                for (&param, arg) in params.iter().zip(call.args(&func.dfg.value_lists)) {
+                    if func.dfg.value_type(param) == I32
+                        && let Some(arg) = arg.as_value()
+                    {
+                        incoming.entry(param).or_default().push(arg);
+                    }
+                }
+            }
+        }
+        let mut table = SpOffsets {
+            sp_launch,
+            params: incoming.keys().map(|&p| (p, SpOffset::Unseen)).collect(),
+        };
+        // Each parameter only moves down (Unseen, Known, Unknown): this ends.
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for (param, args) in &incoming {
+                let mut meet = SpOffset::Unseen;
+                for &arg in args {
+                    meet = match (meet, table.state(func, arg, 0)) {
+                        (m, SpOffset::Unseen) => m,
+                        (SpOffset::Unseen, s) => s,
+                        (SpOffset::Known(a), SpOffset::Known(b)) if a == b => meet,
+                        _ => SpOffset::Unknown,
+                    };
+                }
+                if table.params.get(param) != Some(&meet) {
+                    table.params.insert(*param, meet);
+                    changed = true;
+                }
+            }
+        }
+        table
+    }
+
+    /// `value`'s offset from the stack pointer's launch value, if known.
+    fn offset(&self, func: &Function, value: Value) -> Option<i64> {
+        match self.state(func, value, 0) {
+            SpOffset::Known(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    fn state(&self, func: &Function, value: Value, depth: u32) -> SpOffset {
+        let value = func.dfg.resolve_aliases(value);
+        if value == self.sp_launch {
+            return SpOffset::Known(0);
+        }
+        if depth > 64 {
+            return SpOffset::Unknown;
+        }
+        if let Some(state) = self.params.get(&value) {
+            return *state;
+        }
+        let Some(inst) = func.dfg.value_def(value).inst() else {
+            return SpOffset::Unknown;
+        };
+        let constant = |v: Value| match func.dfg.value_def(func.dfg.resolve_aliases(v)).inst() {
+            Some(i) => match func.dfg.insts[i] {
+                InstructionData::UnaryImm {
+                    opcode: Opcode::Iconst,
+                    imm,
+                } => Some(i64::from(imm.bits() as i32)),
+                _ => None,
+            },
+            None => None,
+        };
+        let args = func.dfg.inst_args(inst);
+        let (sign, base, c) = match (func.dfg.insts[inst].opcode(), args) {
+            (Opcode::Iadd, &[a, b]) => match (constant(a), constant(b)) {
+                (_, Some(c)) => (1, a, c),
+                (Some(c), _) => (1, b, c),
+                _ => return SpOffset::Unknown,
+            },
+            (Opcode::Isub, &[a, b]) => match constant(b) {
+                Some(c) => (-1, a, c),
+                None => return SpOffset::Unknown,
+            },
+            _ => return SpOffset::Unknown,
+        };
+        match self.state(func, base, depth + 1) {
+            SpOffset::Known(k) => SpOffset::Known(k + sign * c),
+            other => other,
+        }
     }
 }
 
@@ -1032,9 +1219,9 @@ impl<'m> Translator<'m, '_, '_> {
 
     /// `ea = uextend(index) + offset`; trap unless `ea + bytes <= mem_len`;
     /// the host address `mem_base + ea`.
-    fn address(&mut self, index: Value, offset: u64, bytes: u32) -> Value {
+    fn address(&mut self, wasm_index: Value, offset: u64, bytes: u32) -> Value {
         let ins = self.builder.ins();
-        let index = ins.uextend(I64, index);
+        let index = ins.uextend(I64, wasm_index);
         // Both are below 2^32 (memory64 is refused), so the sums cannot wrap.
         let ea = match offset {
             0 => index,
@@ -1048,7 +1235,18 @@ impl<'m> Translator<'m, '_, '_> {
         self.builder
             .ins()
             .trapnz(out_of_bounds, KernelTrap::HeapOutOfBounds.trap_code());
-        self.host_address(ea, bytes)
+        let addr = self.host_address(ea, bytes);
+        if self.window.is_some()
+            && let Some(select) = self.builder.func.dfg.value_def(addr).inst()
+        {
+            self.window_accesses.push(WindowAccess {
+                select,
+                index: wasm_index,
+                offset,
+                bytes,
+            });
+        }
+        addr
     }
 
     /// The host address of `bytes` bytes at Wasm address `ea` (`i64`,

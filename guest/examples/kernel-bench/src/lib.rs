@@ -14,6 +14,11 @@
 //!   (the shadow stack) and every step reads and writes it; `gather_regs`
 //!   unrolls by eight so every index is a constant and the array lives in
 //!   registers. Both compute the same bits.
+//! - `gather_frame(x, out, n, rot)`: the same sums again, the eight
+//!   accumulators an array in the kernel's frame that a helper the compiler
+//!   does not inline (`accumulate`) updates through a `&mut [f32; 8]`: a
+//!   stack frame at constant offsets, the usual shape of Rust code that
+//!   passes structs and arrays by reference.
 
 #![cfg_attr(not(test), no_std)]
 
@@ -145,4 +150,39 @@ pub unsafe extern "C" fn gather_regs(x: *const f32, out: *mut f32, n: usize, rot
         + a5 * w(5)
         + a6 * w(6)
         + a7 * w(7);
+}
+
+/// Adds the eight elements of step group `j` to `acc`. Not inlined, so
+/// `acc` is a pointer into the caller's stack frame.
+#[inline(never)]
+fn accumulate(acc: &mut [f32; 8], x: &[f32], i: usize, j: usize, n: usize) {
+    for (k, a) in acc.iter_mut().enumerate() {
+        *a += x[gather_index(i, j + k, n)];
+    }
+}
+
+/// The same sums, the accumulators in a stack frame at constant offsets.
+///
+/// # Safety
+/// `x` points at `n` `f32`s, `out` at `n`; `n` is a power of two.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gather_frame(x: *const f32, out: *mut f32, n: usize, rot: usize) {
+    // SAFETY: the caller's promise.
+    let (x, out) = unsafe {
+        (
+            core::slice::from_raw_parts(x, n),
+            core::slice::from_raw_parts_mut(out, n),
+        )
+    };
+    let i = global_id();
+    if i >= n {
+        return;
+    }
+    let mut acc = [0.0f32; 8];
+    let mut j = 0;
+    while j < STEPS {
+        accumulate(&mut acc, x, i, j, n);
+        j += 8;
+    }
+    out[i] = weigh(&acc, rot);
 }
