@@ -588,7 +588,6 @@ struct Reference {
     instance: wasmtime::Instance,
     memory: wasmtime::Memory,
     kernel: wasmtime::Func,
-    wasm: Vec<u8>,
 }
 
 impl Reference {
@@ -622,7 +621,6 @@ impl Reference {
             instance,
             memory,
             kernel,
-            wasm: wasm.to_vec(),
         }
     }
 
@@ -2288,7 +2286,10 @@ fn shadow_stack_frames_and_globals_match_wasmtime() {
     let kernel = translate(&wasm);
     let window = kernel.stack_window.expect("a stack window");
     assert_eq!(window.global, 0, "the name section's __stack_pointer");
-    assert!(window.bytes >= 80 && window.bytes % 16 == 0, "{window:?}");
+    assert!(
+        window.bytes >= 80 && window.bytes.is_multiple_of(16),
+        "{window:?}"
+    );
     assert_eq!(
         kernel.globals.iter().map(|g| g.index).collect::<Vec<_>>(),
         vec![0, 1]
