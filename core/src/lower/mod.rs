@@ -49,7 +49,7 @@ pub enum KernelTrap {
     /// names.
     BadSignature = 10,
     /// The shadow stack grew past the thread's stack window
-    /// (`docs/kernels.md`, "The shadow stack").
+    /// (`docs/kernels.md`, "Globals and the shadow stack").
     StackOverflow = 11,
 }
 

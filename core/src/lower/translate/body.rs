@@ -199,7 +199,7 @@ struct ThreadGlobal {
     launch: Value,
 }
 
-/// The shadow-stack window (`docs/kernels.md`, "The shadow stack"): the
+/// The shadow-stack window (`docs/kernels.md`, "Globals and the shadow stack"): the
 /// `bytes` below the stack pointer's launch value are the thread's own, in
 /// a stack slot of the kernel (PTX local memory; the native stack on the
 /// CPU), zeroed when the thread starts.

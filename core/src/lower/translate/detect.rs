@@ -19,7 +19,7 @@ use crate::lower::{INTRINSIC_MODULE, Intrinsic, LowerError, UnsupportedOp};
 pub(super) const MAX_CALL_DEPTH: usize = 64;
 
 /// The largest shadow-stack window a kernel thread gets, in bytes
-/// (`docs/kernels.md`, "The shadow stack"). The device reserves local
+/// (`docs/kernels.md`, "Globals and the shadow stack"). The device reserves local
 /// memory for it in every resident thread (4 KiB is 1.1 GB over an H100's
 /// 270,336 thread slots).
 pub const MAX_STACK_WINDOW: u64 = 4096;

@@ -115,7 +115,7 @@ pub struct KernelSize {
     pub branches: u64,
 }
 
-/// A mutable global a kernel uses (`docs/kernels.md`, "Globals"): each
+/// A mutable global a kernel uses (`docs/kernels.md`, "Globals and the shadow stack"): each
 /// thread works on a copy of its own, which starts at the global's value
 /// when the kernel is launched. The launcher passes that value as a
 /// parameter after the kernel's Wasm parameters, in
@@ -160,7 +160,7 @@ pub struct TranslatedKernel {
     /// parameters.
     pub globals: Vec<KernelGlobal>,
     /// Each thread's shadow-stack window, when the kernel makes stack
-    /// frames (`docs/kernels.md`, "The shadow stack").
+    /// frames (`docs/kernels.md`, "Globals and the shadow stack").
     pub stack_window: Option<StackWindow>,
     /// Its size, every callee inlined.
     pub size: KernelSize,

@@ -375,7 +375,7 @@ impl<'a> ModuleInfo<'a> {
         }
     }
 
-    /// The shadow stack's pointer (`docs/kernels.md`, "The shadow stack"):
+    /// The shadow stack's pointer (`docs/kernels.md`, "Globals and the shadow stack"):
     /// the global the `name` section calls `__stack_pointer`; in a module
     /// whose name section names no globals, global 0 when it is a defined,
     /// mutable `i32` (where wasm-ld always puts the stack pointer).
