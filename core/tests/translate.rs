@@ -2539,3 +2539,19 @@ fn kernels_are_named_by_export_and_by_table_slot() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn dispatch_over_a_large_table_counts_toward_the_size_limits() {
+    // Each `call_indirect` over a 2^16-slot table is a 2^16-entry jump
+    // table: two of them pass the host's 2^16 operators.
+    let wat = r#"(module (memory (export "memory") 1) (type $t (func))
+      (table 65536 funcref) (func $f) (elem (i32.const 0) $f)
+      (func (export "kernel") (param i32)
+        (call_indirect (type $t) (local.get 0))
+        (call_indirect (type $t) (local.get 0))))"#;
+    let wasm = wat::parse_str(wat).unwrap();
+    match translate_kernel(&wasm, export_index(&wasm, "kernel")) {
+        Err(LowerError::TooLarge(op)) => assert_eq!(op.op, "call_indirect", "{op:?}"),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+}

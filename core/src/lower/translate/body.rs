@@ -1434,15 +1434,17 @@ impl<'m> Translator<'m, '_, '_> {
             b.func.dfg.block_call(block, &[])
         };
         let mut callees: Vec<(u32, Block)> = Vec::new();
+        let mut blocks = alloc::collections::BTreeMap::new();
         let mut slots = Vec::with_capacity(contents.len());
         for slot in &contents {
             let call = match *slot {
                 None => trap_block(&mut self.builder, KernelTrap::IndirectCallToNull),
                 Some(f) if m.same_type(f, type_index) => {
-                    let block = match callees.iter().find(|(g, _)| *g == f) {
-                        Some(&(_, block)) => block,
+                    let block = match blocks.get(&f) {
+                        Some(&block) => block,
                         None => {
                             let block = self.builder.create_block();
+                            blocks.insert(f, block);
                             callees.push((f, block));
                             block
                         }

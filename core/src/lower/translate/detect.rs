@@ -283,7 +283,12 @@ impl Detector<'_, '_> {
             {
                 self.globals.push(global_index);
             }
-            for callee in self.callees(&op, offset)? {
+            let (callees, dispatch_slots) = self.callees(&op, offset)?;
+            // A `call_indirect` becomes a jump table of the table's slots:
+            // each counts as an operator, so many dispatch sites over a
+            // large table stay within the size limits.
+            size.operators = size.operators.saturating_add(dispatch_slots);
+            for callee in callees {
                 let Some(callee_def) = m.defined(callee) else {
                     continue;
                 };
@@ -330,14 +335,15 @@ impl Detector<'_, '_> {
     /// The functions `op` may call: a direct call's callee, or every
     /// function of the call's type in the table a `call_indirect` goes
     /// through (the translator inlines each of them at the call).
-    fn callees(&self, op: &Operator<'_>, offset: u64) -> Result<Vec<u32>, LowerError> {
+    /// Also returns the slots of a `call_indirect`'s jump table.
+    fn callees(&self, op: &Operator<'_>, offset: u64) -> Result<(Vec<u32>, u64), LowerError> {
         match *op {
-            Operator::Call { function_index } => Ok(vec![function_index]),
+            Operator::Call { function_index } => Ok((vec![function_index], 0)),
             Operator::CallIndirect {
                 type_index,
                 table_index,
             } => self.indirect_callees(type_index, table_index, offset),
-            _ => Ok(Vec::new()),
+            _ => Ok((Vec::new(), 0)),
         }
     }
 
@@ -346,14 +352,16 @@ impl Detector<'_, '_> {
         type_index: u32,
         table: u32,
         offset: u64,
-    ) -> Result<Vec<u32>, LowerError> {
+    ) -> Result<(Vec<u32>, u64), LowerError> {
         let m = self.module;
         let contents = m
             .table_contents(table)
             .map_err(|why| refuse("call_indirect", offset, why))?;
+        let slots = contents.len() as u64;
+        let mut seen = alloc::collections::BTreeSet::new();
         let mut callees: Vec<u32> = Vec::new();
         for func in contents.into_iter().flatten() {
-            if callees.contains(&func) || !m.same_type(func, type_index) {
+            if !seen.insert(func) || !m.same_type(func, type_index) {
                 continue;
             }
             if let Some((module, name)) = m.funcs.get(func as usize).and_then(|f| f.import) {
@@ -368,7 +376,7 @@ impl Detector<'_, '_> {
             }
             callees.push(func);
         }
-        Ok(callees)
+        Ok((callees, slots))
     }
 
     /// Refuses the kernel once its size so far passes a limit.
