@@ -166,7 +166,7 @@ pub(crate) struct KernelInfo {
     params: Vec<WasmType>,
     /// The mutable globals it uses, whose launch values follow the
     /// arguments.
-    globals: Vec<KernelGlobal>,
+    globals: Arc<[KernelGlobal]>,
     /// Its threads' shadow-stack window.
     stack_window: Option<StackWindow>,
 }
@@ -724,14 +724,15 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
 
     /// The mutable globals whose launch values a launch of `function`
     /// needs (none for a bad handle or a function that is not a Wasm
-    /// kernel; `launch` reports those).
-    pub(crate) fn launch_globals(&self, function: u64) -> Vec<KernelGlobal> {
+    /// kernel; `launch` reports those). Shared, not copied: it is asked
+    /// on every launch.
+    pub(crate) fn launch_globals(&self, function: u64) -> Option<Arc<[KernelGlobal]>> {
         self.functions
             .get(Handle(function))
             .ok()
             .and_then(|f| f.kernel.as_ref())
-            .map(|k| k.globals.clone())
-            .unwrap_or_default()
+            .filter(|k| !k.globals.is_empty())
+            .map(|k| Arc::clone(&k.globals))
     }
 
     /// Decodes, checks and queues a launch, and writes its handle.
@@ -1294,7 +1295,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             kernel: Some(KernelInfo {
                 name: loaded.name.clone(),
                 params: loaded.params.clone(),
-                globals: loaded.globals.clone(),
+                globals: loaded.globals.clone().into(),
                 stack_window: loaded.stack_window,
             }),
         }))?;

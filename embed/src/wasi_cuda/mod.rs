@@ -340,12 +340,13 @@ where
               -> i32 {
             // A Wasm kernel's threads start from the globals' values now.
             let needed = get(caller.data_mut()).launch_globals(function as u64);
-            let globals = crate::kernel::globals::launch_values(&needed, |name| {
-                match caller.get_export(name) {
-                    Some(Extern::Global(g)) => Some(g.get(&mut caller)),
-                    _ => None,
-                }
-            });
+            let globals =
+                crate::kernel::globals::launch_values(needed.as_deref().unwrap_or(&[]), |name| {
+                    match caller.get_export(name) {
+                        Some(Extern::Global(g)) => Some(g.get(&mut caller)),
+                        _ => None,
+                    }
+                });
             let globals = match globals {
                 Ok(globals) => globals,
                 Err(e) => {
