@@ -2355,6 +2355,82 @@ fn shadow_stack_frames_and_globals_match_wasmtime() {
     assert_eq!(memory, before, "a window write reached guest memory");
 }
 
+/// A frame at constant offsets only (so a small one lives in registers)
+/// written and read at every width, beside accesses through two kernel
+/// arguments, `$p` (stores, `memory.fill`) and `$q` (loads), that land in
+/// the window when they point there; `memory.copy` of the frame out.
+/// `{frame}` is the frame's size.
+fn frame_words(frame: u32) -> String {
+    format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (global $__stack_pointer (export "g0") (mut i32) (i32.const 8192))
+  (func (export "kernel") (param $p i32) (param $q i32) (param $v i64) (param $out i32)
+    (local $sp i32)
+    (global.set $__stack_pointer
+      (local.tee $sp (i32.sub (global.get $__stack_pointer) (i32.const {frame}))))
+    (i64.store (local.get $sp) (local.get $v))
+    (i32.store offset=8 (local.get $sp) (i32.wrap_i64 (i64.rotl (local.get $v) (i64.const 17))))
+    (i32.store16 offset=12 (local.get $sp) (i32.const 0xbeef))
+    (i32.store8 offset=14 (local.get $sp) (i32.const 0x9c))
+    (i64.store8 offset=15 (local.get $sp) (i64.const -2))
+    (f32.store offset=16 (local.get $sp) (f32.const -1.5))
+    (i64.store32 offset=20 (local.get $sp) (local.get $v))
+    (f64.store offset=24 (local.get $sp) (f64.const 3.25))
+    (i32.store (local.get $p) (i32.const 0x12345678))
+    (i32.store8 offset=5 (local.get $p) (i32.const 0xa7))
+    (i64.store (local.get $out) (i64.load (local.get $sp)))
+    (i32.store offset=8 (local.get $out) (i32.load8_s offset=14 (local.get $sp)))
+    (i32.store offset=12 (local.get $out) (i32.load16_u offset=12 (local.get $sp)))
+    (i64.store offset=16 (local.get $out) (i64.load32_s offset=20 (local.get $sp)))
+    (f32.store offset=24 (local.get $out) (f32.load offset=16 (local.get $sp)))
+    (f64.store offset=32 (local.get $out) (f64.load offset=24 (local.get $sp)))
+    (i64.store offset=40 (local.get $out) (i64.load8_u offset=15 (local.get $sp)))
+    (i32.store offset=48 (local.get $out) (i32.load16_s offset=12 (local.get $sp)))
+    (i32.store offset=52 (local.get $out) (i32.load (local.get $q)))
+    (i64.store offset=56 (local.get $out) (i64.load offset=2 (local.get $q)))
+    (i32.store offset=64 (local.get $out) (i32.load8_s offset=1 (local.get $q)))
+    (i32.store offset=68 (local.get $out) (i32.load16_u offset=3 (local.get $q)))
+    (f32.store offset=72 (local.get $out) (f32.load offset=4 (local.get $q)))
+    (memory.copy (i32.add (local.get $out) (i32.const 80)) (local.get $sp) (i32.const 32))
+    (memory.fill (i32.add (local.get $p) (i32.const 1)) (i32.const 0x5a) (i32.const 3))
+    (i32.store offset=112 (local.get $out) (i32.load (local.get $sp)))
+    (i64.store offset=120 (local.get $out) (i64.load offset=8 (local.get $sp)))
+    (global.set $__stack_pointer (i32.add (local.get $sp) (i32.const {frame})))))"#
+    )
+}
+
+#[test]
+fn windows_in_registers_and_in_the_slot_match_wasmtime() {
+    // 32 bytes: in registers; 160: in the slot. Either way every access
+    // through $p or $q that lies in [8192 - W, 8192) is the thread's frame.
+    let mut rng = rng("frame words");
+    for (frame, registers) in [(32u32, true), (160, false)] {
+        let wat = frame_words(frame);
+        let kernel = translate(&wat::parse_str(&wat).unwrap());
+        let window = kernel.stack_window.expect("a window");
+        assert_eq!(
+            window.registers, registers,
+            "{frame}-byte frame: {window:?}"
+        );
+        let low = 8192 - u64::from(frame);
+        // $p's accesses span [p, p + 6), $q's [q, q + 10): wholly in the
+        // window or wholly out of it.
+        let ps = [1024, low, low + 1, low + 3, low + 13, low + 26, 8192, 8200];
+        let qs = [2048, low, low + 1, low + 6, low + 15, low + 22, 8192, 8199];
+        for (&p, &q) in ps.iter().zip(qs.iter().rev()).chain(ps.iter().zip(&qs)) {
+            let v = rng.next();
+            let memory = random_page(&mut rng);
+            let (outcome, _) = differential(
+                &wat,
+                &[Arg(I32, p), Arg(I32, q), Arg(I64, v), Arg(I32, 512)],
+                &memory,
+            );
+            assert_eq!(outcome, Outcome::Returned, "frame {frame}, p {p}, q {q}");
+        }
+    }
+}
+
 #[test]
 fn a_stack_pointer_below_the_window_traps() {
     // A dynamic alloca the detector cannot size: the window gets a fixed

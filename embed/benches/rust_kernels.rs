@@ -11,8 +11,11 @@
 //!    `kernels/bench/saxpy.ptx` over the same memory: the issue's target is
 //!    0.9x.
 //! 2. Kernels whose hot loop uses their stack frame against the same
-//!    kernel written without one (`gather_regs`: eight scalar
-//!    accumulators): the target is 0.8x. `gather_frame` keeps its eight
+//!    kernel written without one: the target is 0.8x. `gather_inline` is
+//!    `gather_frame`'s source with its helper inlined, so LLVM keeps the
+//!    accumulators in registers (the reference); `gather_regs` the same
+//!    sums in eight scalar accumulators in a loop LLVM does not unroll
+//!    (shown too: a different code shape). `gather_frame` keeps its eight
 //!    accumulators in an array of its frame that a helper the compiler does
 //!    not inline updates through a `&mut [f32; 8]` (constant offsets in the
 //!    frame: the usual shape of Rust code passing structs and arrays by
@@ -451,15 +454,23 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
         KernelParam::I32(GATHER_N as i32),
         KernelParam::I32(rot as i32),
     ];
+    // `gather_inline` also takes `x`'s length.
+    let inline_args = [&args[..], &[KernelParam::I32(GATHER_N as i32)]].concat();
     let mut gather = Vec::new();
     for (name, want) in [
         ("gather_regs", &want_regs),
+        ("gather_inline", &want_stack),
         ("gather_frame", &want_stack),
         ("gather_stack", &want_stack),
     ] {
         let kernel = load_wasm_kernel(d, &wasm, name)?;
         let window = kernel.translated.stack_window.map_or(0, |w| w.bytes);
-        let params = guest.wasm_params(&kernel, &args, grid);
+        let args = if name == "gather_inline" {
+            &inline_args[..]
+        } else {
+            &args[..]
+        };
+        let params = guest.wasm_params(&kernel, args, grid);
         d.memset(guest.memory.range(out_at, GATHER_N * 4).ok_or("range")?, 0)
             .map_err(|e| e.to_string())?;
         let samples = time(d, &stream, &kernel.function, &config, &params)?;
@@ -470,8 +481,9 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
         }
         gather.push((name, window, median(&samples), samples));
     }
-    let frame_ratio = gather[0].2 / gather[1].2;
-    let stack_ratio = gather[0].2 / gather[2].2;
+    let frame_ratio = gather[1].2 / gather[2].2;
+    let frame_regs_ratio = gather[0].2 / gather[2].2;
+    let stack_ratio = gather[1].2 / gather[3].2;
     println!(
         "\nGather-accumulate, {GATHER_N} threads x {STEPS} loads (median of {REPS} x {LAUNCHES}):"
     );
@@ -479,7 +491,11 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
         println!("  {name:<14} stack window {window:>3} B  {ms:>8.4} ms");
     }
     println!(
-        "  frame at constant offsets / without a frame: {frame_ratio:.3}x speed (target 0.8x)"
+        "  frame at constant offsets / the same kernel without a frame: {frame_ratio:.3}x speed \
+         (target 0.8x)"
+    );
+    println!(
+        "  frame at constant offsets / eight scalar accumulators: {frame_regs_ratio:.3}x speed"
     );
     println!("  dynamically indexed frame array / without a frame: {stack_ratio:.3}x speed");
     for (name, window, ms, samples) in &gather {
@@ -501,8 +517,9 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
         "samples": REPS,
         "ratios": {
             "saxpy_rust_over_hand_ptx_bandwidth": saxpy_ratio,
-            "gather_frame_over_regs_speed": frame_ratio,
-            "gather_stack_over_regs_speed": stack_ratio,
+            "gather_frame_over_inline_speed": frame_ratio,
+            "gather_frame_over_regs_speed": frame_regs_ratio,
+            "gather_stack_over_inline_speed": stack_ratio,
         },
         "rows": rows,
     });

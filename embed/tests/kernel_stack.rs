@@ -100,10 +100,10 @@ pub const STACK_GUEST: &str = r#"(module
       (br $bytes)))
     (i32.const 0))
 
-  ;; low_stack(): launches with the stack pointer at 64, below the
-  ;; kernel's 128-byte window; returns the errno (EINVAL expected) and puts
-  ;; the stack pointer back.
-  (func (export "low_stack") (result i32)
+  ;; stack_at(sp): launches with the stack pointer at $sp (64: below the
+  ;; kernel's 128-byte window; past the 4-page memory's end); returns the
+  ;; errno (EINVAL expected) and puts the stack pointer back.
+  (func (export "stack_at") (param $sp i32) (result i32)
     (local $err i32)
     (local.set $err (call $kernel_get (i32.const 6) (i32.const 64)))
     (if (local.get $err) (then (return (i32.sub (i32.const -1000) (local.get $err)))))
@@ -111,7 +111,7 @@ pub const STACK_GUEST: &str = r#"(module
     (i64.store (i32.const 136) (i64.const 131072))
     (i32.store (i32.const 152) (i32.const 0))
     (i64.store (i32.const 160) (i64.const 1))
-    (global.set $__stack_pointer (i32.const 64))
+    (global.set $__stack_pointer (local.get $sp))
     (local.set $err (call $launch (i64.load (i32.const 64))
       (i32.const 1) (i32.const 1) (i32.const 1) (i32.const 128) (i32.const 1) (i32.const 1)
       (i32.const 0) (i32.const 128) (i32.const 2) (i32.const 72)))
@@ -142,14 +142,18 @@ where
             store.data().cuda.last_error()
         );
     }
-    // A stack pointer below the window: refused before anything runs.
-    let low = instance
-        .get_typed_func::<(), i32>(&mut store, "low_stack")
-        .expect("low_stack");
-    let errno = futures::executor::block_on(low.call_async(&mut store, ())).expect("low_stack");
-    let text = store.data().cuda.last_error().to_string();
-    assert_eq!(errno, tensorwasm_core::abi::Errno::EINVAL.code(), "{text}");
-    assert!(text.contains("below address 0"), "{text}");
+    // A stack pointer below the window, or past the memory's end (the
+    // window would not lie in the memory): refused before anything runs.
+    let stack_at = instance
+        .get_typed_func::<i32, i32>(&mut store, "stack_at")
+        .expect("stack_at");
+    for (sp, why) in [(64, "below address 0"), (4 * 65536 + 16, "past the end")] {
+        let errno =
+            futures::executor::block_on(stack_at.call_async(&mut store, sp)).expect("stack_at");
+        let text = store.data().cuda.last_error().to_string();
+        assert_eq!(errno, tensorwasm_core::abi::Errno::EINVAL.code(), "{text}");
+        assert!(text.contains(why), "{text}");
+    }
 }
 
 #[test]

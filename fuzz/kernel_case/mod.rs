@@ -49,9 +49,9 @@
 //!   calls F, stores F's results into the frame, `memory.copy`s them to
 //!   [`RESULTS_AT`] (plus 0 to 3 bytes), and restores the stack pointer.
 //!   The stack pointer starts at a multiple of 16 the bytes pick: mostly in
-//!   memory above 1 KiB, sometimes at or past its end, or at 0, where the
-//!   runtime refuses the launch (`EINVAL`: the window would reach below
-//!   address 0) and the case is skipped.
+//!   memory above 1 KiB, sometimes at or past its end, or at 0; where the
+//!   window would not lie in the memory (below address 0 or past its end)
+//!   the runtime refuses the launch (`EINVAL`) and the case is skipped.
 //!
 //! Both sides run the same bytes, so trap offsets index the same module.
 //! Modules with `externref` (none, reference types being off) would be
@@ -294,7 +294,11 @@ pub fn check<D: KernelTarget>(
             // would reach below address 0 (docs/kernels.md).
             return Checked::Skipped("stack pointer below the window (EINVAL)".into());
         }
-        window = Some((sp - w.bytes).min(mem_len) as usize..sp.min(mem_len) as usize);
+        if sp > mem_len {
+            // Refused too: the window would reach past the memory's end.
+            return Checked::Skipped("stack pointer past the memory (EINVAL)".into());
+        }
+        window = Some((sp - w.bytes) as usize..sp as usize);
     }
     if let Some(w) = &window {
         reference.memory()[w.clone()].fill(0);

@@ -100,7 +100,9 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 
 use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
-use cranelift_codegen::ir::{Block, BlockCall, Function, Inst, InstructionData, Type, Value};
+use cranelift_codegen::ir::{
+    Block, BlockCall, Function, Inst, InstructionData, Opcode, Type, Value,
+};
 
 use super::table::{self, Status, TRAP_SITE};
 use super::{Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer};
@@ -173,11 +175,22 @@ impl Lowerer for PtxLowerer {
         check_signature(kernel, abi)?;
         table::check(kernel)?;
         let stack = stack_bytes(kernel)?;
+        let mem_base = kernel
+            .layout
+            .entry_block()
+            .and_then(|entry| {
+                kernel
+                    .dfg
+                    .block_params(entry)
+                    .get(abi.hidden(KernelAbi::MEM_BASE))
+            })
+            .copied();
         let mut emitter = Emitter {
             target: self,
             func: kernel,
             name,
             stack,
+            mem_base,
             body: String::new(),
             values: [0; 4],
             scratch: [0; 4],
@@ -185,7 +198,13 @@ impl Lowerer for PtxLowerer {
             traps: Vec::new(),
         };
         emitter.prologue(abi)?;
-        for block in kernel.layout.blocks() {
+        // Cold blocks (the translator's rarely taken paths) go last, out of
+        // the hot code's way; every block ends in a branch or `ret`, so
+        // the order is free.
+        let blocks = kernel.layout.blocks();
+        let (hot, cold): (Vec<Block>, Vec<Block>) =
+            blocks.partition(|&b| !kernel.layout.is_cold(b));
+        for block in hot.into_iter().chain(cold) {
             let _ = writeln!(emitter.body, "{}:", block_label(block));
             for inst in schedule(kernel, block) {
                 emitter.inst(inst)?;
@@ -393,6 +412,8 @@ struct Emitter<'a> {
     /// With one, memory accesses use generic addresses (see the module
     /// docs, "The shadow stack").
     stack: u32,
+    /// The `mem_base` parameter's value.
+    mem_base: Option<Value>,
     body: String,
     /// Value registers to declare per class (highest value number + 1).
     values: [u32; 4],
@@ -402,6 +423,10 @@ struct Emitter<'a> {
     preds: u32,
     traps: Vec<TrapSite>,
 }
+
+/// The scratch `.b64` register that holds a global access's address in a
+/// kernel with a stack window (above every rule's own scratch registers).
+const GLOBAL_ADDRESS: u32 = 15;
 
 /// The hidden parameters' `.param` names, in [`KernelAbi`] order.
 const HIDDEN: [&str; KernelAbi::INTRINSICS] = [
@@ -654,9 +679,32 @@ impl Emitter<'_> {
             _ => {}
         }
         let template = rule.template(self.target.sm_number());
-        if self.stack > 0
-            && (dfg.insts[inst].opcode().can_load() || dfg.insts[inst].opcode().can_store())
+        let op = dfg.insts[inst].opcode();
+        let address = match (op.can_load(), op.can_store(), dfg.inst_args(inst)) {
+            (true, _, &[addr, ..]) => Some(("a", addr)),
+            (_, true, &[_, addr, ..]) => Some(("b", addr)),
+            _ => None,
+        };
+        if let Some(line) = self.local_access(inst)? {
+            // A whole value at a constant, aligned offset of the stack
+            // slot: local memory, no alignment check.
+            self.line(&line);
+        } else if self.stack > 0
+            && let Some((slot, addr)) = address
+            && self.in_guest_memory(addr, 0)
         {
+            // An address of the guest's memory only: a global access,
+            // through the generic address converted once.
+            let global = self.scratch_reg(Class::B64, GLOBAL_ADDRESS);
+            let generic = self.reg(addr)?;
+            self.line(&format!("cvta.to.global.u64 {global}, {generic};"));
+            for (name, value) in &mut slots {
+                if *name == slot {
+                    value.clone_from(&global);
+                }
+            }
+            self.expand(template, &slots, &format!("L{i}"))?;
+        } else if self.stack > 0 && address.is_some() {
             // An address may be the thread's stack window (local memory)
             // or the guest's memory: generic accesses reach both.
             let generic: Vec<String> = template
@@ -675,6 +723,104 @@ impl Emitter<'_> {
             self.line(&line);
         }
         Ok(())
+    }
+
+    /// A `load` or `store` of a whole `i32`/`i64`/`f32`/`f64` whose address
+    /// is `stack_addr` at an offset its size divides (the slot is 16-byte
+    /// aligned): one `ld.local` / `st.local` of `__stack`.
+    fn local_access(&mut self, inst: Inst) -> Result<Option<String>, LowerError> {
+        let dfg = &self.func.dfg;
+        let (opcode, args) = (dfg.insts[inst].opcode(), dfg.inst_args(inst));
+        let (value, addr, load) = match (opcode, args) {
+            (Opcode::Load, &[addr]) => (dfg.first_result(inst), addr, true),
+            (Opcode::Store, &[value, addr]) => (value, addr, false),
+            _ => return Ok(None),
+        };
+        let (InstructionData::Load { offset, .. } | InstructionData::Store { offset, .. }) =
+            dfg.insts[inst]
+        else {
+            return Ok(None);
+        };
+        let Some(def) = dfg.value_def(dfg.resolve_aliases(addr)).inst() else {
+            return Ok(None);
+        };
+        let InstructionData::StackAddr {
+            offset: slot_offset,
+            ..
+        } = dfg.insts[def]
+        else {
+            return Ok(None);
+        };
+        let ty = dfg.value_type(value);
+        let at = i64::from(i32::from(slot_offset)) + i64::from(i32::from(offset));
+        let kind = match ty {
+            I32 => "u32",
+            I64 => "u64",
+            F32 => "f32",
+            F64 => "f64",
+            _ => return Ok(None),
+        };
+        let size = i64::from(ty.bytes());
+        if at < 0 || at % size != 0 || at + size > i64::from(self.stack) {
+            return Ok(None);
+        }
+        let reg = self.reg(value)?;
+        Ok(Some(if load {
+            format!("ld.local.{kind} {reg}, [__stack+{at}];")
+        } else {
+            format!("st.local.{kind} [__stack+{at}], {reg};")
+        }))
+    }
+
+    /// Whether `addr` is `mem_base` plus offsets (integers that hold no
+    /// address), never the stack window's: then an access through it is
+    /// global. Conservative: a `select`, `stack_addr` or a chain past 32
+    /// instructions is not. Block parameters and loaded values are
+    /// offsets: the translator computes each host address just before its
+    /// access, and no Wasm value (locals, globals, memory) ever holds one.
+    fn in_guest_memory(&self, addr: Value, depth: u32) -> bool {
+        self.pointer_roots(addr, depth) == Some(true)
+    }
+
+    /// `Some(true)`: `mem_base` plus offsets; `Some(false)`: an offset
+    /// (computed from no address); `None`: anything else.
+    fn pointer_roots(&self, value: Value, depth: u32) -> Option<bool> {
+        let dfg = &self.func.dfg;
+        let value = dfg.resolve_aliases(value);
+        if Some(value) == self.mem_base {
+            return Some(true);
+        }
+        if depth > 32 {
+            return None;
+        }
+        let Some(inst) = dfg.value_def(value).inst() else {
+            return Some(false);
+        };
+        match dfg.insts[inst].opcode() {
+            Opcode::StackAddr | Opcode::Select => None,
+            Opcode::Iadd => {
+                let [a, b] = dfg.inst_args(inst) else {
+                    return None;
+                };
+                match (
+                    self.pointer_roots(*a, depth + 1)?,
+                    self.pointer_roots(*b, depth + 1)?,
+                ) {
+                    (true, true) => None,
+                    (x, y) => Some(x || y),
+                }
+            }
+            op if op.can_load() => Some(false),
+            _ => {
+                // Integer arithmetic on offsets: every operand an offset.
+                for &arg in dfg.inst_args(inst) {
+                    if self.pointer_roots(arg, depth + 1)? {
+                        return None;
+                    }
+                }
+                Some(false)
+            }
+        }
     }
 
     fn trap_sites(&mut self) -> Result<(), LowerError> {

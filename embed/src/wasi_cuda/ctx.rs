@@ -795,7 +795,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                     ),
                 ));
             }
-            check_stack_window(kernel, &globals)?;
+            check_stack_window(kernel, &globals, guest.len as u64)?;
             params.extend(globals);
             if !guest.device_addressable {
                 return Err(AbiError::new(
@@ -1335,11 +1335,16 @@ const STATUS_BYTES: usize = status::BYTES;
 
 /// A Wasm kernel's arguments are values of its Wasm parameter types (guest
 /// offsets are `i32` values, not pointer descriptors).
-/// A kernel with a stack window runs only when the window lies above
-/// address 0: its stack pointer's launch value is at least the window's
-/// size (`docs/kernels.md`, "Globals and the shadow stack"; the translator
-/// relies on it to place frames at constant offsets).
-fn check_stack_window(kernel: &KernelInfo, globals: &[KernelParam]) -> Result<(), AbiError> {
+/// A kernel with a stack window runs only when the window lies in the
+/// guest's memory: its stack pointer's launch value is at least the
+/// window's size and at most the memory's (`docs/kernels.md`, "Globals and
+/// the shadow stack"; the translator relies on it to place frames at
+/// constant offsets with no bounds check).
+fn check_stack_window(
+    kernel: &KernelInfo,
+    globals: &[KernelParam],
+    mem_len: u64,
+) -> Result<(), AbiError> {
     let Some(window) = kernel.stack_window else {
         return Ok(());
     };
@@ -1349,7 +1354,22 @@ fn check_stack_window(kernel: &KernelInfo, globals: &[KernelParam]) -> Result<()
         .position(|g| g.index == window.global)
         .and_then(|at| globals.get(at));
     match sp {
-        Some(KernelParam::I32(sp)) if u64::from(sp.cast_unsigned()) >= window.bytes => Ok(()),
+        Some(KernelParam::I32(sp))
+            if (window.bytes..=mem_len).contains(&u64::from(sp.cast_unsigned())) =>
+        {
+            Ok(())
+        }
+        Some(KernelParam::I32(sp)) if u64::from(sp.cast_unsigned()) > mem_len => {
+            Err(AbiError::new(
+                Errno::EINVAL,
+                format!(
+                    "kernel `{}` has a stack window below its stack pointer, which is {} at \
+                     launch: past the end of the guest's memory ({mem_len} bytes)",
+                    kernel.name,
+                    sp.cast_unsigned()
+                ),
+            ))
+        }
         Some(KernelParam::I32(sp)) => Err(AbiError::new(
             Errno::EINVAL,
             format!(

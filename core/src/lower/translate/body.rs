@@ -18,8 +18,7 @@ use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
 use cranelift_codegen::ir::{
     AbiParam, Block, BlockCall, Endianness, ExtFuncData, ExternalName, FuncRef, Function, Inst,
-    InstBuilder, InstructionData, JumpTableData, MemFlagsData, Opcode, Signature, SourceLoc,
-    StackSlot, StackSlotData, StackSlotKind, Type, UserFuncName, Value,
+    InstBuilder, JumpTableData, MemFlagsData, Signature, SourceLoc, Type, UserFuncName, Value,
 };
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -30,6 +29,10 @@ use super::module::{ConstValue, GlobalKind, ModuleInfo, invalid};
 use super::{KernelGlobal, WasmType};
 use crate::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck, UnsupportedOp};
 
+mod window;
+
+use window::{Placement, Window, WindowAccess};
+
 /// A translator invariant broke (the detector or validation should have
 /// caught the input).
 fn internal(what: &str) -> LowerError {
@@ -38,13 +41,38 @@ fn internal(what: &str) -> LowerError {
 
 /// Translates defined function `func_index` (already checked by the
 /// detector, its call graph validated) into the kernel's CLIF function.
+/// A kernel with a small shadow-stack window is translated twice: the
+/// first translation finds its frame accesses at constant offsets, the
+/// second keeps the window in registers (`window`). Returns the function
+/// and whether its window lives in registers.
 pub(super) fn translate(
     module: &ModuleInfo<'_>,
     func_index: u32,
     params: &[WasmType],
     globals: &[KernelGlobal],
     stack: Option<(u32, u64)>,
-) -> Result<Function, LowerError> {
+) -> Result<(Function, bool), LowerError> {
+    let (function, plan) = translate_once(module, func_index, params, globals, stack, None)?;
+    match stack {
+        Some((_, bytes)) if window::promotable(bytes, &plan) => {
+            translate_once(module, func_index, params, globals, stack, Some(&plan))
+                .map(|(f, _)| (f, true))
+        }
+        _ => Ok((function, false)),
+    }
+}
+
+/// One translation; with `plan` (the first translation's placements of
+/// the loads and stores), the window lives in registers. Returns the
+/// function and, without `plan`, the placements it found.
+fn translate_once(
+    module: &ModuleInfo<'_>,
+    func_index: u32,
+    params: &[WasmType],
+    globals: &[KernelGlobal],
+    stack: Option<(u32, u64)>,
+    plan: Option<&[Placement]>,
+) -> Result<(Function, Vec<Placement>), LowerError> {
     let abi = KernelAbi {
         wasm_params: params.len() + globals.len(),
     };
@@ -115,7 +143,7 @@ pub(super) fn translate(
             .find(|g| g.index == sp)
             .map(|g| g.launch)
             .ok_or_else(|| internal("the stack pointer is not among the kernel's globals"))?;
-        Ok::<_, LowerError>(stack_window(&mut builder, sp, bytes, launch))
+        Ok::<_, LowerError>(window::stack_window(&mut builder, sp, bytes, launch, plan))
     });
     let window = window.transpose()?;
 
@@ -143,6 +171,7 @@ pub(super) fn translate(
         for g in &t.globals {
             t.builder.def_var(g.var, g.launch);
         }
+        t.reset_window();
         t.time_check();
         t.inline(func_index, &values[..params.len()])
             .map(|results| results.is_some())
@@ -153,14 +182,15 @@ pub(super) fn translate(
         core::mem::take(&mut translator.window_accesses),
     );
     drop(translator);
-    if let Some(window) = &window {
-        resolve_frame_accesses(&mut function, window, &accesses);
-    }
+    let placements = match &window {
+        Some(window) => window::resolve_frame_accesses(&mut function, window, &accesses),
+        None => Vec::new(),
+    };
     // No `finalize`: its `TargetFrontendConfig` needs target-lexicon's
     // `PointerWidth`, which no_std Cranelift does not re-export, and it only
     // adds debug checks (the verifier's, stricter, run in `translate_kernel`)
     // and stack maps (a kernel has no GC values).
-    Ok(function)
+    Ok((function, placements))
 }
 
 /// The kernel's hidden parameters the translator reads, and the runtime
@@ -187,7 +217,7 @@ struct Translator<'m, 'a, 'f> {
     /// The thread's shadow-stack window, if the kernel makes stack frames.
     window: Option<Window>,
     /// The loads' and stores' choices between the window and the guest's
-    /// memory, for [`resolve_frame_accesses`].
+    /// memory, for [`window::resolve_frame_accesses`].
     window_accesses: Vec<WindowAccess>,
 }
 
@@ -197,231 +227,6 @@ struct ThreadGlobal {
     var: Variable,
     /// Its value at launch (a kernel parameter).
     launch: Value,
-}
-
-/// The shadow-stack window (`docs/kernels.md`, "Globals and the shadow stack"): the
-/// `bytes` below the stack pointer's launch value are the thread's own, in
-/// a stack slot of the kernel (PTX local memory; the native stack on the
-/// CPU), zeroed when the thread starts.
-struct Window {
-    /// The stack pointer's global index.
-    sp: u32,
-    bytes: u64,
-    /// The slot.
-    slot: StackSlot,
-    /// The slot's address.
-    base: Value,
-    /// The window's lowest Wasm address (`i64`, the stack pointer's launch
-    /// value minus `bytes`; below 0 when the stack pointer starts low).
-    low: Value,
-    /// The stack pointer's launch value (`i32`, a kernel parameter).
-    sp_launch: Value,
-}
-
-/// A load's or store's address choice between the window and the guest's
-/// memory (a `select`), for [`resolve_frame_accesses`]: the Wasm address
-/// is `index + offset`.
-struct WindowAccess {
-    select: Inst,
-    /// The Wasm `i32` address operand.
-    index: Value,
-    offset: u64,
-    bytes: u32,
-}
-
-/// Makes the thread's stack window: the slot, zeroed 8 bytes at a time,
-/// and its bounds. Emitted in the entry block, so its values dominate the
-/// whole kernel.
-fn stack_window(b: &mut FunctionBuilder<'_>, sp: u32, bytes: u64, sp_launch: Value) -> Window {
-    let size = u32::try_from(bytes).unwrap_or(u32::MAX);
-    let slot = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 4));
-    let base = b.ins().stack_addr(I64, slot, 0);
-    let wide = b.ins().uextend(I64, sp_launch);
-    let low = b.ins().iadd_imm_s(wide, -(bytes.cast_signed()));
-    let zero = b.ins().iconst(I64, 0);
-    let flags = MemFlagsData::new().with_endianness(Endianness::Little);
-    if bytes <= UNROLLED_ZEROING {
-        // Stores at constant offsets: a window whose every access is at a
-        // constant offset can then live in registers.
-        for at in (0..bytes).step_by(8) {
-            let addr = b
-                .ins()
-                .stack_addr(I64, slot, i32::try_from(at).unwrap_or(0));
-            b.ins().store(flags, zero, addr, 0);
-        }
-    } else {
-        let zero_loop = b.create_block();
-        let at = b.append_block_param(zero_loop, I64);
-        let done = b.create_block();
-        b.ins().jump(zero_loop, &[zero.into()]);
-        b.switch_to_block(zero_loop);
-        let addr = b.ins().iadd(base, at);
-        b.ins().store(flags, zero, addr, 0);
-        let next = b.ins().iadd_imm_s(at, 8);
-        let more = b
-            .ins()
-            .icmp_imm_u(IntCC::UnsignedLessThan, next, bytes.cast_signed());
-        b.ins().brif(more, zero_loop, &[next.into()], done, &[]);
-        b.seal_block(zero_loop);
-        b.seal_block(done);
-        b.switch_to_block(done);
-    }
-    Window {
-        sp,
-        bytes,
-        slot,
-        base,
-        low,
-        sp_launch,
-    }
-}
-
-/// Windows up to this many bytes are zeroed by straight-line stores.
-const UNROLLED_ZEROING: u64 = 256;
-
-/// The frame accesses whose Wasm address is the stack pointer's launch
-/// value plus a constant (`sp0 + k`, through any chain of `i32.add` /
-/// `i32.sub` of constants, locals and loop parameters that carry the same
-/// value on every edge) and lies wholly in the window: their address
-/// becomes the slot's at a constant offset (`stack_addr`), with no select
-/// between the window and the guest's memory, so the device can keep the
-/// frame in registers or local memory. Exact because the host launches a
-/// kernel with a window only when `sp0 >= bytes` (`docs/kernels.md`), so
-/// `sp0 + k` never wraps for `-bytes <= k < 0`. The bounds check before each
-/// access stays as it was.
-fn resolve_frame_accesses(func: &mut Function, window: &Window, accesses: &[WindowAccess]) {
-    let known = SpOffsets::of(func, window.sp_launch);
-    let w = window.bytes.cast_signed();
-    for access in accesses {
-        let Some(k) = known.offset(func, access.index) else {
-            continue;
-        };
-        let at = w + k + access.offset.cast_signed();
-        if at < 0 || at > w - i64::from(access.bytes) {
-            continue;
-        }
-        let Ok(at) = i32::try_from(at) else { continue };
-        func.replace(access.select).stack_addr(I64, window.slot, at);
-    }
-}
-
-/// What is known of an `i32` value relative to the stack pointer's launch
-/// value.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum SpOffset {
-    /// Not seen yet (block parameters, optimistically).
-    Unseen,
-    /// `sp0 + k`.
-    Known(i64),
-    /// Anything else.
-    Unknown,
-}
-
-/// Block parameters' [`SpOffset`]s, to a fixed point over every edge.
-struct SpOffsets {
-    sp_launch: Value,
-    params: alloc::collections::BTreeMap<Value, SpOffset>,
-}
-
-impl SpOffsets {
-    fn of(func: &Function, sp_launch: Value) -> SpOffsets {
-        let mut incoming: alloc::collections::BTreeMap<Value, Vec<Value>> =
-            alloc::collections::BTreeMap::new();
-        for block in func.layout.blocks() {
-            let Some(last) = func.layout.last_inst(block) else {
-                continue;
-            };
-            for call in func.dfg.insts[last]
-                .branch_destination(&func.dfg.jump_tables, &func.dfg.exception_tables)
-            {
-                let dest = call.block(&func.dfg.value_lists);
-                let params = func.dfg.block_params(dest);
-                for (&param, arg) in params.iter().zip(call.args(&func.dfg.value_lists)) {
-                    if func.dfg.value_type(param) == I32
-                        && let Some(arg) = arg.as_value()
-                    {
-                        incoming.entry(param).or_default().push(arg);
-                    }
-                }
-            }
-        }
-        let mut table = SpOffsets {
-            sp_launch,
-            params: incoming.keys().map(|&p| (p, SpOffset::Unseen)).collect(),
-        };
-        // Each parameter only moves down (Unseen, Known, Unknown): this ends.
-        let mut changed = true;
-        while changed {
-            changed = false;
-            for (param, args) in &incoming {
-                let mut meet = SpOffset::Unseen;
-                for &arg in args {
-                    meet = match (meet, table.state(func, arg, 0)) {
-                        (m, SpOffset::Unseen) => m,
-                        (SpOffset::Unseen, s) => s,
-                        (SpOffset::Known(a), SpOffset::Known(b)) if a == b => meet,
-                        _ => SpOffset::Unknown,
-                    };
-                }
-                if table.params.get(param) != Some(&meet) {
-                    table.params.insert(*param, meet);
-                    changed = true;
-                }
-            }
-        }
-        table
-    }
-
-    /// `value`'s offset from the stack pointer's launch value, if known.
-    fn offset(&self, func: &Function, value: Value) -> Option<i64> {
-        match self.state(func, value, 0) {
-            SpOffset::Known(k) => Some(k),
-            _ => None,
-        }
-    }
-
-    fn state(&self, func: &Function, value: Value, depth: u32) -> SpOffset {
-        let value = func.dfg.resolve_aliases(value);
-        if value == self.sp_launch {
-            return SpOffset::Known(0);
-        }
-        if depth > 64 {
-            return SpOffset::Unknown;
-        }
-        if let Some(state) = self.params.get(&value) {
-            return *state;
-        }
-        let Some(inst) = func.dfg.value_def(value).inst() else {
-            return SpOffset::Unknown;
-        };
-        let constant = |v: Value| match func.dfg.value_def(func.dfg.resolve_aliases(v)).inst() {
-            Some(i) => match func.dfg.insts[i] {
-                InstructionData::UnaryImm {
-                    opcode: Opcode::Iconst,
-                    imm,
-                } => Some(i64::from(imm.bits() as i32)),
-                _ => None,
-            },
-            None => None,
-        };
-        let args = func.dfg.inst_args(inst);
-        let (sign, base, c) = match (func.dfg.insts[inst].opcode(), args) {
-            (Opcode::Iadd, &[a, b]) => match (constant(a), constant(b)) {
-                (_, Some(c)) => (1, a, c),
-                (Some(c), _) => (1, b, c),
-                _ => return SpOffset::Unknown,
-            },
-            (Opcode::Isub, &[a, b]) => match constant(b) {
-                Some(c) => (-1, a, c),
-                None => return SpOffset::Unknown,
-            },
-            _ => return SpOffset::Unknown,
-        };
-        match self.state(func, base, depth + 1) {
-            SpOffset::Known(k) => SpOffset::Known(k + sign * c),
-            other => other,
-        }
-    }
 }
 
 /// The state of one (inlined) function's translation.
@@ -1172,7 +977,6 @@ impl<'m> Translator<'m, '_, '_> {
         memarg: &MemArg,
         access: Access,
     ) -> Result<(), LowerError> {
-        let flags = MemFlagsData::new().with_endianness(Endianness::Little);
         match access {
             Access::Load(kind, ty) => {
                 let index = st.pop()?;
@@ -1182,16 +986,11 @@ impl<'m> Translator<'m, '_, '_> {
                     Load::U16 | Load::S16 => 2,
                     Load::U32 | Load::S32 => 4,
                 };
-                let addr = self.address(index, memarg.offset, bytes);
-                let ins = self.builder.ins();
-                let value = match kind {
-                    Load::Full => ins.load(ty, flags, addr, 0),
-                    Load::U8 => ins.uload8(ty, flags, addr, 0),
-                    Load::S8 => ins.sload8(ty, flags, addr, 0),
-                    Load::U16 => ins.uload16(ty, flags, addr, 0),
-                    Load::S16 => ins.sload16(ty, flags, addr, 0),
-                    Load::U32 => ins.uload32(flags, addr, 0),
-                    Load::S32 => ins.sload32(flags, addr, 0),
+                let value = if self.window_promoted() {
+                    self.promoted_load(index, memarg.offset, bytes, kind, ty)?
+                } else {
+                    let addr = self.address(index, memarg.offset, bytes);
+                    emit_load(&mut self.builder, kind, ty, addr)
                 };
                 st.stack.push(value);
             }
@@ -1204,22 +1003,40 @@ impl<'m> Translator<'m, '_, '_> {
                     Store::Low16 => 2,
                     Store::Low32 => 4,
                 };
-                let addr = self.address(index, memarg.offset, bytes);
-                let ins = self.builder.ins();
-                match kind {
-                    Store::Full => ins.store(flags, value, addr, 0),
-                    Store::Low8 => ins.istore8(flags, value, addr, 0),
-                    Store::Low16 => ins.istore16(flags, value, addr, 0),
-                    Store::Low32 => ins.istore32(flags, value, addr, 0),
-                };
+                if self.window_promoted() {
+                    self.promoted_store(index, memarg.offset, bytes, kind, value)?;
+                } else {
+                    let addr = self.address(index, memarg.offset, bytes);
+                    emit_store(&mut self.builder, kind, value, addr);
+                }
             }
         }
         Ok(())
     }
 
     /// `ea = uextend(index) + offset`; trap unless `ea + bytes <= mem_len`;
-    /// the host address `mem_base + ea`.
+    /// the host address ([`Self::host_address`]), recorded for
+    /// [`window::resolve_frame_accesses`] when the kernel has a window.
     fn address(&mut self, wasm_index: Value, offset: u64, bytes: u32) -> Value {
+        let (ea, check) = self.checked_ea(wasm_index, offset, bytes);
+        let addr = self.host_address(ea, bytes);
+        if self.window.is_some()
+            && let Some(select) = self.builder.func.dfg.value_def(addr).inst()
+        {
+            self.window_accesses.push(WindowAccess {
+                select,
+                check,
+                index: wasm_index,
+                offset,
+                bytes,
+            });
+        }
+        addr
+    }
+
+    /// `ea = uextend(index) + offset` (`i64`); traps unless `ea + bytes <=
+    /// mem_len`. Returns `ea` and the check (its `trapnz`).
+    fn checked_ea(&mut self, wasm_index: Value, offset: u64, bytes: u32) -> (Value, Inst) {
         let ins = self.builder.ins();
         let index = ins.uextend(I64, wasm_index);
         // Both are below 2^32 (memory64 is refused), so the sums cannot wrap.
@@ -1232,40 +1049,11 @@ impl<'m> Translator<'m, '_, '_> {
             self.builder
                 .ins()
                 .icmp(IntCC::UnsignedGreaterThan, end, self.hidden.mem_len);
-        self.builder
+        let check = self
+            .builder
             .ins()
             .trapnz(out_of_bounds, KernelTrap::HeapOutOfBounds.trap_code());
-        let addr = self.host_address(ea, bytes);
-        if self.window.is_some()
-            && let Some(select) = self.builder.func.dfg.value_def(addr).inst()
-        {
-            self.window_accesses.push(WindowAccess {
-                select,
-                index: wasm_index,
-                offset,
-                bytes,
-            });
-        }
-        addr
-    }
-
-    /// The host address of `bytes` bytes at Wasm address `ea` (`i64`,
-    /// already bounds-checked): in the thread's stack window when they lie
-    /// wholly inside it, else in the guest's memory.
-    fn host_address(&mut self, ea: Value, bytes: u32) -> Value {
-        let shared = self.builder.ins().iadd(self.hidden.mem_base, ea);
-        let Some(w) = &self.window else {
-            return shared;
-        };
-        let (base, low, last) = (w.base, w.low, w.bytes - u64::from(bytes));
-        let ins = self.builder.ins();
-        let into = ins.isub(ea, low);
-        let inside =
-            self.builder
-                .ins()
-                .icmp_imm_u(IntCC::UnsignedLessThanOrEqual, into, last.cast_signed());
-        let private = self.builder.ins().iadd(base, into);
-        self.builder.ins().select(inside, private, shared)
+        (ea, check)
     }
 
     /// The thread's copy of mutable global `index`.
@@ -1367,6 +1155,8 @@ impl<'m> Translator<'m, '_, '_> {
         n: Value,
         mut step: impl FnMut(&mut Self, i64, Type, Value),
     ) {
+        // A promoted window is reached by address here (`host_address`).
+        self.spill_window();
         let three = self.builder.ins().iconst(I64, 3);
         let low = self.builder.ins().band(bits, three);
         let words = self.builder.create_block();
@@ -1395,6 +1185,7 @@ impl<'m> Translator<'m, '_, '_> {
         }
         self.builder.seal_block(done);
         self.builder.switch_to_block(done);
+        self.reload_window();
     }
 
     /// `call_indirect` through a table whose contents are fixed (the
@@ -1491,6 +1282,33 @@ impl<'m> Translator<'m, '_, '_> {
         }
         Ok(())
     }
+}
+
+/// A load of `kind` to `ty` from host address `addr`, little endian.
+fn emit_load(b: &mut FunctionBuilder<'_>, kind: Load, ty: Type, addr: Value) -> Value {
+    let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+    let ins = b.ins();
+    match kind {
+        Load::Full => ins.load(ty, flags, addr, 0),
+        Load::U8 => ins.uload8(ty, flags, addr, 0),
+        Load::S8 => ins.sload8(ty, flags, addr, 0),
+        Load::U16 => ins.uload16(ty, flags, addr, 0),
+        Load::S16 => ins.sload16(ty, flags, addr, 0),
+        Load::U32 => ins.uload32(flags, addr, 0),
+        Load::S32 => ins.sload32(flags, addr, 0),
+    }
+}
+
+/// A store of `kind` of `value` to host address `addr`, little endian.
+fn emit_store(b: &mut FunctionBuilder<'_>, kind: Store, value: Value, addr: Value) {
+    let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+    let ins = b.ins();
+    match kind {
+        Store::Full => ins.store(flags, value, addr, 0),
+        Store::Low8 => ins.istore8(flags, value, addr, 0),
+        Store::Low16 => ins.istore16(flags, value, addr, 0),
+        Store::Low32 => ins.istore32(flags, value, addr, 0),
+    };
 }
 
 /// Emits a one-operand operator.

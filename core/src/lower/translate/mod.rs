@@ -140,6 +140,9 @@ pub struct StackWindow {
     pub global: u32,
     /// The window's size: a multiple of 16, at most [`MAX_STACK_WINDOW`].
     pub bytes: u64,
+    /// Whether it lives in registers (`docs/kernels.md`, "Where the window
+    /// lives"), else in a local slot.
+    pub registers: bool,
 }
 
 /// A kernel translated to CLIF.
@@ -209,7 +212,8 @@ pub fn translate_kernel_within(
             ))),
         })
         .collect::<Result<_, _>>()?;
-    let function = body::translate(&module, func_index, &params, &globals, detected.stack)?;
+    let (function, registers) =
+        body::translate(&module, func_index, &params, &globals, detected.stack)?;
 
     #[cfg(debug_assertions)]
     {
@@ -228,9 +232,11 @@ pub fn translate_kernel_within(
         name: module.kernel_name(func_index),
         params,
         globals,
-        stack_window: detected
-            .stack
-            .map(|(global, bytes)| StackWindow { global, bytes }),
+        stack_window: detected.stack.map(|(global, bytes)| StackWindow {
+            global,
+            bytes,
+            registers,
+        }),
         size: detected.size,
     })
 }

@@ -19,6 +19,11 @@
 //!   does not inline (`accumulate`) updates through a `&mut [f32; 8]`: a
 //!   stack frame at constant offsets, the usual shape of Rust code that
 //!   passes structs and arrays by reference.
+//! - `gather_inline(x, out, n, rot, len)`: `gather_frame` with the helper
+//!   inlined (`accumulate_inline`), so LLVM keeps the accumulators in
+//!   registers: the same kernel written without a frame, the reference
+//!   `gather_frame` is measured against (`x`'s length a separate argument
+//!   so that it keeps `gather_frame`'s bounds checks).
 
 #![cfg_attr(not(test), no_std)]
 
@@ -184,5 +189,56 @@ pub unsafe extern "C" fn gather_frame(x: *const f32, out: *mut f32, n: usize, ro
         accumulate(&mut acc, x, i, j, n);
         j += 8;
     }
+    out[i] = weigh(&acc, rot);
+}
+
+/// [`accumulate`], inlined into its caller: the caller's `acc` then lives
+/// in registers, not in a frame.
+#[inline(always)]
+fn accumulate_inline(acc: &mut [f32; 8], x: &[f32], i: usize, j: usize, n: usize) {
+    for (k, a) in acc.iter_mut().enumerate() {
+        *a += x[gather_index(i, j + k, n)];
+    }
+}
+
+/// `gather_frame` without a frame: the same source with the helper
+/// inlined, its loop of eight calls ([`STEPS`] loads) unrolled as LLVM
+/// unrolls `gather_frame`'s. `x`'s length comes as its own argument `len` (equal to `n`),
+/// as the helper sees it in `gather_frame`: LLVM cannot prove the indices
+/// in bounds, so both kernels keep the same 64 bounds checks per thread
+/// and differ only in the frame.
+///
+/// # Safety
+/// `x` points at `len` `f32`s, `out` at `n`; `n` is a power of two no
+/// larger than `len`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gather_inline(
+    x: *const f32,
+    out: *mut f32,
+    n: usize,
+    rot: usize,
+    len: usize,
+) {
+    // SAFETY: the caller's promise.
+    let (x, out) = unsafe {
+        (
+            core::slice::from_raw_parts(x, len),
+            core::slice::from_raw_parts_mut(out, n),
+        )
+    };
+    let i = global_id();
+    if i >= n {
+        return;
+    }
+    let mut acc = [0.0f32; 8];
+    // Unrolled as LLVM unrolls `gather_frame`'s loop of calls.
+    accumulate_inline(&mut acc, x, i, 0, n);
+    accumulate_inline(&mut acc, x, i, 8, n);
+    accumulate_inline(&mut acc, x, i, 16, n);
+    accumulate_inline(&mut acc, x, i, 24, n);
+    accumulate_inline(&mut acc, x, i, 32, n);
+    accumulate_inline(&mut acc, x, i, 40, n);
+    accumulate_inline(&mut acc, x, i, 48, n);
+    accumulate_inline(&mut acc, x, i, 56, n);
     out[i] = weigh(&acc, rot);
 }
