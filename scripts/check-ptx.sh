@@ -7,7 +7,9 @@
 # lower --test ptx` lowers its test kernels once per target (sm_75 and sm_80
 # with PTX ISA 7.0, sm_90 with 7.8) into target/ptx-out/<kernel>.sm_XX.ptx,
 # and embed's `kernel_ops` test lowers one Wasm kernel per operator (each
-# target with its oldest ISA) into target/ptx-out/kernel_ops.<op>.sm_XX.ptx;
+# target with its oldest ISA) into target/ptx-out/kernel_ops.<op>.sm_XX.ptx,
+# and `kernel_atomics` every atomic kernel (the SDK's intrinsics among them)
+# into target/ptx-out/kernel_atomics.<export>.sm_XX.ptx;
 # each file is assembled for the target its `.target` line names.
 # ptxas runs without a GPU; it comes from the PyPI wheel nvidia-cuda-nvcc-cu12
 # (installed under target/tools/ when not on PATH or in $PTXAS).
@@ -49,6 +51,7 @@ cargo test -q -p tensorwasm-core --features lower --lib -- lower::table lower::p
 rm -rf target/ptx-out
 cargo test -q -p tensorwasm-core --features lower --test ptx
 cargo test -q -p tensorwasm-embed --test kernel_ops -- ptx_for_every_kernel
+cargo test -q -p tensorwasm-embed --test kernel_atomics -- ptx_for_every_atomic_kernel
 lowered=0
 for f in target/ptx-out/*.ptx; do
   [ -e "$f" ] || continue

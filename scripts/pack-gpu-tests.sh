@@ -10,8 +10,8 @@
 # `tensorwasm devices`, and writes one log per binary plus summary.txt to $OUT.
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
 # of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest`,
-# `rust_kernels`, `kernel_stack`, `wasi_guest`, `tenants_stress`, `kernel_limits` and
-# `gpu_kernel_diff` test targets are packed (the others run in CI and each carries a
+# `rust_kernels`, `kernel_stack`, `wasi_guest`, `tenants_stress`, `kernel_limits`,
+# `gpu_kernel_diff` and `kernel_atomics` test targets are packed (the others run in CI and each carries a
 # whole wasmtime).
 # The example guests go along too (examples/*.wat, and the Rust guests if
 # guest/ has been built; run.sh points the `mlp_guest` and `rust_kernels` tests at
@@ -46,7 +46,7 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff", "kernel_atomics"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]
@@ -150,7 +150,7 @@ if [ -f examples/vector_add_guest.wasm ]; then
          "--invoke device_buffers examples/vector_add_guest.wasm 16777216")
 fi
 if [ -f examples/rust_kernels.wasm ]; then
-  for k in run_saxpy_unchecked run_saxpy run_matmul run_row_sums run_pad_rows run_activations; do
+  for k in run_saxpy_unchecked run_saxpy run_matmul run_row_sums run_pad_rows run_activations run_histogram run_atomic_dot; do
     runs+=("--invoke $k examples/rust_kernels.wasm")
   done
 fi

@@ -674,7 +674,7 @@ fn table_sweep() -> Kernel {
                     match row.cond {
                         Some(Cond::Int(cc)) => b.ins().IntCompare(op, ty, cc, x, y).0,
                         Some(Cond::Float(cc)) => b.ins().FloatCompare(op, ty, cc, x, y).0,
-                        None => unreachable!(),
+                        Some(Cond::Rmw(_)) | None => unreachable!(),
                     }
                 }
                 Opcode::Select => {
@@ -687,6 +687,28 @@ fn table_sweep() -> Kernel {
                     let flags = b.func.dfg.mem_flags.insert(MemFlagsData::new()).unwrap();
                     b.ins().LoadNoOffset(op, ty, flags, x).0
                 }
+                Opcode::AtomicRmw | Opcode::AtomicCas | Opcode::AtomicLoad | Opcode::AtomicStore => {
+                    let addr = guest_addr(b, p, p.wasm[1], slot, 8);
+                    let flags = MemFlagsData::trusted().with_endianness(Endianness::Little);
+                    let (x, y) = (sample(b, p, ty), sample(b, p, ty));
+                    match (op, row.cond) {
+                        (Opcode::AtomicRmw, Some(Cond::Rmw(rmw))) => {
+                            let v = b.ins().atomic_rmw(ty, flags, rmw, addr, x);
+                            b.func.dfg.value_def(v).unwrap_inst()
+                        }
+                        (Opcode::AtomicCas, _) => {
+                            let v = b.ins().atomic_cas(flags, addr, x, y);
+                            b.func.dfg.value_def(v).unwrap_inst()
+                        }
+                        (Opcode::AtomicLoad, _) => {
+                            let v = b.ins().atomic_load(ty, flags, addr);
+                            b.func.dfg.value_def(v).unwrap_inst()
+                        }
+                        (Opcode::AtomicStore, _) => b.ins().atomic_store(flags, x, addr),
+                        _ => unreachable!("an atomic row without its operation"),
+                    }
+                }
+                Opcode::Fence => b.ins().fence(),
                 _ if op.can_load() => {
                     let addr = guest_addr(b, p, p.wasm[1], slot, 8);
                     let flags: MemFlags = b.func.dfg.mem_flags.insert(little()).unwrap();

@@ -665,6 +665,7 @@ impl Reference {
             wasmtime::Trap::TableOutOfBounds => KernelTrap::TableOutOfBounds,
             wasmtime::Trap::IndirectCallToNull => KernelTrap::IndirectCallToNull,
             wasmtime::Trap::BadSignature => KernelTrap::BadSignature,
+            wasmtime::Trap::HeapMisaligned => KernelTrap::HeapMisaligned,
             other => panic!("unexpected wasmtime trap {other:?}"),
         };
         Outcome::Trapped { trap, offset }

@@ -73,6 +73,9 @@ where
         // Tenants' guest code is bounded by fuel (deterministic, and time
         // spent waiting for the GPU costs none); trusted stores get all of it.
         config.consume_fuel(true);
+        // Wasm's atomic operators (the threads proposal), which kernels use
+        // (docs/kernels.md, "Atomics"); guests' memories stay unshared.
+        config.wasm_threads(true);
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasi::add_to_linker(

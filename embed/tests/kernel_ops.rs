@@ -50,7 +50,7 @@ use std::time::Instant;
 
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
-use cranelift_codegen::ir::{Opcode, Type};
+use cranelift_codegen::ir::{AtomicRmwOp, Opcode, Type};
 use ops::{
     ARGS, Compare, Family, Inputs, LOAD_WINDOW, LOAD_WINDOW_LEN, MEM_LEN, MIRROR_DELTA, OPERANDS,
     OUT, OUT_FUNCTION, OUT_LAUNCH, Op, Rng, STATE, STORE_AREA, STORE_AREA_LEN, TAIL,
@@ -208,6 +208,7 @@ where
             wasmtime::Trap::TableOutOfBounds => KernelTrap::TableOutOfBounds,
             wasmtime::Trap::IndirectCallToNull => KernelTrap::IndirectCallToNull,
             wasmtime::Trap::BadSignature => KernelTrap::BadSignature,
+            wasmtime::Trap::HeapMisaligned => KernelTrap::HeapMisaligned,
             other => panic!("unexpected wasmtime trap {other:?}"),
         };
         // wasmtime's optimizer turns a branch into a block that only traps
@@ -373,7 +374,12 @@ where
         ));
     }
 
-    // wasmtime, input by input.
+    // wasmtime, input by input, on the memory as the launch found it: the
+    // store area's mirror, and the tail put back (an atomic
+    // read-modify-write there is not idempotent, as a store is).
+    if let Inputs::Store { .. } = op.inputs {
+        guest.write(TAIL, &before[TAIL as usize..MEM_LEN as usize]);
+    }
     let reference = guest.func(&op.ref_export());
     let mut expected = Vec::with_capacity(n);
     for row in &rows {
@@ -438,27 +444,26 @@ where
                     findings.add(context(format!("{slot:#x} (wrote past the result)")));
                 }
             }
-            (None, Outcome::Done(None)) => {
-                // A store: the thread's 16-byte window, or the tail.
-                let Inputs::Store { offset, .. } = op.inputs else {
-                    unreachable!()
-                };
-                let ea = (row[0] + u64::from(offset)) as usize;
-                let (kernel, wasmtime) = if ea >= TAIL as usize {
-                    let r = TAIL as usize..MEM_LEN as usize;
-                    (&after[r.clone()], &mirrored[r])
-                } else {
-                    let start = STORE_AREA as usize + 16 * i;
-                    let mirror = start + MIRROR_DELTA as usize;
-                    (&after[start..start + 16], &mirrored[mirror..mirror + 16])
-                };
-                if kernel != wasmtime {
-                    findings.add(context(format!(
-                        "stored bytes {kernel:02x?}, wasmtime's {wasmtime:02x?}"
-                    )));
-                }
-            }
+            (None, Outcome::Done(None)) => {}
             _ => unreachable!("a reference outcome of the wrong shape"),
+        }
+        // A store, or an atomic read-modify-write: the bytes it left in the
+        // thread's 16-byte window, or in the tail.
+        if let Inputs::Store { offset, .. } = op.inputs {
+            let ea = (row[0] + u64::from(offset)) as usize;
+            let (kernel, wasmtime) = if ea >= TAIL as usize {
+                let r = TAIL as usize..MEM_LEN as usize;
+                (&after[r.clone()], &mirrored[r])
+            } else {
+                let start = STORE_AREA as usize + 16 * i;
+                let mirror = start + MIRROR_DELTA as usize;
+                (&after[start..start + 16], &mirrored[mirror..mirror + 16])
+            };
+            if kernel != wasmtime {
+                findings.add(context(format!(
+                    "stored bytes {kernel:02x?}, wasmtime's {wasmtime:02x?}"
+                )));
+            }
         }
     }
 
@@ -688,6 +693,7 @@ family_tests!(
     stores,
     control,
     compiler_output,
+    atomics,
 );
 
 // ---------------------------------------------------------------------------
@@ -702,9 +708,9 @@ family_tests!(
 const NO_WASM_SOURCE: &[(Opcode, Type, Option<Type>, Option<Cond>)] = &[
     // Comparisons make i8 flags and constants are i32/i64: no i8 constant.
     (Opcode::Iconst, I8, None, None),
-    // Wasm has no bitwise not (`x ^ -1` is a bxor), and the translator's
+    // Wasm has no bitwise not (`x ^ -1` is a bxor; only the atomics'
+    // compare-and-swap loops invert their i32 masks), and the translator's
     // guards combine i8 flags with band only.
-    (Opcode::Bnot, I32, None, None),
     (Opcode::Bnot, I64, None, None),
     (Opcode::Bnot, I8, None, None),
     (Opcode::Bor, I8, None, None),
@@ -757,6 +763,32 @@ const NO_WASM_SOURCE: &[(Opcode, Type, Option<Type>, Option<Cond>)] = &[
     (Opcode::Trapnz, I32, None, None),
     (Opcode::Trapnz, I64, None, None),
     (Opcode::Trapz, I8, None, None),
+    // Signed and unsigned min and max are the SDK's atomic intrinsics
+    // (`kernel_atomics` lowers them), not Wasm operators.
+    (
+        Opcode::AtomicRmw,
+        I32,
+        None,
+        Some(Cond::Rmw(AtomicRmwOp::Smin)),
+    ),
+    (
+        Opcode::AtomicRmw,
+        I32,
+        None,
+        Some(Cond::Rmw(AtomicRmwOp::Smax)),
+    ),
+    (
+        Opcode::AtomicRmw,
+        I32,
+        None,
+        Some(Cond::Rmw(AtomicRmwOp::Umin)),
+    ),
+    (
+        Opcode::AtomicRmw,
+        I32,
+        None,
+        Some(Cond::Rmw(AtomicRmwOp::Umax)),
+    ),
 ];
 
 const fn fcmp(ty: Type, cc: FloatCC) -> (Opcode, Type, Option<Type>, Option<Cond>) {

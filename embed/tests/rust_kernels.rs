@@ -151,4 +151,6 @@ exports! {
     run_row_sums: row_sums_on_a_stack_array_on_the_cpu_driver, row_sums_on_a_stack_array_on_the_gpu;
     run_pad_rows: copy_and_fill_rows_on_the_cpu_driver, copy_and_fill_rows_on_the_gpu;
     run_activations: dyn_trait_activations_on_the_cpu_driver, dyn_trait_activations_on_the_gpu;
+    run_histogram: histogram_by_global_atomics_on_the_cpu_driver, histogram_by_global_atomics_on_the_gpu;
+    run_atomic_dot: float_and_int_atomic_sums_on_the_cpu_driver, float_and_int_atomic_sums_on_the_gpu;
 }

@@ -41,7 +41,13 @@ pub struct Body {
 
 /// Operators whose presence in a compared kernel the tally counts: what
 /// compilers emit and the translator gained.
-pub const TRACKED: [&str; 4] = ["call_indirect", "global.set", "memory.copy", "memory.fill"];
+pub const TRACKED: [&str; 5] = [
+    "call_indirect",
+    "global.set",
+    "memory.copy",
+    "memory.fill",
+    "atomics",
+];
 
 impl Facts {
     pub fn parse(wasm: &[u8]) -> Facts {
@@ -150,6 +156,8 @@ impl Facts {
                             Operator::GlobalSet { .. } => uses.push(TRACKED[1]),
                             Operator::MemoryCopy { .. } => uses.push(TRACKED[2]),
                             Operator::MemoryFill { .. } => uses.push(TRACKED[3]),
+                            // The threads operators (and `atomic.fence`).
+                            op if format!("{op:?}").contains("Atomic") => uses.push(TRACKED[4]),
                             _ => {}
                         }
                     }

@@ -60,7 +60,9 @@ pub fn smith_config(
         exceptions_enabled: false,
         simd_enabled: false,
         relaxed_simd_enabled: false,
-        threads_enabled: false,
+        // The threads proposal's atomics (docs/kernels.md, "Atomics");
+        // `wait`/`notify`, which kernels refuse, keep the refusal covered.
+        threads_enabled: true,
         shared_everything_threads_enabled: false,
         tail_call_enabled: false,
         wide_arithmetic_enabled: false,

@@ -190,7 +190,8 @@ pub fn engine() -> &'static wasmtime::Engine {
             .consume_fuel(true)
             .signals_based_traps(false)
             .parallel_compilation(false)
-            .cranelift_nan_canonicalization(false);
+            .cranelift_nan_canonicalization(false)
+            .wasm_threads(true);
         wasmtime::Engine::new(&config).expect("the reference engine")
     })
 }
@@ -269,6 +270,7 @@ impl Reference {
             wasmtime::Trap::TableOutOfBounds => KernelTrap::TableOutOfBounds,
             wasmtime::Trap::IndirectCallToNull => KernelTrap::IndirectCallToNull,
             wasmtime::Trap::BadSignature => KernelTrap::BadSignature,
+            wasmtime::Trap::HeapMisaligned => KernelTrap::HeapMisaligned,
             other => panic!("unexpected wasmtime trap {other:?}"),
         };
         let offset = offset.expect("a backtrace with the trapping offset");

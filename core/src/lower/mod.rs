@@ -5,6 +5,7 @@
 //! launch's time limit, the status word's layout, errors and the
 //! [`Lowerer`] trait); it touches no driver.
 
+pub mod atomic;
 pub mod ptx;
 pub mod table;
 pub mod translate;
@@ -51,11 +52,14 @@ pub enum KernelTrap {
     /// The shadow stack grew past the thread's stack window
     /// (`docs/kernels.md`, "Globals and the shadow stack").
     StackOverflow = 11,
+    /// An atomic access at an address that is not a multiple of its size
+    /// (`docs/kernels.md`, "Atomics").
+    HeapMisaligned = 12,
 }
 
 impl KernelTrap {
     /// Every trap, in code order.
-    pub const ALL: [KernelTrap; 11] = [
+    pub const ALL: [KernelTrap; 12] = [
         KernelTrap::Unreachable,
         KernelTrap::HeapOutOfBounds,
         KernelTrap::IntegerDivideByZero,
@@ -67,6 +71,7 @@ impl KernelTrap {
         KernelTrap::IndirectCallToNull,
         KernelTrap::BadSignature,
         KernelTrap::StackOverflow,
+        KernelTrap::HeapMisaligned,
     ];
 
     /// The status-word code.
@@ -81,7 +86,7 @@ impl KernelTrap {
 
     /// The CLIF trap code the translator emits for it.
     pub fn trap_code(self) -> TrapCode {
-        // `user` is `None` only for 0; every code here is 1..=11.
+        // `user` is `None` only for 0; every code here is 1..=12.
         TrapCode::user(self as u8).unwrap_or(TrapCode::HEAP_OUT_OF_BOUNDS)
     }
 
@@ -104,6 +109,7 @@ impl KernelTrap {
             KernelTrap::IndirectCallToNull => "uninitialized element",
             KernelTrap::BadSignature => "indirect call type mismatch",
             KernelTrap::StackOverflow => "call stack exhausted",
+            KernelTrap::HeapMisaligned => "unaligned atomic",
         }
     }
 }

@@ -68,7 +68,9 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{
     F16, F32, F32X4, F64, F128, I8, I8X16, I16, I32, I32X4, I64, I128, INVALID,
 };
-use cranelift_codegen::ir::{DataFlowGraph, Endianness, Function, Inst, Opcode, Type};
+use cranelift_codegen::ir::{
+    AtomicRmwOp, DataFlowGraph, Endianness, Function, Inst, InstructionData, Opcode, Type,
+};
 
 use super::{RuntimeCheck, UnsupportedOp};
 
@@ -97,6 +99,8 @@ pub enum Cond {
     Int(IntCC),
     /// `fcmp`'s.
     Float(FloatCC),
+    /// `atomic_rmw`'s operation.
+    Rmw(AtomicRmwOp),
 }
 
 /// What the kernel path does with a row.
@@ -233,6 +237,11 @@ impl Row {
 
     const fn fcc(mut self, cc: FloatCC) -> Row {
         self.cond = Some(Cond::Float(cc));
+        self
+    }
+
+    const fn rmw(mut self, op: AtomicRmwOp) -> Row {
+        self.cond = Some(Cond::Rmw(op));
         self
     }
 
@@ -1501,6 +1510,95 @@ const MEMORY: &[Row] = &[
     .note("stores the low word"),
 ];
 
+/// One `atomic_rmw` row: PTX `atom` on the guest's memory, relaxed at
+/// `gpu` scope (CUDA's `atomicAdd`); the translator brackets the Wasm
+/// threads operators with `fence`s for their sequential consistency.
+macro_rules! rmw {
+    ($ty:ident, $op:ident, [$($line:literal),+ $(,)?]) => {
+        ptx(Opcode::AtomicRmw, $ty, "atomic", &[$($line),+]).rmw(AtomicRmwOp::$op)
+    };
+}
+
+/// Atomics (`docs/kernels.md`, "Atomics"): the translator checks bounds
+/// and natural alignment first (a misaligned `atom` faults), keeps 8- and
+/// 16-bit forms as compare-and-swap loops on the containing word, and
+/// sends accesses in a thread's stack window to plain loads and stores.
+const ATOMICS: &[Row] = &[
+    rmw!(I32, Add, ["atom.global.add.u32 {d}, [{a}], {b};"]),
+    rmw!(
+        I32,
+        Sub,
+        [
+            "neg.s32 {r0}, {b};",
+            "atom.global.add.u32 {d}, [{a}], {r0};"
+        ]
+    ),
+    rmw!(I32, And, ["atom.global.and.b32 {d}, [{a}], {b};"]),
+    rmw!(I32, Or, ["atom.global.or.b32 {d}, [{a}], {b};"]),
+    rmw!(I32, Xor, ["atom.global.xor.b32 {d}, [{a}], {b};"]),
+    rmw!(I32, Xchg, ["atom.global.exch.b32 {d}, [{a}], {b};"]),
+    rmw!(I32, Smin, ["atom.global.min.s32 {d}, [{a}], {b};"]),
+    rmw!(I32, Smax, ["atom.global.max.s32 {d}, [{a}], {b};"]),
+    rmw!(I32, Umin, ["atom.global.min.u32 {d}, [{a}], {b};"]),
+    rmw!(I32, Umax, ["atom.global.max.u32 {d}, [{a}], {b};"]),
+    rmw!(I64, Add, ["atom.global.add.u64 {d}, [{a}], {b};"]),
+    rmw!(
+        I64,
+        Sub,
+        [
+            "neg.s64 {rd0}, {b};",
+            "atom.global.add.u64 {d}, [{a}], {rd0};"
+        ]
+    ),
+    rmw!(I64, And, ["atom.global.and.b64 {d}, [{a}], {b};"]),
+    rmw!(I64, Or, ["atom.global.or.b64 {d}, [{a}], {b};"]),
+    rmw!(I64, Xor, ["atom.global.xor.b64 {d}, [{a}], {b};"]),
+    rmw!(I64, Xchg, ["atom.global.exch.b64 {d}, [{a}], {b};"]),
+    rejected(
+        Opcode::AtomicRmw,
+        INVALID,
+        "the translator emits no other atomic_rmw (nand; 8- and 16-bit forms are CAS loops)",
+    ),
+    ptx(
+        Opcode::AtomicCas,
+        I32,
+        "atomic",
+        &["atom.global.cas.b32 {d}, [{a}], {b}, {c};"],
+    ),
+    ptx(
+        Opcode::AtomicCas,
+        I64,
+        "atomic",
+        &["atom.global.cas.b64 {d}, [{a}], {b}, {c};"],
+    ),
+    ptx(
+        Opcode::AtomicLoad,
+        I32,
+        "atomic",
+        &["ld.relaxed.gpu.global.u32 {d}, [{a}];"],
+    ),
+    ptx(
+        Opcode::AtomicLoad,
+        I64,
+        "atomic",
+        &["ld.relaxed.gpu.global.u64 {d}, [{a}];"],
+    ),
+    ptx(
+        Opcode::AtomicStore,
+        I32,
+        "atomic",
+        &["st.relaxed.gpu.global.u32 [{b}], {a};"],
+    ),
+    ptx(
+        Opcode::AtomicStore,
+        I64,
+        "atomic",
+        &["st.relaxed.gpu.global.u64 [{b}], {a};"],
+    ),
+    ptx(Opcode::Fence, INVALID, "fence", &["fence.sc.gpu;"])
+        .note("Wasm's atomics are sequentially consistent: a fence before and after each"),
+];
+
 const CONTROL: &[Row] = &[
     ptx(Opcode::Jump, INVALID, "", &["bra {dest};"])
         .note("block arguments are moved into the target's parameters first (parallel move: through scratch registers when they overlap)"),
@@ -1575,32 +1673,6 @@ const BOUNDARY: &[Row] = &[
     rejected(Opcode::GetExceptionHandlerAddress, INVALID, HOST),
     rejected(Opcode::StackSwitch, INVALID, HOST),
     rejected(Opcode::Debugtrap, INVALID, "no debugger on the kernel path"),
-    // Atomics.
-    deferred(
-        Opcode::AtomicRmw,
-        INVALID,
-        "Wasm threads are refused (docs/kernels.md); would map to atom.global",
-    ),
-    deferred(
-        Opcode::AtomicCas,
-        INVALID,
-        "Wasm threads are refused; would map to atom.global.cas",
-    ),
-    deferred(
-        Opcode::AtomicLoad,
-        INVALID,
-        "Wasm threads are refused; would map to ld.acquire.gpu",
-    ),
-    deferred(
-        Opcode::AtomicStore,
-        INVALID,
-        "Wasm threads are refused; would map to st.release.gpu",
-    ),
-    deferred(
-        Opcode::Fence,
-        INVALID,
-        "Wasm threads are refused; would map to fence.sc.gpu",
-    ),
     // Wide integers.
     rejected(
         Opcode::Iadd,
@@ -1753,6 +1825,7 @@ pub const SECTIONS: &[(&str, &[Row])] = &[
     ("Select", SELECT_F32),
     ("Select", SELECT_F64),
     ("Memory", MEMORY),
+    ("Atomics", ATOMICS),
     ("Control flow and traps", CONTROL),
     ("Not supported", BOUNDARY),
 ];
@@ -1790,9 +1863,10 @@ impl Key {
         let operand = free_operand(opcode)
             .and_then(|(index, _)| dfg.inst_args(inst).get(index).copied())
             .map(|v| dfg.value_type(v));
-        let cond = match (data.cond_code(), data.fp_cond_code()) {
-            (Some(cc), _) => Some(Cond::Int(cc)),
-            (_, Some(cc)) => Some(Cond::Float(cc)),
+        let cond = match (data, data.cond_code(), data.fp_cond_code()) {
+            (InstructionData::AtomicRmw { op, .. }, _, _) => Some(Cond::Rmw(*op)),
+            (_, Some(cc), _) => Some(Cond::Int(cc)),
+            (_, _, Some(cc)) => Some(Cond::Float(cc)),
             _ => None,
         };
         Key {
@@ -2010,6 +2084,9 @@ fn type_cell(row: &Row) -> String {
         }
         Some(Cond::Float(cc)) => {
             let _ = write!(ty, " `{cc}`");
+        }
+        Some(Cond::Rmw(op)) => {
+            let _ = write!(ty, " `{op}`");
         }
         None => {}
     }

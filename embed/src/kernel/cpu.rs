@@ -596,6 +596,12 @@ fn native_hazard(function: &Function, inst: Inst) -> Option<String> {
                  (docs/kernels.md)"
                 .into(),
         ),
+        // The translator checked their addresses: in bounds and aligned.
+        Opcode::AtomicRmw
+        | Opcode::AtomicCas
+        | Opcode::AtomicLoad
+        | Opcode::AtomicStore
+        | Opcode::Fence => None,
         // Divisions got a divisor that cannot fault (`guard_divisor`).
         Opcode::Udiv | Opcode::Sdiv | Opcode::Urem | Opcode::Srem => None,
         _ if opcode.can_trap() => Some("it traps natively, which would end the process".into()),

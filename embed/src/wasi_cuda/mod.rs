@@ -5,6 +5,7 @@
 //! result into an errno. `wait`, `sync` and the copies are async: they
 //! suspend the guest until the driver's completion callback fires.
 
+mod atomics;
 mod ctx;
 mod kernel_names;
 
@@ -463,6 +464,7 @@ where
             },
         )?;
     }
+    atomics::add_to_linker(linker)?;
     linker.func_wrap(
         MODULE,
         "last_error",

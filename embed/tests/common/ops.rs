@@ -1218,6 +1218,93 @@ fn compiler_output() -> Family {
     }
 }
 
+/// The threads proposal's operators on memory (docs/kernels.md, "Atomics"),
+/// with the store area's inputs: each thread its own 16-byte window at
+/// every misalignment (a misaligned access traps `HeapMisaligned`, as in
+/// wasmtime), one at the memory's last bytes, some past its end. A
+/// `cmpxchg` runs twice: expecting the value in memory (`.hit`, read first
+/// by a plain load) and expecting the operand (mostly a miss). Then
+/// `atomic.fence`.
+fn atomics() -> Family {
+    let mut ops = Vec::new();
+    let widths: [(Ty, &[(u32, &str)]); 2] = [
+        (I32, &[(4, ""), (1, "8"), (2, "16")]),
+        (I64, &[(8, ""), (1, "8"), (2, "16"), (4, "32")]),
+    ];
+    for (t, sizes) in widths {
+        let p = t.name();
+        for &(size, n) in sizes {
+            let u = if n.is_empty() { "" } else { "_u" };
+            let plain = match (size, t) {
+                (1, _) => format!("{p}.load8_u"),
+                (2, _) => format!("{p}.load16_u"),
+                (4, I64) => "i64.load32_u".to_string(),
+                _ => format!("{p}.load"),
+            };
+            let op = |name: String, params: Vec<Ty>, result: Option<Ty>, body: String, inputs| Op {
+                name,
+                params,
+                result,
+                locals: "",
+                body,
+                compare: Compare::Exact,
+                traps: true,
+                inputs,
+            };
+            let load = format!("{p}.atomic.load{n}{u}");
+            ops.push(op(
+                load.clone(),
+                vec![I32],
+                Some(t),
+                format!("local.get 0 {load}"),
+                Inputs::Load { size, offset: 0 },
+            ));
+            let store = format!("{p}.atomic.store{n}");
+            ops.push(op(
+                store.clone(),
+                vec![I32, t],
+                None,
+                format!("local.get 0 local.get 1 {store}"),
+                Inputs::Store { size, offset: 0 },
+            ));
+            for rmw in ["add", "sub", "and", "or", "xor", "xchg"] {
+                let name = format!("{p}.atomic.rmw{n}.{rmw}{u}");
+                ops.push(op(
+                    name.clone(),
+                    vec![I32, t],
+                    Some(t),
+                    format!("local.get 0 local.get 1 {name}"),
+                    Inputs::Store { size, offset: 0 },
+                ));
+            }
+            let cmpxchg = format!("{p}.atomic.rmw{n}.cmpxchg{u}");
+            ops.push(op(
+                format!("{cmpxchg}.hit"),
+                vec![I32, t],
+                Some(t),
+                format!("local.get 0 local.get 0 {plain} local.get 1 {cmpxchg}"),
+                Inputs::Store { size, offset: 0 },
+            ));
+            ops.push(op(
+                cmpxchg.clone(),
+                vec![I32, t],
+                Some(t),
+                format!("local.get 0 local.get 1 local.get 1 {cmpxchg}"),
+                Inputs::Store { size, offset: 0 },
+            ));
+        }
+    }
+    ops.push(Op {
+        body: "atomic.fence local.get 0".into(),
+        ..apply("atomic.fence", &[I32], I32, Compare::Exact)
+    });
+    Family {
+        name: "atomics",
+        ops,
+        helpers: "",
+    }
+}
+
 /// Every family, in test order.
 pub fn families() -> Vec<Family> {
     vec![
@@ -1232,6 +1319,7 @@ pub fn families() -> Vec<Family> {
         memory_ops(true),
         control(),
         compiler_output(),
+        atomics(),
     ]
 }
 

@@ -16,7 +16,8 @@
 //!   is ([`kernel::thread_idx_x`], [`kernel::global_id_x`], ...); outside,
 //!   [`Kernel<F>`], a guest function of type `F` (`extern "C" fn(...)`)
 //!   made a kernel by function pointer or export name, launched with
-//!   arguments checked against `F` at compile time.
+//!   arguments checked against `F` at compile time; [`atomic`], the
+//!   atomic read-modify-writes kernel threads share guest memory with.
 //! - [`tensor`]: the host's built-in tensor ops (GEMM, reductions, softmax,
 //!   layer norm, elementwise ops, transpose) on typed views of guest slices
 //!   or buffers, launched and waited for like kernels.
@@ -46,6 +47,7 @@
 
 extern crate alloc;
 
+pub mod atomic;
 pub mod kernel;
 pub mod result;
 pub mod sys;

@@ -201,3 +201,39 @@ unsafe extern "C" {
     /// `gridDim.z`.
     pub fn grid_dim_z() -> i32;
 }
+
+// Atomic read-modify-writes on the guest's memory (`docs/kernels.md`,
+// "Atomics"): each returns the old value; an address out of bounds or not
+// a multiple of the value's size traps. Atomic inside a kernel; plain (the
+// guest is one thread) in the guest's own code.
+#[link(wasm_import_module = "tensorwasm_kernel")]
+unsafe extern "C" {
+    /// `*addr += v`.
+    pub fn atomic_add_i32(addr: *mut i32, v: i32) -> i32;
+    /// `*addr -= v`.
+    pub fn atomic_sub_i32(addr: *mut i32, v: i32) -> i32;
+    /// `*addr &= v`.
+    pub fn atomic_and_i32(addr: *mut i32, v: i32) -> i32;
+    /// `*addr |= v`.
+    pub fn atomic_or_i32(addr: *mut i32, v: i32) -> i32;
+    /// `*addr ^= v`.
+    pub fn atomic_xor_i32(addr: *mut i32, v: i32) -> i32;
+    /// `*addr = v`.
+    pub fn atomic_xchg_i32(addr: *mut i32, v: i32) -> i32;
+    /// `*addr = min(*addr, v)`, signed.
+    pub fn atomic_min_i32(addr: *mut i32, v: i32) -> i32;
+    /// `*addr = max(*addr, v)`, signed.
+    pub fn atomic_max_i32(addr: *mut i32, v: i32) -> i32;
+    /// `*addr = min(*addr, v)`, unsigned.
+    pub fn atomic_min_u32(addr: *mut i32, v: i32) -> i32;
+    /// `*addr = max(*addr, v)`, unsigned.
+    pub fn atomic_max_u32(addr: *mut i32, v: i32) -> i32;
+    /// `*addr = new` if `*addr == expected`.
+    pub fn atomic_cas_i32(addr: *mut i32, expected: i32, new: i32) -> i32;
+    /// `*addr += v`.
+    pub fn atomic_add_i64(addr: *mut i64, v: i64) -> i64;
+    /// `*addr = new` if `*addr == expected`.
+    pub fn atomic_cas_i64(addr: *mut i64, expected: i64, new: i64) -> i64;
+    /// `*addr += v` in `f32` (round to nearest even).
+    pub fn atomic_add_f32(addr: *mut f32, v: f32) -> f32;
+}

@@ -27,9 +27,13 @@ use wasmparser::{BlockType, BrTable, MemArg, Operator, ValType};
 use super::detect::op_name;
 use super::module::{ConstValue, GlobalKind, ModuleInfo, invalid};
 use super::{KernelGlobal, WasmType};
+use crate::lower::atomic::AtomicIntrinsic;
 use crate::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck, UnsupportedOp};
 
+mod atomic;
 mod window;
+
+pub(super) use atomic::atomic_access;
 
 use window::{Placement, Window, WindowAccess};
 
@@ -574,6 +578,9 @@ impl<'m> Translator<'m, '_, '_> {
         if let Some((memarg, access)) = memory_access(op) {
             return self.memory(st, memarg, access);
         }
+        if let Some((memarg, atomic)) = atomic_access(op) {
+            return self.atomic(st, memarg, atomic);
+        }
         match *op {
             Operator::Unreachable => {
                 self.builder.ins().trap(KernelTrap::Unreachable.trap_code());
@@ -662,6 +669,7 @@ impl<'m> Translator<'m, '_, '_> {
                 }
                 self.builder.def_var(var, value);
             }
+            Operator::AtomicFence { .. } => self.atomic_fence(),
             Operator::MemoryCopy { .. } => self.memory_copy(st)?,
             Operator::MemoryFill { .. } => self.memory_fill(st)?,
             Operator::CallIndirect {
@@ -956,6 +964,9 @@ impl<'m> Translator<'m, '_, '_> {
             .get(callee as usize)
             .ok_or_else(|| internal("call of a missing function"))?;
         if let Some((module, name)) = decl.import {
+            if let Some(which) = AtomicIntrinsic::from_import(module, name) {
+                return self.atomic_intrinsic(st, which);
+            }
             let which = Intrinsic::from_import(module, name)
                 .ok_or_else(|| internal("call of an import that is not an intrinsic"))?;
             st.stack.push(self.hidden.intrinsics[which.index()]);
@@ -1037,23 +1048,32 @@ impl<'m> Translator<'m, '_, '_> {
     /// `ea = uextend(index) + offset` (`i64`); traps unless `ea + bytes <=
     /// mem_len`. Returns `ea` and the check (its `trapnz`).
     fn checked_ea(&mut self, wasm_index: Value, offset: u64, bytes: u32) -> (Value, Inst) {
-        let ins = self.builder.ins();
-        let index = ins.uextend(I64, wasm_index);
+        let ea = self.effective_address(wasm_index, offset);
+        let check = self.bounds_check(ea, bytes);
+        (ea, check)
+    }
+
+    /// `ea = uextend(index) + offset` (`i64`).
+    fn effective_address(&mut self, wasm_index: Value, offset: u64) -> Value {
+        let index = self.builder.ins().uextend(I64, wasm_index);
         // Both are below 2^32 (memory64 is refused), so the sums cannot wrap.
-        let ea = match offset {
+        match offset {
             0 => index,
             _ => self.builder.ins().iadd_imm_u(index, offset.cast_signed()),
-        };
+        }
+    }
+
+    /// Traps `HeapOutOfBounds` unless `ea + bytes <= mem_len`; returns the
+    /// `trapnz`.
+    fn bounds_check(&mut self, ea: Value, bytes: u32) -> Inst {
         let end = self.builder.ins().iadd_imm_u(ea, i64::from(bytes));
         let out_of_bounds =
             self.builder
                 .ins()
                 .icmp(IntCC::UnsignedGreaterThan, end, self.hidden.mem_len);
-        let check = self
-            .builder
+        self.builder
             .ins()
-            .trapnz(out_of_bounds, KernelTrap::HeapOutOfBounds.trap_code());
-        (ea, check)
+            .trapnz(out_of_bounds, KernelTrap::HeapOutOfBounds.trap_code())
     }
 
     /// The thread's copy of mutable global `index`.

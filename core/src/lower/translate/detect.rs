@@ -10,9 +10,10 @@ use alloc::vec::Vec;
 
 use wasmparser::{BlockType, MemArgTarget, Operator, ValType};
 
-use super::body::{binary_op, memory_access, unary_op};
+use super::body::{atomic_access, binary_op, memory_access, unary_op};
 use super::module::{GlobalKind, ModuleInfo, invalid};
 use super::{KernelLimits, KernelSize, WasmType};
+use crate::lower::atomic::AtomicIntrinsic;
 use crate::lower::{INTRINSIC_MODULE, Intrinsic, LowerError, UnsupportedOp};
 
 /// The deepest chain of inlined calls below a kernel.
@@ -186,6 +187,8 @@ fn branch_points(op: &Operator<'_>) -> u64 {
     match op {
         Operator::MemoryCopy { .. } | Operator::MemoryFill { .. } => 4,
         Operator::CallIndirect { .. } => 2,
+        // Bounds, alignment, the stack window, a compare-and-swap loop.
+        op if atomic_access(op).is_some() => 4,
         _ => u64::from(is_branch_point(op)),
     }
 }
@@ -458,6 +461,14 @@ impl Detector<'_, '_> {
                 format!("selects {ty} values; kernels use scalars"),
             )),
             Operator::MemorySize { mem } => self.check_memory(op, *mem, offset),
+            Operator::AtomicFence { .. } => Ok(()),
+            Operator::MemoryAtomicNotify { .. }
+            | Operator::MemoryAtomicWait32 { .. }
+            | Operator::MemoryAtomicWait64 { .. } => Err(refuse(
+                op_name(op),
+                offset,
+                "a kernel thread cannot wait or wake others (docs/kernels.md, \"Atomics\")",
+            )),
             Operator::Unreachable
             | Operator::Nop
             | Operator::Else
@@ -477,7 +488,10 @@ impl Detector<'_, '_> {
             | Operator::F32Const { .. }
             | Operator::F64Const { .. } => Ok(()),
             _ => {
-                if let Some((memarg, _)) = memory_access(op) {
+                let memarg = memory_access(op)
+                    .map(|(memarg, _)| memarg)
+                    .or_else(|| atomic_access(op).map(|(memarg, _)| memarg));
+                if let Some(memarg) = memarg {
                     return match memarg.target {
                         MemArgTarget::Memory(mem) => self.check_memory(op, mem, offset),
                         MemArgTarget::Array(_) => Err(self.refuse_op(op, offset)),
@@ -499,6 +513,24 @@ impl Detector<'_, '_> {
             .ok_or_else(|| LowerError::Invalid(format!("call of missing function {callee}")))?;
         let ty = m.func_type(callee)?;
         if let Some((module, name)) = decl.import {
+            if let Some(atomic) = AtomicIntrinsic::from_import(module, name) {
+                let params: Vec<ValType> = atomic.params().map(WasmType::val_type).collect();
+                let result = [atomic.value_type().val_type()];
+                if ty.params() != params.as_slice() || ty.results() != result {
+                    return Err(LowerError::Invalid(format!(
+                        "the intrinsic `{INTRINSIC_MODULE}`.`{}` is imported as {ty}; it must \
+                         be ({}) -> {}",
+                        atomic.import_name(),
+                        params
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        result[0]
+                    )));
+                }
+                return Ok(());
+            }
             let Some(which) = Intrinsic::from_import(module, name) else {
                 return Err(refuse(
                     "call",

@@ -54,6 +54,16 @@ impl WasmType {
         }
     }
 
+    /// Its Wasm value type.
+    pub const fn val_type(self) -> ValType {
+        match self {
+            WasmType::I32 => ValType::I32,
+            WasmType::I64 => ValType::I64,
+            WasmType::F32 => ValType::F32,
+            WasmType::F64 => ValType::F64,
+        }
+    }
+
     /// The scalar type of a wasmparser value type (`None` for `v128` and
     /// references).
     pub fn from_val_type(ty: ValType) -> Option<WasmType> {

@@ -9,6 +9,7 @@
 //! read (shared slices, [`input`]), and each thread takes a `&mut` only to
 //! the output elements it alone writes ([`output`]).
 
+use tensorwasm_guest::atomic::{self, AtomicF32, AtomicI32, AtomicU32};
 use tensorwasm_guest::kernel;
 
 /// A kernel's read-only view of `len` elements at `ptr`.
@@ -316,4 +317,63 @@ pub extern "C" fn gather(x: *const f32, x_len: u32, idx: *const u32, out: *mut f
         )
     };
     out[0] = x[idx[i as usize] as usize];
+}
+
+/// A view of `len` elements at `ptr` that every thread of a launch updates
+/// atomically.
+///
+/// # Safety
+///
+/// `ptr .. ptr + len` holds initialised `T`s borrowed exclusively by the
+/// launch (passed from a `&mut` slice of that length), which its threads
+/// touch only through `tensorwasm_guest::atomic` while it runs.
+unsafe fn shared<'a, T>(ptr: *mut T, len: u32) -> &'a [T] {
+    // SAFETY: as the caller promises; `T` is an atomic type of the same
+    // layout as the slice's elements.
+    unsafe { core::slice::from_raw_parts(ptr.cast_const(), len as usize) }
+}
+
+/// The bins of [`histogram`].
+pub const BINS: u32 = 256;
+
+/// The launch's type of [`histogram`].
+pub type Histogram = extern "C" fn(*const u32, u32, *mut u32);
+
+/// `bins[values[i] % 256] += 1` for `i < n`, each an atomic add on the
+/// guest's memory (many threads hit each bin).
+pub extern "C" fn histogram(values: *const u32, n: u32, bins: *mut u32) {
+    let i = kernel::global_id_x();
+    if i >= n {
+        return;
+    }
+    // SAFETY: the launch passes `values` (n) from a shared slice and `bins`
+    // (BINS) from an exclusive one, updated only atomically here.
+    let (values, bins) = unsafe { (input(values, n), shared(bins.cast::<AtomicU32>(), BINS)) };
+    atomic::fetch_add_u32(&bins[(values[i as usize] % BINS) as usize], 1);
+}
+
+/// The launch's type of [`atomic_dot`].
+pub type AtomicDot = extern "C" fn(*const f32, *const f32, u32, *mut f32, *mut i32);
+
+/// `out[0] += x[i] * y[i]` (an `f32` atomic add) and `count[0] += 1` for
+/// `i < n`. The inputs are small integers, so every order of the adds
+/// gives the same sum.
+pub extern "C" fn atomic_dot(x: *const f32, y: *const f32, n: u32, out: *mut f32, count: *mut i32) {
+    let i = kernel::global_id_x() as usize;
+    if i >= n as usize {
+        return;
+    }
+    // SAFETY: the launch passes `x` and `y` (n each) from shared slices and
+    // `out` and `count` (1 each) from exclusive ones, updated only
+    // atomically here.
+    let (x, y, out, count) = unsafe {
+        (
+            input(x, n),
+            input(y, n),
+            shared(out.cast::<AtomicF32>(), 1),
+            shared(count.cast::<AtomicI32>(), 1),
+        )
+    };
+    out[0].fetch_add(x[i] * y[i]);
+    atomic::fetch_add_i32(&count[0], 1);
 }

@@ -17,6 +17,8 @@
 //! | `run_row_sums` | `kernels::row_sums` | a local `[f32; 8]` indexed at run time: the shadow stack (`__stack_pointer`) |
 //! | `run_pad_rows` | `kernels::pad_rows` | `copy_from_slice` and `fill`: `memory.copy`, `memory.fill` |
 //! | `run_activations` | `kernels::activate`, once per activation | a `dyn Trait` call: `call_indirect` through the table |
+//! | `run_histogram` | `kernels::histogram`, 256 bins | atomic adds on guest memory from many threads (`tensorwasm_guest::atomic`) |
+//! | `run_atomic_dot` | `kernels::atomic_dot` | an `f32` atomic add and an `i32` one into single words |
 //! | `run_panicking_gather` | `kernels::gather`, one index out of range | a panic in a kernel: the `unreachable` trap (returns `-15`, `ETRAP`, when the kernel trapped and the other threads' elements are right) |
 //!
 //! Each returns 0 when every element matched bit for bit, `i + 1` for the
@@ -41,7 +43,9 @@ mod runtime;
 
 use alloc::vec::Vec;
 
-use kernels::{Activate, Gather, Matmul, PadRows, RowSums, Saxpy, SaxpyUnchecked};
+use kernels::{
+    Activate, AtomicDot, Gather, Histogram, Matmul, PadRows, RowSums, Saxpy, SaxpyUnchecked,
+};
 use tensorwasm_guest::{Error, Kernel};
 
 /// Threads per block.
@@ -181,6 +185,57 @@ fn row_sums(rows: u32, cols: u32, seed: u32) -> Result<Option<usize>, Error> {
     k.launch(grid(rows), BLOCK, (&x, rows, cols, &mut out))
         .run()?;
     Ok(first_mismatch(&out, &want))
+}
+
+/// A 256-bin histogram of random values, each bin an atomic counter; the
+/// bins against a count on the CPU. A wrong bin `b` is `b + 1`.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_histogram() -> i32 {
+    status(histogram(100_003, 0x5eed_0007))
+}
+
+fn histogram(n: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    // Skewed, so some bins are hot: the low bits of a product.
+    let values: Vec<u32> = (0..n)
+        .map(|_| rng.next_u32() % 1000 * (rng.next_u32() % 7))
+        .collect();
+    let mut want = alloc::vec![0u32; kernels::BINS as usize];
+    for v in &values {
+        want[(v % kernels::BINS) as usize] += 1;
+    }
+    // Not zeros: the kernel adds to what is there.
+    let mut bins = alloc::vec![3u32; kernels::BINS as usize];
+    let k = Kernel::<Histogram>::from_fn(kernels::histogram)?;
+    k.launch(grid(n), BLOCK, (&values, n, &mut bins)).run()?;
+    Ok((0..want.len()).find(|&b| bins[b] != want[b] + 3))
+}
+
+/// A dot product of small integers by atomic adds (exact in any order),
+/// and the count of threads that added: 1 for a wrong sum, 2 for a wrong
+/// count.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_atomic_dot() -> i32 {
+    status(atomic_dot(50_001, 0x5eed_0008))
+}
+
+fn atomic_dot(n: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    let mut small = || (rng.next_u32() % 17) as f32 - 8.0;
+    let x: Vec<f32> = (0..n).map(|_| small()).collect();
+    let y: Vec<f32> = (0..n).map(|_| small()).collect();
+    let want: f32 = x.iter().zip(&y).map(|(a, b)| a * b).sum::<f32>() + 0.5;
+    let (mut out, mut count) = ([0.5f32], [-7i32]);
+    let k = Kernel::<AtomicDot>::from_fn(kernels::atomic_dot)?;
+    k.launch(grid(n), BLOCK, (&x, &y, n, &mut out[..], &mut count[..]))
+        .run()?;
+    Ok(if out[0].to_bits() != want.to_bits() {
+        Some(0)
+    } else if count[0] != n as i32 - 7 {
+        Some(1)
+    } else {
+        None
+    })
 }
 
 /// Rows of `[33, 13]` copied into `[33, 20]`, the rest zero-filled, and

@@ -374,7 +374,7 @@ impl Translator<'_, '_, '_> {
     /// A block for the rare path, taken only when an address known at run
     /// time falls in the window: cold, so lowerers put it out of the hot
     /// code's way.
-    fn slow_block(&mut self) -> Block {
+    pub(super) fn slow_block(&mut self) -> Block {
         let slow = self.builder.create_block();
         self.builder.set_cold_block(slow);
         slow
@@ -385,7 +385,11 @@ impl Translator<'_, '_, '_> {
     /// is exact: `ea + bytes <= mem_len <= 2^32` (the
     /// bounds check passed) and `0 <= low < 2^32` (the launch rule), so
     /// `ea - low` wraps only when `ea < low`, to past the window.
-    fn window_test(&mut self, ea: Value, bytes: u32) -> Result<(Value, Value, Value), LowerError> {
+    pub(super) fn window_test(
+        &mut self,
+        ea: Value,
+        bytes: u32,
+    ) -> Result<(Value, Value, Value), LowerError> {
         let w = self.window.as_ref().ok_or_else(|| internal("no window"))?;
         let (base, low, last) = (w.base, w.low32, w.bytes - u64::from(bytes));
         let ea = self.builder.ins().ireduce(I32, ea);

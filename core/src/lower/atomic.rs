@@ -1,0 +1,150 @@
+//! The atomic read-modify-writes a kernel calls as imports of
+//! [`INTRINSIC_MODULE`](super::INTRINSIC_MODULE) (`docs/kernels.md`,
+//! "Atomics"): what the Rust SDK uses, since Rust's own atomics compile to
+//! plain loads and stores on `wasm32-unknown-unknown` without the `atomics`
+//! target feature. The translator lowers them as it lowers the Wasm threads
+//! operators, minus their fences (relaxed, as CUDA's `atomicAdd`). This file
+//! is the table of names and signatures; it emits nothing.
+
+use cranelift_codegen::ir::AtomicRmwOp;
+
+use super::INTRINSIC_MODULE;
+use super::translate::WasmType;
+
+/// An atomic intrinsic: `(addr: i32, operands...) -> old value`, on the
+/// guest's memory at `addr` (bounds- and alignment-checked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AtomicIntrinsic {
+    /// `atomic_add_i32(addr, v) -> i32`
+    AddI32,
+    /// `atomic_sub_i32(addr, v) -> i32`
+    SubI32,
+    /// `atomic_and_i32(addr, v) -> i32`
+    AndI32,
+    /// `atomic_or_i32(addr, v) -> i32`
+    OrI32,
+    /// `atomic_xor_i32(addr, v) -> i32`
+    XorI32,
+    /// `atomic_xchg_i32(addr, v) -> i32`
+    XchgI32,
+    /// `atomic_min_i32(addr, v) -> i32` (signed)
+    MinI32,
+    /// `atomic_max_i32(addr, v) -> i32` (signed)
+    MaxI32,
+    /// `atomic_min_u32(addr, v) -> i32` (unsigned)
+    MinU32,
+    /// `atomic_max_u32(addr, v) -> i32` (unsigned)
+    MaxU32,
+    /// `atomic_cas_i32(addr, expected, replacement) -> i32`
+    CasI32,
+    /// `atomic_add_i64(addr, v) -> i64`
+    AddI64,
+    /// `atomic_cas_i64(addr, expected, replacement) -> i64`
+    CasI64,
+    /// `atomic_add_f32(addr, v) -> f32`: float add, which Wasm lacks.
+    AddF32,
+}
+
+/// What an atomic does to the value in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Read it.
+    Load,
+    /// Write the operand.
+    Store,
+    /// Combine it with the operand; the result is the old value.
+    Rmw(AtomicRmwOp),
+    /// Replace it when it equals the first operand; the result is the old
+    /// value.
+    Cmpxchg,
+    /// Add the `f32` operand (round to nearest even); the result is the old
+    /// value.
+    FloatAdd,
+}
+
+impl AtomicIntrinsic {
+    /// Every atomic intrinsic.
+    pub const ALL: [AtomicIntrinsic; 14] = [
+        AtomicIntrinsic::AddI32,
+        AtomicIntrinsic::SubI32,
+        AtomicIntrinsic::AndI32,
+        AtomicIntrinsic::OrI32,
+        AtomicIntrinsic::XorI32,
+        AtomicIntrinsic::XchgI32,
+        AtomicIntrinsic::MinI32,
+        AtomicIntrinsic::MaxI32,
+        AtomicIntrinsic::MinU32,
+        AtomicIntrinsic::MaxU32,
+        AtomicIntrinsic::CasI32,
+        AtomicIntrinsic::AddI64,
+        AtomicIntrinsic::CasI64,
+        AtomicIntrinsic::AddF32,
+    ];
+
+    /// The import's name.
+    pub const fn import_name(self) -> &'static str {
+        match self {
+            AtomicIntrinsic::AddI32 => "atomic_add_i32",
+            AtomicIntrinsic::SubI32 => "atomic_sub_i32",
+            AtomicIntrinsic::AndI32 => "atomic_and_i32",
+            AtomicIntrinsic::OrI32 => "atomic_or_i32",
+            AtomicIntrinsic::XorI32 => "atomic_xor_i32",
+            AtomicIntrinsic::XchgI32 => "atomic_xchg_i32",
+            AtomicIntrinsic::MinI32 => "atomic_min_i32",
+            AtomicIntrinsic::MaxI32 => "atomic_max_i32",
+            AtomicIntrinsic::MinU32 => "atomic_min_u32",
+            AtomicIntrinsic::MaxU32 => "atomic_max_u32",
+            AtomicIntrinsic::CasI32 => "atomic_cas_i32",
+            AtomicIntrinsic::AddI64 => "atomic_add_i64",
+            AtomicIntrinsic::CasI64 => "atomic_cas_i64",
+            AtomicIntrinsic::AddF32 => "atomic_add_f32",
+        }
+    }
+
+    /// The intrinsic an import names.
+    pub fn from_import(module: &str, name: &str) -> Option<AtomicIntrinsic> {
+        if module != INTRINSIC_MODULE {
+            return None;
+        }
+        AtomicIntrinsic::ALL
+            .into_iter()
+            .find(|a| a.import_name() == name)
+    }
+
+    /// What it does.
+    pub const fn op(self) -> AtomicOp {
+        match self {
+            AtomicIntrinsic::AddI32 | AtomicIntrinsic::AddI64 => AtomicOp::Rmw(AtomicRmwOp::Add),
+            AtomicIntrinsic::SubI32 => AtomicOp::Rmw(AtomicRmwOp::Sub),
+            AtomicIntrinsic::AndI32 => AtomicOp::Rmw(AtomicRmwOp::And),
+            AtomicIntrinsic::OrI32 => AtomicOp::Rmw(AtomicRmwOp::Or),
+            AtomicIntrinsic::XorI32 => AtomicOp::Rmw(AtomicRmwOp::Xor),
+            AtomicIntrinsic::XchgI32 => AtomicOp::Rmw(AtomicRmwOp::Xchg),
+            AtomicIntrinsic::MinI32 => AtomicOp::Rmw(AtomicRmwOp::Smin),
+            AtomicIntrinsic::MaxI32 => AtomicOp::Rmw(AtomicRmwOp::Smax),
+            AtomicIntrinsic::MinU32 => AtomicOp::Rmw(AtomicRmwOp::Umin),
+            AtomicIntrinsic::MaxU32 => AtomicOp::Rmw(AtomicRmwOp::Umax),
+            AtomicIntrinsic::CasI32 | AtomicIntrinsic::CasI64 => AtomicOp::Cmpxchg,
+            AtomicIntrinsic::AddF32 => AtomicOp::FloatAdd,
+        }
+    }
+
+    /// The type of its value operands and result.
+    pub const fn value_type(self) -> WasmType {
+        match self {
+            AtomicIntrinsic::AddI64 | AtomicIntrinsic::CasI64 => WasmType::I64,
+            AtomicIntrinsic::AddF32 => WasmType::F32,
+            _ => WasmType::I32,
+        }
+    }
+
+    /// Its parameters: the address (`i32`), then one value, or two for a
+    /// compare-and-swap.
+    pub fn params(self) -> impl Iterator<Item = WasmType> {
+        let values = match self.op() {
+            AtomicOp::Cmpxchg => 2,
+            _ => 1,
+        };
+        core::iter::once(WasmType::I32).chain(core::iter::repeat_n(self.value_type(), values))
+    }
+}
