@@ -1944,14 +1944,19 @@ fn detector_refuses_each_construct_at_its_offset() {
             "(drop (ref.func $f))",
             |op| matches!(op, Operator::RefFunc { .. }),
         ),
-        ("atomic.fence", "", "(atomic.fence)", |op| {
-            matches!(op, Operator::AtomicFence { .. })
-        }),
+        // Atomics are supported (docs/kernels.md, "Atomics"), but a kernel
+        // thread may not wait or wake.
         (
-            "i32.atomic.rmw.add",
+            "memory.atomic.notify",
             "",
-            "(drop (i32.atomic.rmw.add (i32.const 0) (i32.const 1)))",
-            |op| matches!(op, Operator::I32AtomicRmwAdd { .. }),
+            "(drop (memory.atomic.notify (i32.const 0) (i32.const 1)))",
+            |op| matches!(op, Operator::MemoryAtomicNotify { .. }),
+        ),
+        (
+            "memory.atomic.wait32",
+            "",
+            "(drop (memory.atomic.wait32 (i32.const 0) (i32.const 0) (i64.const -1)))",
+            |op| matches!(op, Operator::MemoryAtomicWait32 { .. }),
         ),
         ("throw", "(tag $e)", "(throw $e)", |op| {
             matches!(op, Operator::Throw { .. })

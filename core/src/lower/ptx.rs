@@ -41,10 +41,17 @@
 //! - **The shadow stack.** A kernel with a shadow-stack window (the
 //!   translator's one stack slot, `docs/kernels.md`) declares it as
 //!   `.local .align 16 .b8 __stack[N]`; `stack_addr` is its generic address
-//!   (`cvta.local`). Such a kernel keeps `mem_base` generic and its loads
-//!   and stores are generic `ld` / `st` (the rules' `ld.global` /
-//!   `st.global` with the space dropped), since one address may be either
-//!   memory; the status word stays global.
+//!   (`cvta.local`). Such a kernel keeps `mem_base` generic, and picks each
+//!   access's space by where its address comes from: a whole value at an
+//!   aligned constant offset of the slot is `ld.local` / `st.local` of
+//!   `__stack` (no alignment check); an address that is `mem_base` plus
+//!   offsets only (the translator computes every host address just before
+//!   its access, so block parameters and loaded values are offsets) is
+//!   converted once (`cvta.to.global`) and used by the rule as written;
+//!   any other (the window-or-memory `select`) is generic, the rule's
+//!   `.global` dropped. The status word stays global.
+//! - **Cold blocks** (the translator's rarely taken paths) are emitted
+//!   after the others.
 //! - **Runtime checks.** The only `call`s lowered are the launch's clock
 //!   ([`RuntimeCheck::Clock`](super::RuntimeCheck::Clock)), inline, by its
 //!   rule in the table (`table::CLOCK`): `mov.u64 %rd, %clock64;`, the SM's
@@ -709,10 +716,7 @@ impl Emitter<'_> {
             // or the guest's memory: generic accesses reach both.
             let generic: Vec<String> = template
                 .iter()
-                .map(|line| {
-                    line.replace("ld.global.", "ld.")
-                        .replace("st.global.", "st.")
-                })
+                .map(|line| line.replace(".global.", "."))
                 .collect();
             let generic: Vec<&str> = generic.iter().map(String::as_str).collect();
             self.expand(&generic, &slots, &format!("L{i}"))?;

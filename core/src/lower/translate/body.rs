@@ -56,11 +56,12 @@ pub(super) fn translate(
     globals: &[KernelGlobal],
     stack: Option<(u32, u64)>,
 ) -> Result<(Function, bool), LowerError> {
-    let (function, plan) = translate_once(module, func_index, params, globals, stack, None)?;
+    let (function, plan, spill_sites) =
+        translate_once(module, func_index, params, globals, stack, None)?;
     match stack {
-        Some((_, bytes)) if window::promotable(bytes, &plan) => {
+        Some((_, bytes)) if window::promotable(bytes, &plan, spill_sites) => {
             translate_once(module, func_index, params, globals, stack, Some(&plan))
-                .map(|(f, _)| (f, true))
+                .map(|(f, _, _)| (f, true))
         }
         _ => Ok((function, false)),
     }
@@ -68,7 +69,9 @@ pub(super) fn translate(
 
 /// One translation; with `plan` (the first translation's placements of
 /// the loads and stores), the window lives in registers. Returns the
-/// function and, without `plan`, the placements it found.
+/// function, the placements it found (without `plan`), and how many other
+/// operations reach the window by address (atomics, bulk memory: each
+/// spills and reloads a promoted window).
 fn translate_once(
     module: &ModuleInfo<'_>,
     func_index: u32,
@@ -76,7 +79,7 @@ fn translate_once(
     globals: &[KernelGlobal],
     stack: Option<(u32, u64)>,
     plan: Option<&[Placement]>,
-) -> Result<(Function, Vec<Placement>), LowerError> {
+) -> Result<(Function, Vec<Placement>, usize), LowerError> {
     let abi = KernelAbi {
         wasm_params: params.len() + globals.len(),
     };
@@ -159,6 +162,7 @@ fn translate_once(
         globals,
         window,
         window_accesses: Vec::new(),
+        spill_sites: 0,
     };
     let def = module
         .defined(func_index)
@@ -181,9 +185,10 @@ fn translate_once(
             .map(|results| results.is_some())
     })?;
     translator.builder.seal_all_blocks();
-    let (window, accesses) = (
+    let (window, accesses, spill_sites) = (
         translator.window.take(),
         core::mem::take(&mut translator.window_accesses),
+        translator.spill_sites,
     );
     drop(translator);
     let placements = match &window {
@@ -194,7 +199,7 @@ fn translate_once(
     // `PointerWidth`, which no_std Cranelift does not re-export, and it only
     // adds debug checks (the verifier's, stricter, run in `translate_kernel`)
     // and stack maps (a kernel has no GC values).
-    Ok((function, placements))
+    Ok((function, placements, spill_sites))
 }
 
 /// The kernel's hidden parameters the translator reads, and the runtime
@@ -223,6 +228,9 @@ struct Translator<'m, 'a, 'f> {
     /// The loads' and stores' choices between the window and the guest's
     /// memory, for [`window::resolve_frame_accesses`].
     window_accesses: Vec<WindowAccess>,
+    /// Operations other than loads and stores that reach the window by
+    /// address (atomics, bulk memory).
+    spill_sites: usize,
 }
 
 /// A thread's copy of a mutable global.

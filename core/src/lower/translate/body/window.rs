@@ -128,11 +128,13 @@ pub(super) fn stack_window(
     }
 }
 
-/// Whether a window of `bytes` whose accesses a first translation placed
-/// as `plan` is worth promoting to registers: small enough, and the
-/// spills its other accesses need stay within [`SPILL_BUDGET`].
-pub(super) fn promotable(bytes: u64, plan: &[Placement]) -> bool {
-    let spills = plan.iter().filter(|p| **p == Placement::Dynamic).count() as u64;
+/// Whether a window of `bytes` whose loads and stores a first translation
+/// placed as `plan`, and which `spill_sites` other operations reach by
+/// address, is worth promoting to registers: small enough, and the spills
+/// those accesses need stay within [`SPILL_BUDGET`].
+pub(super) fn promotable(bytes: u64, plan: &[Placement], spill_sites: usize) -> bool {
+    let dynamic = plan.iter().filter(|p| **p == Placement::Dynamic).count();
+    let spills = (dynamic as u64).saturating_add(spill_sites as u64);
     bytes <= PROMOTED_WINDOW
         && !plan.contains(&Placement::StackDynamic)
         && spills.saturating_mul(2 * bytes / 4) <= SPILL_BUDGET
@@ -213,6 +215,7 @@ impl Translator<'_, '_, '_> {
     /// address ([`Self::host_address`]) see them. Nothing for a window in
     /// the slot.
     pub(super) fn spill_window(&mut self) {
+        self.spill_sites += 1;
         let Some(Window {
             slot,
             promoted: Some(p),
