@@ -474,7 +474,8 @@ mod tests {
         assert_eq!(KernelTrap::from_code(0), None);
         assert_eq!(KernelTrap::from_code(7), Some(KernelTrap::TimeLimit));
         assert_eq!(KernelTrap::from_code(11), Some(KernelTrap::StackOverflow));
-        assert_eq!(KernelTrap::from_code(12), None);
+        assert_eq!(KernelTrap::from_code(12), Some(KernelTrap::HeapMisaligned));
+        assert_eq!(KernelTrap::from_code(13), None);
     }
 
     #[test]

@@ -1554,11 +1554,6 @@ const ATOMICS: &[Row] = &[
     rmw!(I64, Or, ["atom.global.or.b64 {d}, [{a}], {b};"]),
     rmw!(I64, Xor, ["atom.global.xor.b64 {d}, [{a}], {b};"]),
     rmw!(I64, Xchg, ["atom.global.exch.b64 {d}, [{a}], {b};"]),
-    rejected(
-        Opcode::AtomicRmw,
-        INVALID,
-        "the translator emits no other atomic_rmw (nand; 8- and 16-bit forms are CAS loops)",
-    ),
     ptx(
         Opcode::AtomicCas,
         I32,
