@@ -17,6 +17,10 @@
 //!
 //! Inputs are random (`TENSORWASM_SEED` replays; the seed is printed).
 
+#[allow(dead_code)] // the shared test generator; the rest is for other suites
+mod common;
+
+use common::Rng;
 use tensorwasm_core::ManagedAllocator;
 use tensorwasm_cpu::CpuDriver;
 use tensorwasm_cuda::CudaDriver;
@@ -283,31 +287,6 @@ const CONTENTION: &str = r#"
     (global.set $__stack_pointer (i32.add (local.get $sp) (i32.const 16))))
 "#;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
-fn seed() -> u64 {
-    let seed = std::env::var("TENSORWASM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("TENSORWASM_SEED={seed}");
-    seed
-}
-
 struct Guest<D: tensorwasm_core::GpuDriver + 'static> {
     store: Store<GuestState<D>>,
     instance: Instance,
@@ -380,15 +359,15 @@ where
     let mut store = rt.store().expect("store");
     let instance = futures::executor::block_on(rt.instantiate(&mut store, &module)).unwrap();
     let mut g = Guest { store, instance };
-    let mut rng = Rng(seed());
+    let mut rng = Rng::new("kernel_atomics");
     let slots = (THREADS * 16) as usize;
     for (n, case) in cases.iter().enumerate() {
         // Same slots on both sides; random operands, small ones half the
         // time so that narrow compare-and-swaps sometimes match.
-        let init: Vec<u8> = (0..slots).map(|_| rng.next() as u8).collect();
+        let init: Vec<u8> = (0..slots).map(|_| rng.next_u64() as u8).collect();
         let ops: Vec<u8> = (0..THREADS * 8)
             .flat_map(|_| {
-                let v = rng.next();
+                let v = rng.next_u64();
                 let v = if v & 1 == 0 { v >> 60 } else { v };
                 let v = if case.ty == "f32" {
                     u64::from(((v % 2001) as f32 - 1000.0).to_bits())
@@ -399,7 +378,7 @@ where
             })
             .take((THREADS * 8) as usize)
             .collect();
-        let ops2: Vec<u8> = (0..THREADS * 8).map(|_| rng.next() as u8).collect();
+        let ops2: Vec<u8> = (0..THREADS * 8).map(|_| rng.next_u64() as u8).collect();
         {
             let m = g.memory();
             for (base, out) in [(SLOTS_K, OUT_K), (SLOTS_R, OUT_R)] {

@@ -250,16 +250,10 @@ impl Translator<'_, '_, '_> {
             return None;
         }
         let old = emit_load(&mut self.builder, load, atomic.ty, addr);
-        let new = match atomic.op {
-            AtomicOp::Load | AtomicOp::Store => return Some(old),
-            AtomicOp::Rmw(op) => self.combine(op, old, operands[0]),
-            AtomicOp::FloatAdd => self.float_add(old, operands[0]),
-            AtomicOp::Cmpxchg => {
-                let expected = self.wrap(operands[0], atomic);
-                let equal = self.builder.ins().icmp(IntCC::Equal, old, expected);
-                self.builder.ins().select(equal, operands[1], old)
-            }
-        };
+        if atomic.op == AtomicOp::Load {
+            return Some(old);
+        }
+        let new = self.new_value(atomic, old, operands);
         emit_store(&mut self.builder, store, new, addr);
         Some(old)
     }
@@ -339,17 +333,7 @@ impl Translator<'_, '_, '_> {
         let old = b.ins().ushr(old_word, shift);
         let old = b.ins().band(old, field);
         let old = self.widen(old, atomic.ty);
-        let new = match atomic.op {
-            AtomicOp::Store => operands[0],
-            AtomicOp::Rmw(op) => self.combine(op, old, operands[0]),
-            AtomicOp::FloatAdd => self.float_add(old, operands[0]),
-            AtomicOp::Cmpxchg => {
-                let expected = self.wrap(operands[0], atomic);
-                let equal = self.builder.ins().icmp(IntCC::Equal, old, expected);
-                self.builder.ins().select(equal, operands[1], old)
-            }
-            AtomicOp::Load => old,
-        };
+        let new = self.new_value(atomic, old, operands);
         let b = &mut self.builder;
         let new_bits = match atomic.ty {
             F32 => b.ins().bitcast(I32, MemFlagsData::new(), new),
@@ -368,6 +352,21 @@ impl Translator<'_, '_, '_> {
         b.seal_block(done);
         b.switch_to_block(done);
         result
+    }
+
+    /// The value the atomic leaves in memory where `old` was.
+    fn new_value(&mut self, atomic: Atomic, old: Value, operands: &[Value]) -> Value {
+        match atomic.op {
+            AtomicOp::Load => old,
+            AtomicOp::Store => operands[0],
+            AtomicOp::Rmw(op) => self.combine(op, old, operands[0]),
+            AtomicOp::FloatAdd => self.float_add(old, operands[0]),
+            AtomicOp::Cmpxchg => {
+                let expected = self.wrap(operands[0], atomic);
+                let equal = self.builder.ins().icmp(IntCC::Equal, old, expected);
+                self.builder.ins().select(equal, operands[1], old)
+            }
+        }
     }
 
     /// A 32-bit field value (zero-extended) as `ty`.

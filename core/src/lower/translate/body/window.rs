@@ -216,17 +216,8 @@ impl Translator<'_, '_, '_> {
     /// the slot.
     pub(super) fn spill_window(&mut self) {
         self.spill_sites += 1;
-        let Some(Window {
-            slot,
-            promoted: Some(p),
-            ..
-        }) = &self.window
-        else {
-            return;
-        };
-        for (k, &word) in p.words.iter().enumerate() {
+        for (word, addr) in self.slot_words() {
             let value = self.builder.use_var(word);
-            let addr = self.builder.ins().stack_addr(I64, *slot, word_offset(k));
             self.builder.ins().store(flags(), value, addr, 0);
         }
     }
@@ -234,19 +225,34 @@ impl Translator<'_, '_, '_> {
     /// Reads a promoted window's words back from the slot after accesses by
     /// address may have written it.
     pub(super) fn reload_window(&mut self) {
+        for (word, addr) in self.slot_words() {
+            let value = self.builder.ins().load(I32, flags(), addr, 0);
+            self.builder.def_var(word, value);
+        }
+    }
+
+    /// A promoted window's words with their addresses in the slot (none for
+    /// a window in the slot).
+    fn slot_words(&mut self) -> Vec<(Variable, Value)> {
         let Some(Window {
             slot,
             promoted: Some(p),
             ..
         }) = &self.window
         else {
-            return;
+            return Vec::new();
         };
-        for (k, &word) in p.words.iter().enumerate() {
-            let addr = self.builder.ins().stack_addr(I64, *slot, word_offset(k));
-            let value = self.builder.ins().load(I32, flags(), addr, 0);
-            self.builder.def_var(word, value);
-        }
+        let (slot, words) = (*slot, p.words.clone());
+        words
+            .into_iter()
+            .enumerate()
+            .map(|(k, word)| {
+                (
+                    word,
+                    self.builder.ins().stack_addr(I64, slot, word_offset(k)),
+                )
+            })
+            .collect()
     }
 
     /// Where the next load or store of a promoted window goes.
