@@ -19,6 +19,8 @@
 
 #[allow(dead_code)] // the shared test generator; the rest is for other suites
 mod common;
+#[path = "support/ptx_out.rs"]
+mod ptx_out;
 
 use common::Rng;
 use tensorwasm_core::ManagedAllocator;
@@ -563,18 +565,10 @@ fn atomics_match_wasmtime_on_the_gpu() {
 #[test]
 fn ptx_for_every_atomic_kernel() {
     use tensorwasm_core::lower::Lowerer;
-    use tensorwasm_core::lower::ptx::PtxLowerer;
     use tensorwasm_core::lower::translate::{function_by_export, translate_kernel};
     let cases = cases();
     let wasm = wat::parse_str(guest(&cases)).expect("the guest parses");
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = root
-        .join("Cargo.toml")
-        .exists()
-        .then(|| root.join("target/ptx-out"));
-    if let Some(dir) = &out {
-        std::fs::create_dir_all(dir).expect("create target/ptx-out");
-    }
+    let out = ptx_out::ptx_out_dir();
     let mut exports: Vec<String> = (0..cases.len())
         .flat_map(|n| [format!("k_{n}"), format!("m_{n}")])
         .collect();
@@ -582,11 +576,8 @@ fn ptx_for_every_atomic_kernel() {
     for export in &exports {
         let index = function_by_export(&wasm, export).expect("an export");
         let kernel = translate_kernel(&wasm, index).unwrap_or_else(|e| panic!("{export}: {e}"));
-        for sm in [(7, 5), (8, 0), (9, 0)] {
-            let target = PtxLowerer {
-                sm,
-                isa: PtxLowerer::min_isa(sm).expect("a known target"),
-            };
+        for target in ptx_out::ptx_targets() {
+            let sm = target.sm;
             let ptx = target
                 .lower(&kernel.name, &kernel.function, kernel.abi)
                 .unwrap_or_else(|e| panic!("{export} for sm_{}{}: {e}", sm.0, sm.1));

@@ -43,9 +43,10 @@
 
 #[path = "common/ops.rs"]
 mod ops;
+#[path = "support/ptx_out.rs"]
+mod ptx_out;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use cranelift_codegen::ir::condcodes::FloatCC;
@@ -57,7 +58,6 @@ use ops::{
 };
 use tensorwasm_core::ManagedAllocator;
 use tensorwasm_core::abi::Errno;
-use tensorwasm_core::lower::ptx::PtxLowerer;
 use tensorwasm_core::lower::table::{self, Cond, Status};
 use tensorwasm_core::lower::translate::translate_kernel;
 use tensorwasm_core::lower::{KernelTrap, Lowerer};
@@ -802,22 +802,8 @@ fn key(row: &table::Row) -> String {
 
 #[test]
 fn ptx_for_every_kernel_and_op_table_coverage() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    // A packed test binary on the device machine has no checkout to write to.
-    let out = root
-        .join("Cargo.toml")
-        .exists()
-        .then(|| root.join("target/ptx-out"));
-    if let Some(dir) = &out {
-        std::fs::create_dir_all(dir).expect("create target/ptx-out");
-    }
-    let targets: Vec<PtxLowerer> = [(7, 5), (8, 0), (9, 0)]
-        .into_iter()
-        .map(|sm| PtxLowerer {
-            sm,
-            isa: PtxLowerer::min_isa(sm).expect("a known target"),
-        })
-        .collect();
+    let out = ptx_out::ptx_out_dir();
+    let targets = ptx_out::ptx_targets();
     let mut used = BTreeSet::new();
     let mut written = 0;
     for family in ops::families() {

@@ -183,12 +183,15 @@ impl FrameScan {
 /// branch; an operator with a trap check; `memory.copy`/`memory.fill`,
 /// their checks and two loops; `call_indirect`'s dispatch): what the
 /// driver's PTX JIT pays for most.
+/// The branch points of an atomic access: its alignment and bounds checks,
+/// the stack window's test, a compare-and-swap loop.
+const ATOMIC_BRANCH_POINTS: u64 = 4;
+
 fn branch_points(op: &Operator<'_>) -> u64 {
     match op {
         Operator::MemoryCopy { .. } | Operator::MemoryFill { .. } => 4,
         Operator::CallIndirect { .. } => 2,
-        // Bounds, alignment, the stack window, a compare-and-swap loop.
-        op if atomic_access(op).is_some() => 4,
+        op if atomic_access(op).is_some() => ATOMIC_BRANCH_POINTS,
         _ => u64::from(is_branch_point(op)),
     }
 }
@@ -274,6 +277,17 @@ impl Detector<'_, '_> {
             };
             size.operators += 1;
             size.branches += branch_points(&op);
+            if let Operator::Call { function_index } = op
+                && m.funcs
+                    .get(function_index as usize)
+                    .and_then(|f| f.import)
+                    .is_some_and(|(module, name)| {
+                        AtomicIntrinsic::from_import(module, name).is_some()
+                    })
+            {
+                // As the threads operators: checks, the window, a CAS loop.
+                size.branches += ATOMIC_BRANCH_POINTS;
+            }
             if let Some(sp) = self.stack_pointer {
                 frames.step(&op, sp);
             }

@@ -400,7 +400,11 @@ impl Translator<'_, '_, '_> {
             AtomicRmwOp::Smax => ins.smax(old, v),
             AtomicRmwOp::Umin => ins.umin(old, v),
             AtomicRmwOp::Umax => ins.umax(old, v),
-            AtomicRmwOp::Xchg | AtomicRmwOp::Nand => v,
+            AtomicRmwOp::Xchg => v,
+            AtomicRmwOp::Nand => {
+                let and = ins.band(old, v);
+                self.builder.ins().bnot(and)
+            }
         }
     }
 

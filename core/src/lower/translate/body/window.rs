@@ -31,9 +31,6 @@ pub(super) const PROMOTED_WINDOW: u64 = 128;
 /// sees to what the kernel's operator limit allows plus this.
 const SPILL_BUDGET: u64 = 1 << 14;
 
-/// The values [`SpOffsets::may_derive_from_sp`] looks through.
-const SP_SEARCH: usize = 4096;
-
 /// Windows up to this many bytes are zeroed by straight-line stores.
 const UNROLLED_ZEROING: u64 = 256;
 
@@ -591,8 +588,9 @@ enum SpOffset {
 struct SpOffsets {
     sp_launch: Value,
     params: alloc::collections::BTreeMap<Value, SpOffset>,
-    /// Each `i32` block parameter's incoming arguments.
-    incoming: alloc::collections::BTreeMap<Value, Vec<Value>>,
+    /// Every value computed from the stack pointer's launch value, through
+    /// any instruction or block parameter.
+    from_sp: alloc::collections::BTreeSet<Value>,
 }
 
 impl SpOffsets {
@@ -620,7 +618,7 @@ impl SpOffsets {
         let mut table = SpOffsets {
             sp_launch,
             params: incoming.keys().map(|&p| (p, SpOffset::Unseen)).collect(),
-            incoming: alloc::collections::BTreeMap::new(),
+            from_sp: alloc::collections::BTreeSet::new(),
         };
         // Each parameter only moves down (Unseen, Known, Unknown): this ends.
         let mut changed = true;
@@ -642,32 +640,15 @@ impl SpOffsets {
                 }
             }
         }
-        table.incoming = incoming;
+        table.from_sp = values_from(func, sp_launch);
         table
     }
 
     /// Whether `value` may be computed from the stack pointer's launch
     /// value (through any instruction or block parameter). A heuristic for
-    /// where to keep the window, never for what an access reads: past
-    /// [`SP_SEARCH`] values it answers yes.
+    /// where to keep the window, never for what an access reads.
     fn may_derive_from_sp(&self, func: &Function, value: Value) -> bool {
-        let mut seen = alloc::collections::BTreeSet::new();
-        let mut work = alloc::vec![value];
-        while let Some(v) = work.pop() {
-            let v = func.dfg.resolve_aliases(v);
-            if v == self.sp_launch || seen.len() > SP_SEARCH {
-                return true;
-            }
-            if !seen.insert(v) {
-                continue;
-            }
-            if let Some(args) = self.incoming.get(&v) {
-                work.extend(args.iter().copied());
-            } else if let Some(inst) = func.dfg.value_def(v).inst() {
-                work.extend(func.dfg.inst_args(inst).iter().copied());
-            }
-        }
-        false
+        self.from_sp.contains(&func.dfg.resolve_aliases(value))
     }
 
     /// `value`'s offset from the stack pointer's launch value, if known.
@@ -720,4 +701,43 @@ impl SpOffsets {
             other => other,
         }
     }
+}
+
+/// Every value computed from `root`: one pass to list each value's users
+/// (instruction results, and the block parameters a branch passes it to),
+/// then a walk from `root`. Linear in the function's size, whatever the
+/// number of accesses asked about.
+fn values_from(func: &Function, root: Value) -> alloc::collections::BTreeSet<Value> {
+    let mut users: alloc::collections::BTreeMap<Value, Vec<Value>> =
+        alloc::collections::BTreeMap::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            let results = func.dfg.inst_results(inst);
+            for &arg in func.dfg.inst_args(inst) {
+                let arg = func.dfg.resolve_aliases(arg);
+                users.entry(arg).or_default().extend_from_slice(results);
+            }
+            for call in func.dfg.insts[inst]
+                .branch_destination(&func.dfg.jump_tables, &func.dfg.exception_tables)
+            {
+                let params = func.dfg.block_params(call.block(&func.dfg.value_lists));
+                for (&param, arg) in params.iter().zip(call.args(&func.dfg.value_lists)) {
+                    if let Some(arg) = arg.as_value() {
+                        let arg = func.dfg.resolve_aliases(arg);
+                        users.entry(arg).or_default().push(param);
+                    }
+                }
+            }
+        }
+    }
+    let mut from = alloc::collections::BTreeSet::new();
+    let mut work = alloc::vec![func.dfg.resolve_aliases(root)];
+    while let Some(v) = work.pop() {
+        if from.insert(v)
+            && let Some(next) = users.get(&v)
+        {
+            work.extend(next.iter().copied());
+        }
+    }
+    from
 }
