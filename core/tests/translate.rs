@@ -434,6 +434,8 @@ impl Launch {
 
     /// The runtime check `check` at clock `now`, as `docs/kernels.md`
     /// specifies it.
+    /// The cooperative checks (shared memory, barriers, warps) need a
+    /// block of threads: `embed/tests/kernel_coop.rs` runs them.
     fn answer(&mut self, check: RuntimeCheck, args: &[DataValue], now: u64) -> DataValue {
         assert!(args.is_empty(), "the clock takes no arguments");
         match check {
@@ -441,6 +443,7 @@ impl Launch {
                 self.clock_reads.push(now);
                 DataValue::I64(now as i64)
             }
+            other => panic!("{} needs a block of threads", other.name()),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! [`Lowerer`] trait); it touches no driver.
 
 pub mod atomic;
+pub mod cooperative;
 pub mod ptx;
 pub mod table;
 pub mod translate;
@@ -13,9 +14,9 @@ pub mod translate;
 use alloc::string::String;
 use core::fmt;
 
-use cranelift_codegen::ir::types::I64;
+use cranelift_codegen::ir::types::{I32, I64};
 use cranelift_codegen::ir::{
-    AbiParam, ExternalName, Function, Inst, InstructionData, Opcode, Signature, TrapCode,
+    AbiParam, ExternalName, Function, Inst, InstructionData, Opcode, Signature, TrapCode, Type,
     UserExternalName,
 };
 use cranelift_codegen::isa::CallConv;
@@ -288,14 +289,16 @@ impl KernelAbi {
     }
 }
 
-/// The runtime functions a kernel's CLIF calls to bound a launch's time
-/// (`docs/kernels.md`, "Time limit"): the only calls in a kernel. The
-/// translator emits them as CLIF `call`s of imported functions named
-/// `UserExternalName { namespace: RuntimeCheck::NAMESPACE, index }`; each
-/// lowerer implements them itself (PTX inline, the CPU target as host
-/// functions). They touch no memory: a check every thread makes must not
-/// make every thread read one shared word (on an H100 that tripled a vector
-/// add's time).
+/// The runtime functions a kernel's CLIF calls: the launch's clock
+/// (`docs/kernels.md`, "Time limit") and the block's cooperative
+/// operations (shared memory, barriers, warps: "The GPU programming
+/// model"). The only calls in a kernel. The translator emits them as CLIF
+/// `call`s of imported functions named `UserExternalName { namespace:
+/// RuntimeCheck::NAMESPACE, index }`; each lowerer implements them itself
+/// (PTX inline, the CPU target as host functions). None touches the
+/// guest's memory, and the clock touches no memory at all: a check every
+/// thread makes must not make every thread read one shared word (on an
+/// H100 that tripled a vector add's time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RuntimeCheck {
     /// `clock() -> i64`: the thread's clock, in the launch's ticks (the
@@ -304,6 +307,44 @@ pub enum RuntimeCheck {
     /// rate); the CPU target reads nanoseconds of a monotonic host clock.
     /// Monotonic for the thread.
     Clock = 0,
+    /// `shared_base() -> i64`: the address of byte 0 of the block's shared
+    /// memory (PTX: the generic address of `__shmem`; CPU: the host address
+    /// of the block's buffer). The translator adds checked offsets to it.
+    SharedBase = 1,
+    /// `shared_size() -> i64`: the block's shared bytes (a multiple of 16).
+    SharedSize = 2,
+    /// `barrier()`: waits until every thread of the block that has not
+    /// ended is at a barrier or done with its virtual block.
+    Barrier = 3,
+    /// `block_begin()`: the start of a virtual block, every live thread of
+    /// the block together: zeroes the shared memory (PTX; the CPU runner
+    /// zeroes it itself) and waits for the block.
+    BlockBegin = 4,
+    /// `block_done()`: the end of the thread's call for a virtual block:
+    /// arrives at the block's barriers as "done" until every live thread
+    /// of the block is done.
+    BlockDone = 5,
+    /// `lane_id() -> i32`: the thread's lane in its warp (0 ..= 31).
+    LaneId = 6,
+    /// `shfl_idx(v: i32, lane: i32, site: i32) -> i32`: `v` of lane
+    /// `lane & 31`. `site` (a constant) names the call site: the CPU target
+    /// groups a warp's lanes by it; PTX ignores it.
+    ShflIdx = 7,
+    /// `shfl_up(v, delta, site) -> i32`: `v` of lane `lane_id - delta`.
+    ShflUp = 8,
+    /// `shfl_down(v, delta, site) -> i32`: `v` of lane `lane_id + delta`.
+    ShflDown = 9,
+    /// `shfl_xor(v, mask, site) -> i32`: `v` of lane `lane_id ^ mask`.
+    ShflXor = 10,
+    /// `ballot(pred: i32, site: i32) -> i32`: bit `i` set when lane `i`
+    /// takes part with a nonzero `pred`.
+    Ballot = 11,
+    /// `vote_any(pred, site) -> i32`: 1 when some lane that takes part has
+    /// a nonzero `pred`.
+    VoteAny = 12,
+    /// `vote_all(pred, site) -> i32`: 1 when every lane that takes part
+    /// has a nonzero `pred`.
+    VoteAll = 13,
 }
 
 impl RuntimeCheck {
@@ -312,7 +353,22 @@ impl RuntimeCheck {
     pub const NAMESPACE: u32 = 1;
 
     /// Every check, by index.
-    pub const ALL: [RuntimeCheck; 1] = [RuntimeCheck::Clock];
+    pub const ALL: [RuntimeCheck; 14] = [
+        RuntimeCheck::Clock,
+        RuntimeCheck::SharedBase,
+        RuntimeCheck::SharedSize,
+        RuntimeCheck::Barrier,
+        RuntimeCheck::BlockBegin,
+        RuntimeCheck::BlockDone,
+        RuntimeCheck::LaneId,
+        RuntimeCheck::ShflIdx,
+        RuntimeCheck::ShflUp,
+        RuntimeCheck::ShflDown,
+        RuntimeCheck::ShflXor,
+        RuntimeCheck::Ballot,
+        RuntimeCheck::VoteAny,
+        RuntimeCheck::VoteAll,
+    ];
 
     /// The name the translator's CLIF imports it under.
     pub const fn external_name(self) -> UserExternalName {
@@ -333,21 +389,64 @@ impl RuntimeCheck {
     pub const fn name(self) -> &'static str {
         match self {
             RuntimeCheck::Clock => "clock",
+            RuntimeCheck::SharedBase => "shared_base",
+            RuntimeCheck::SharedSize => "shared_size",
+            RuntimeCheck::Barrier => "barrier",
+            RuntimeCheck::BlockBegin => "block_begin",
+            RuntimeCheck::BlockDone => "block_done",
+            RuntimeCheck::LaneId => "lane_id",
+            RuntimeCheck::ShflIdx => "shfl_idx",
+            RuntimeCheck::ShflUp => "shfl_up",
+            RuntimeCheck::ShflDown => "shfl_down",
+            RuntimeCheck::ShflXor => "shfl_xor",
+            RuntimeCheck::Ballot => "ballot",
+            RuntimeCheck::VoteAny => "vote_any",
+            RuntimeCheck::VoteAll => "vote_all",
         }
     }
 
-    /// Its CLIF signature (no parameters, an `i64` result; call conv
-    /// `SystemV` as the kernel's, which a lowerer may change to its own).
+    /// Its parameters' and results' CLIF types.
+    pub const fn types(self) -> (&'static [Type], &'static [Type]) {
+        match self {
+            RuntimeCheck::Clock | RuntimeCheck::SharedBase | RuntimeCheck::SharedSize => {
+                (&[], &[I64])
+            }
+            RuntimeCheck::Barrier | RuntimeCheck::BlockBegin | RuntimeCheck::BlockDone => {
+                (&[], &[])
+            }
+            RuntimeCheck::LaneId => (&[], &[I32]),
+            RuntimeCheck::ShflIdx
+            | RuntimeCheck::ShflUp
+            | RuntimeCheck::ShflDown
+            | RuntimeCheck::ShflXor => (&[I32, I32, I32], &[I32]),
+            RuntimeCheck::Ballot | RuntimeCheck::VoteAny | RuntimeCheck::VoteAll => {
+                (&[I32, I32], &[I32])
+            }
+        }
+    }
+
+    /// Whether it is one of the block's cooperative operations (every
+    /// check but the clock): a kernel that calls one runs its blocks'
+    /// threads together (`docs/kernels.md`, "Barriers").
+    pub const fn is_cooperative(self) -> bool {
+        !matches!(self, RuntimeCheck::Clock)
+    }
+
+    /// Its CLIF signature ([`types`](Self::types); call conv `SystemV` as
+    /// the kernel's, which a lowerer may change to its own).
     pub fn signature(self) -> Signature {
         let mut sig = Signature::new(CallConv::SystemV);
-        sig.returns.push(AbiParam::new(I64));
+        let (params, returns) = self.types();
+        sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        sig.returns
+            .extend(returns.iter().map(|&t| AbiParam::new(t)));
         sig
     }
 
     /// The check `inst` of `func` calls, if it is a `call` of one that a
     /// lowerer may implement: the callee is imported under the check's name
-    /// with its signature (so it takes no arguments). Every other `call` is
-    /// `None`.
+    /// with its signature, and the call passes one argument per parameter.
+    /// Every other `call` is `None`.
     pub fn called_by(func: &Function, inst: Inst) -> Option<RuntimeCheck> {
         let InstructionData::Call {
             opcode: Opcode::Call,
@@ -363,13 +462,18 @@ impl RuntimeCheck {
         };
         let check = Self::from_external_name(func.params.user_named_funcs().get(name)?)?;
         let sig = func.dfg.signatures.get(ext.signature)?;
-        let want = check.signature();
-        let types_match = |a: &[AbiParam], b: &[AbiParam]| {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.value_type == y.value_type)
+        let (params, returns) = check.types();
+        let types_match = |a: &[AbiParam], b: &[Type]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.value_type == *y)
         };
-        let types_ok =
-            types_match(&sig.params, &want.params) && types_match(&sig.returns, &want.returns);
-        (types_ok && func.dfg.inst_args(inst).is_empty()).then_some(check)
+        let args = func.dfg.inst_args(inst);
+        let args_ok = args.len() == params.len()
+            && args
+                .iter()
+                .zip(params)
+                .all(|(&a, &t)| func.dfg.value_type(a) == t);
+        (types_match(&sig.params, params) && types_match(&sig.returns, returns) && args_ok)
+            .then_some(check)
     }
 }
 
@@ -501,7 +605,7 @@ mod tests {
                 (RuntimeCheck::NAMESPACE, i as u32)
             );
             assert_eq!(RuntimeCheck::from_external_name(&name), Some(check));
-            assert!(check.signature().params.is_empty());
+            assert_eq!(check.signature().params.len(), check.types().0.len());
         }
         // Namespace 0 is cranelift-module's functions: never a check.
         let function = UserExternalName {

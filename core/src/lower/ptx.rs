@@ -112,7 +112,7 @@ use cranelift_codegen::ir::{
 };
 
 use super::table::{self, Status, TRAP_SITE};
-use super::{Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer};
+use super::{Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer, RuntimeCheck};
 
 /// Lowers kernels to PTX text for one GPU generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,11 +192,20 @@ impl Lowerer for PtxLowerer {
                     .get(abi.hidden(KernelAbi::MEM_BASE))
             })
             .copied();
+        let calls = runtime_calls(kernel);
+        let shared_base = calls.iter().any(|&(c, _)| c == RuntimeCheck::SharedBase);
         let mut emitter = Emitter {
             target: self,
             func: kernel,
             name,
             stack,
+            generic: stack > 0 || shared_base,
+            cooperative: calls.iter().any(|&(c, _)| c.is_cooperative()),
+            shared_bases: calls
+                .iter()
+                .filter(|&&(c, _)| c == RuntimeCheck::SharedBase)
+                .filter_map(|&(_, v)| v)
+                .collect(),
             mem_base,
             body: String::new(),
             values: [0; 4],
@@ -220,6 +229,20 @@ impl Lowerer for PtxLowerer {
         emitter.trap_sites()?;
         Ok(emitter.finish(abi))
     }
+}
+
+/// The kernel's runtime calls, each with its first result (the shared
+/// base's value is what [`Emitter::roots`] recognises).
+fn runtime_calls(func: &Function) -> Vec<(RuntimeCheck, Option<Value>)> {
+    let mut calls = Vec::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            if let Some(check) = RuntimeCheck::called_by(func, inst) {
+                calls.push((check, func.dfg.inst_results(inst).first().copied()));
+            }
+        }
+    }
+    calls
 }
 
 /// The order a block's instructions are emitted in: the CLIF order, except
@@ -405,6 +428,19 @@ impl Class {
     }
 }
 
+/// Where an address points ([`Emitter::roots`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Root {
+    /// The guest's memory.
+    Global,
+    /// The block's shared memory.
+    Shared,
+    /// No address: an integer offset.
+    Offset,
+    /// Could be anywhere (generic).
+    Unknown,
+}
+
 struct TrapSite {
     label: String,
     trap: KernelTrap,
@@ -416,9 +452,16 @@ struct Emitter<'a> {
     func: &'a Function,
     name: &'a str,
     /// Bytes of the kernel's stack slot (`.local __stack`), 0 without one.
-    /// With one, memory accesses use generic addresses (see the module
-    /// docs, "The shadow stack").
     stack: u32,
+    /// Whether `mem_base` stays a generic address and each access picks
+    /// its space by where its address comes from (a stack slot or shared
+    /// memory: see the module docs, "The shadow stack", "Shared memory").
+    generic: bool,
+    /// Whether the kernel calls a cooperative runtime check (it then
+    /// declares `__shmem`).
+    cooperative: bool,
+    /// The values of its `shared_base` calls.
+    shared_bases: Vec<Value>,
     /// The `mem_base` parameter's value.
     mem_base: Option<Value>,
     body: String,
@@ -506,7 +549,7 @@ impl Emitter<'_> {
                 self.line(&format!("mov.b64 {reg}, %status;"));
             } else {
                 self.line(&format!("ld.param.u64 {reg}, [{name}_{hidden}];"));
-                if k == KernelAbi::MEM_BASE && self.stack == 0 {
+                if k == KernelAbi::MEM_BASE && !self.generic {
                     self.line(&format!("cvta.to.global.u64 {reg}, {reg};"));
                 }
             }
@@ -692,13 +735,34 @@ impl Emitter<'_> {
             (_, true, &[_, addr, ..]) => Some(("b", addr)),
             _ => None,
         };
+        let root = address.map(|(_, addr)| self.roots(addr, 0));
         if let Some(line) = self.local_access(inst)? {
             // A whole value at a constant, aligned offset of the stack
             // slot: local memory, no alignment check.
             self.line(&line);
-        } else if self.stack > 0
+        } else if let (Some((slot, addr)), Some(Root::Shared)) = (address, root) {
+            // Shared memory: the translator checked bounds and alignment.
+            let shared = self.scratch_reg(Class::B64, GLOBAL_ADDRESS);
+            let generic = self.reg(addr)?;
+            self.line(&format!("cvta.to.shared.u64 {shared}, {generic};"));
+            if let Some(line) = self.shared_access(inst, &shared)? {
+                self.line(&line);
+            } else {
+                for (name, value) in &mut slots {
+                    if *name == slot {
+                        value.clone_from(&shared);
+                    }
+                }
+                let spaced: Vec<String> = template
+                    .iter()
+                    .map(|line| line.replace(".global.", ".shared."))
+                    .collect();
+                let spaced: Vec<&str> = spaced.iter().map(String::as_str).collect();
+                self.expand(&spaced, &slots, &format!("L{i}"))?;
+            }
+        } else if self.generic
             && let Some((slot, addr)) = address
-            && self.in_guest_memory(addr, 0)
+            && root == Some(Root::Global)
         {
             // An address of the guest's memory only: a global access,
             // through the generic address converted once.
@@ -711,9 +775,10 @@ impl Emitter<'_> {
                 }
             }
             self.expand(template, &slots, &format!("L{i}"))?;
-        } else if self.stack > 0 && address.is_some() {
-            // An address may be the thread's stack window (local memory)
-            // or the guest's memory: generic accesses reach both.
+        } else if self.generic && address.is_some() {
+            // An address may be the thread's stack window (local memory),
+            // shared memory or the guest's memory: generic accesses reach
+            // all three.
             let generic: Vec<String> = template
                 .iter()
                 .map(|line| line.replace(".global.", "."))
@@ -776,53 +841,86 @@ impl Emitter<'_> {
         }))
     }
 
-    /// Whether `addr` is `mem_base` plus offsets (integers that hold no
-    /// address), never the stack window's: then an access through it is
-    /// global. Conservative: a `select`, `stack_addr` or a chain past 32
-    /// instructions is not. Block parameters and loaded values are
-    /// offsets: the translator computes each host address just before its
-    /// access, and no Wasm value (locals, globals, memory) ever holds one.
-    fn in_guest_memory(&self, addr: Value, depth: u32) -> bool {
-        self.pointer_roots(addr, depth) == Some(true)
+    /// A plain `load` or `store` of a whole `i32`/`i64`/`f32`/`f64` at
+    /// shared address `shared` (converted from the generic one): one
+    /// `ld.shared` / `st.shared` (the translator trapped on misaligned
+    /// shared offsets).
+    fn shared_access(&mut self, inst: Inst, shared: &str) -> Result<Option<String>, LowerError> {
+        let dfg = &self.func.dfg;
+        let (opcode, args) = (dfg.insts[inst].opcode(), dfg.inst_args(inst));
+        let (value, load) = match (opcode, args) {
+            (Opcode::Load, &[_]) => (dfg.first_result(inst), true),
+            (Opcode::Store, &[value, _]) => (value, false),
+            _ => return Ok(None),
+        };
+        let (InstructionData::Load { offset, .. } | InstructionData::Store { offset, .. }) =
+            dfg.insts[inst]
+        else {
+            return Ok(None);
+        };
+        let kind = match dfg.value_type(value) {
+            I32 => "u32",
+            I64 => "u64",
+            F32 => "f32",
+            F64 => "f64",
+            _ => return Ok(None),
+        };
+        let off = i32::from(offset);
+        let reg = self.reg(value)?;
+        Ok(Some(if load {
+            format!("ld.shared.{kind} {reg}, [{shared}+{off}];")
+        } else {
+            format!("st.shared.{kind} [{shared}+{off}], {reg};")
+        }))
     }
 
-    /// `Some(true)`: `mem_base` plus offsets; `Some(false)`: an offset
-    /// (computed from no address); `None`: anything else.
-    fn pointer_roots(&self, value: Value, depth: u32) -> Option<bool> {
+    /// Where an address points, by the values it is computed from:
+    /// [`Root::Global`] for `mem_base` plus offsets (integers that hold no
+    /// address), [`Root::Shared`] for a `shared_base` plus offsets,
+    /// [`Root::Offset`] for an integer computed from no address,
+    /// [`Root::Unknown`] for anything else (a `select`, `stack_addr`, two
+    /// addresses added, a chain past 32 instructions). Block parameters
+    /// and loaded values are offsets: the translator computes each host
+    /// address just before its access, and no Wasm value (locals, globals,
+    /// memory) ever holds one.
+    fn roots(&self, value: Value, depth: u32) -> Root {
         let dfg = &self.func.dfg;
         let value = dfg.resolve_aliases(value);
         if Some(value) == self.mem_base {
-            return Some(true);
+            return Root::Global;
+        }
+        if self.shared_bases.contains(&value) {
+            return Root::Shared;
         }
         if depth > 32 {
-            return None;
+            return Root::Unknown;
         }
         let Some(inst) = dfg.value_def(value).inst() else {
-            return Some(false);
+            return Root::Offset;
         };
         match dfg.insts[inst].opcode() {
-            Opcode::StackAddr | Opcode::Select => None,
+            Opcode::StackAddr | Opcode::Select => Root::Unknown,
             Opcode::Iadd => {
                 let [a, b] = dfg.inst_args(inst) else {
-                    return None;
+                    return Root::Unknown;
                 };
-                match (
-                    self.pointer_roots(*a, depth + 1)?,
-                    self.pointer_roots(*b, depth + 1)?,
-                ) {
-                    (true, true) => None,
-                    (x, y) => Some(x || y),
+                match (self.roots(*a, depth + 1), self.roots(*b, depth + 1)) {
+                    (Root::Offset, r) | (r, Root::Offset) => r,
+                    _ => Root::Unknown,
                 }
             }
-            op if op.can_load() => Some(false),
+            op if op.can_load() => Root::Offset,
+            // Calls' results (the clock, lane ids, votes) hold no address;
+            // `shared_base`'s was matched above.
+            Opcode::Call => Root::Offset,
             _ => {
                 // Integer arithmetic on offsets: every operand an offset.
                 for &arg in dfg.inst_args(inst) {
-                    if self.pointer_roots(arg, depth + 1)? {
-                        return None;
+                    if self.roots(arg, depth + 1) != Root::Offset {
+                        return Root::Unknown;
                     }
                 }
-                Some(false)
+                Root::Offset
             }
         }
     }
@@ -919,9 +1017,13 @@ impl Emitter<'_> {
              // time_limit.\n\n\
              .version {isa_major}.{isa_minor}\n\
              .target sm_{major}{minor}\n\
-             .address_size 64\n\n\
-             .visible .entry {name}(\n"
+             .address_size 64\n\n"
         );
+        if self.cooperative {
+            // The block's dynamic shared memory, sized by the launch.
+            out.push_str(".extern .shared .align 16 .b8 __shmem[];\n\n");
+        }
+        let _ = writeln!(out, ".visible .entry {name}(");
         let mut params = Vec::new();
         for (i, param) in self
             .func

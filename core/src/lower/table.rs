@@ -172,17 +172,167 @@ pub const TRAP_SITE: &[&str] = &[
 /// converts the launch's time limit into.
 pub const CLOCK: &[&str] = &["mov.u64 {d}, %clock64;"];
 
+/// [`RuntimeCheck::SharedBase`]: the generic address of the block's
+/// dynamic shared memory (`__shmem`, declared by the lowerer), so an access
+/// the lowerer cannot place is still right as a generic one.
+pub const SHARED_BASE: &[&str] = &["mov.u64 {d}, __shmem;", "cvta.shared.u64 {d}, {d};"];
+
+/// [`RuntimeCheck::SharedSize`]: the launch's dynamic shared bytes.
+pub const SHARED_SIZE: &[&str] = &[
+    "mov.u32 {r0}, %dynamic_smem_size;",
+    "cvt.u64.u32 {d}, {r0};",
+];
+
+/// [`RuntimeCheck::Barrier`]: arrive "not done" at barrier 0 (the
+/// non-`.aligned` form: threads of a warp may arrive at different
+/// barriers). The phase ends when every thread of the block that has not
+/// exited has arrived, here or at a `block_done` (`docs/kernels.md`,
+/// "Barriers").
+pub const BARRIER: &[&str] = &["barrier.red.and.pred {p0}, 0, 0;"];
+
+/// [`RuntimeCheck::BlockDone`]: arrive "done" at barrier 0 until a phase
+/// in which every arriving thread was done.
+pub const BLOCK_DONE: &[&str] = &[
+    "{L0}:",
+    "barrier.red.and.pred {p0}, 0, 1;",
+    "@!{p0} bra {L0};",
+];
+
+/// [`RuntimeCheck::BlockBegin`]: every live thread of the block zeroes a
+/// share of the shared memory (16 bytes at a time, strided by the block's
+/// size; the host makes the size a multiple of 16), then waits for the
+/// block. All of them arrive here together (after a `block_done` phase or
+/// at the kernel's start), so the `.aligned` `bar.sync` is right.
+pub const BLOCK_BEGIN: &[&str] = &[
+    "mov.u32 {r0}, %dynamic_smem_size;",
+    "mov.u32 {r1}, %tid.z;",
+    "mov.u32 {r2}, %ntid.y;",
+    "mov.u32 {r3}, %tid.y;",
+    "mad.lo.u32 {r1}, {r1}, {r2}, {r3};",
+    "mov.u32 {r2}, %ntid.x;",
+    "mov.u32 {r3}, %tid.x;",
+    "mad.lo.u32 {r1}, {r1}, {r2}, {r3};",
+    "shl.b32 {r1}, {r1}, 4;",
+    "mov.u32 {r3}, %ntid.y;",
+    "mul.lo.u32 {r2}, {r2}, {r3};",
+    "mov.u32 {r3}, %ntid.z;",
+    "mul.lo.u32 {r2}, {r2}, {r3};",
+    "shl.b32 {r2}, {r2}, 4;",
+    "mov.u32 {r3}, __shmem;",
+    "mov.u32 {r4}, 0;",
+    "{L0}:",
+    "setp.ge.u32 {p0}, {r1}, {r0};",
+    "@{p0} bra {L1};",
+    "add.u32 {r5}, {r3}, {r1};",
+    "st.shared.v4.b32 [{r5}], {{r4}, {r4}, {r4}, {r4}};",
+    "add.u32 {r1}, {r1}, {r2};",
+    "bra {L0};",
+    "{L1}:",
+    "bar.sync 0;",
+];
+
+/// [`RuntimeCheck::LaneId`].
+pub const LANE_ID: &[&str] = &["mov.u32 {d}, %laneid;"];
+
+/// The end of every shuffle: `{r3}` holds the source lane (0 ..= 31) and
+/// `{p0}` whether it is in range; the lanes taking part are those running
+/// together (`activemask`); a lane whose source is out of range or not
+/// taking part gets its own value (`shfl.sync` leaves it undefined).
+macro_rules! shuffle {
+    ($($line:literal),+ $(,)?) => {
+        &[
+            "mov.u32 {r1}, %laneid;",
+            $($line,)+
+            "activemask.b32 {r0};",
+            "shfl.sync.idx.b32 {r4}, {a}, {r3}, 31, {r0};",
+            "shr.b32 {r5}, {r0}, {r3};",
+            "and.b32 {r5}, {r5}, 1;",
+            "setp.ne.u32 {p1}, {r5}, 0;",
+            "and.pred {p0}, {p0}, {p1};",
+            "selp.b32 {d}, {r4}, {a}, {p0};",
+        ]
+    };
+}
+
+/// [`RuntimeCheck::ShflIdx`]: lane `b & 31`.
+pub const SHFL_IDX: &[&str] = shuffle!("and.b32 {r3}, {b}, 31;", "setp.eq.u32 {p0}, {r3}, {r3};");
+/// [`RuntimeCheck::ShflUp`]: lane `lane - b`, if `b <= lane`.
+pub const SHFL_UP: &[&str] = shuffle!(
+    "setp.le.u32 {p0}, {b}, {r1};",
+    "sub.u32 {r3}, {r1}, {b};",
+    "and.b32 {r3}, {r3}, 31;",
+);
+/// [`RuntimeCheck::ShflDown`]: lane `lane + b`, if `b <= 31 - lane`.
+pub const SHFL_DOWN: &[&str] = shuffle!(
+    "sub.u32 {r2}, 31, {r1};",
+    "setp.le.u32 {p0}, {b}, {r2};",
+    "add.u32 {r3}, {r1}, {b};",
+    "and.b32 {r3}, {r3}, 31;",
+);
+/// [`RuntimeCheck::ShflXor`]: lane `lane ^ b`, if `b < 32`.
+pub const SHFL_XOR: &[&str] = shuffle!(
+    "setp.lt.u32 {p0}, {b}, 32;",
+    "xor.b32 {r3}, {r1}, {b};",
+    "and.b32 {r3}, {r3}, 31;",
+);
+
+/// [`RuntimeCheck::Ballot`]: the running lanes' predicates.
+pub const BALLOT: &[&str] = &[
+    "activemask.b32 {r0};",
+    "setp.ne.u32 {p0}, {a}, 0;",
+    "vote.sync.ballot.b32 {d}, {p0}, {r0};",
+];
+/// [`RuntimeCheck::VoteAny`].
+pub const VOTE_ANY: &[&str] = &[
+    "activemask.b32 {r0};",
+    "setp.ne.u32 {p0}, {a}, 0;",
+    "vote.sync.any.pred {p1}, {p0}, {r0};",
+    "selp.u32 {d}, 1, 0, {p1};",
+];
+/// [`RuntimeCheck::VoteAll`].
+pub const VOTE_ALL: &[&str] = &[
+    "activemask.b32 {r0};",
+    "setp.ne.u32 {p0}, {a}, 0;",
+    "vote.sync.all.pred {p1}, {p0}, {r0};",
+    "selp.u32 {d}, 1, 0, {p1};",
+];
+
 /// The rules of the runtime checks, in [`RuntimeCheck::ALL`] order: not in
 /// [`rows`] (see the module docs, "Calls").
-static RUNTIME_ROWS: [Row; 1] = [ptx(Opcode::Call, I64, "clock", CLOCK).note(
-    "the thread's clock for the launch time limit (docs/kernels.md, \"Time limit\"), inline",
-)];
+static RUNTIME_ROWS: [Row; 14] = [
+    ptx(Opcode::Call, I64, "clock", CLOCK).note(
+        "the thread's clock for the launch time limit (docs/kernels.md, \"Time limit\"), inline",
+    ),
+    ptx(Opcode::Call, I64, "shared_base", SHARED_BASE).note(
+        "the generic address of the block's shared memory; the translator adds checked offsets",
+    ),
+    ptx(Opcode::Call, I64, "shared_size", SHARED_SIZE)
+        .note("the launch's dynamic shared bytes (a multiple of 16)"),
+    ptx(Opcode::Call, INVALID, "barrier", BARRIER)
+        .note("__syncthreads(); exited threads do not count (docs/kernels.md, \"Barriers\")"),
+    ptx(Opcode::Call, INVALID, "block_begin", BLOCK_BEGIN)
+        .note("a virtual block's start: shared memory zeroed by the whole block"),
+    ptx(Opcode::Call, INVALID, "block_done", BLOCK_DONE)
+        .note("a virtual block's end: arrive done until every live thread is"),
+    ptx(Opcode::Call, I32, "lane_id", LANE_ID).note("the lane in the warp"),
+    ptx(Opcode::Call, I32, "shfl_idx", SHFL_IDX)
+        .note("own value when the source lane is not running"),
+    ptx(Opcode::Call, I32, "shfl_up", SHFL_UP)
+        .note("own value below lane 0 or when the source is not running"),
+    ptx(Opcode::Call, I32, "shfl_down", SHFL_DOWN)
+        .note("own value past lane 31 or when the source is not running"),
+    ptx(Opcode::Call, I32, "shfl_xor", SHFL_XOR)
+        .note("own value past lane 31 or when the source is not running"),
+    ptx(Opcode::Call, I32, "ballot", BALLOT).note("over the lanes running together (activemask)"),
+    ptx(Opcode::Call, I32, "vote_any", VOTE_ANY)
+        .note("over the lanes running together (activemask)"),
+    ptx(Opcode::Call, I32, "vote_all", VOTE_ALL)
+        .note("over the lanes running together (activemask)"),
+];
 
 /// The rule of a runtime check's call.
 pub fn runtime_row(check: RuntimeCheck) -> &'static Row {
-    match check {
-        RuntimeCheck::Clock => &RUNTIME_ROWS[0],
-    }
+    &RUNTIME_ROWS[check as usize]
 }
 
 // Row builders, so each row of the table reads as one line.
@@ -2034,11 +2184,13 @@ pub fn render_markdown() -> String {
     let _ = write!(
         out,
         "```\n\n## Runtime checks\n\nThe only `call`s a kernel's CLIF may hold: the \
-         launch's time checks (`docs/kernels.md`, \"Time limit\"), imported as \
-         `UserExternalName {{ namespace: {}, index }}` with the kernel's own `status` \
-         (and `time_limit`) as arguments, lowered inline (`{{a}}`: the status word's \
-         global address; `{{b}}`: the time limit in ns; `{{d}}`: the `i32` result). Any \
-         other call is refused.\n",
+         launch's clock (`docs/kernels.md`, \"Time limit\") and the block's cooperative \
+         operations (\"The GPU programming model\"), imported as \
+         `UserExternalName {{ namespace: {}, index }}`, lowered inline (`{{a}}`, `{{b}}`: \
+         the call's arguments; `{{d}}`: its result; a shuffle's or vote's last argument, \
+         the call site's number, is for the CPU target only). Any other call is refused. \
+         A kernel that calls a cooperative one declares \
+         `.extern .shared .align 16 .b8 __shmem[]`.\n",
         RuntimeCheck::NAMESPACE
     );
     for check in RuntimeCheck::ALL {

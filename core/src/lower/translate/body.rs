@@ -24,13 +24,15 @@ use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use wasmparser::{BlockType, BrTable, MemArg, Operator, ValType};
 
-use super::detect::op_name;
+use super::detect::{Cooperation, op_name};
 use super::module::{ConstValue, GlobalKind, ModuleInfo, invalid};
 use super::{KernelGlobal, WasmType};
 use crate::lower::atomic::AtomicIntrinsic;
+use crate::lower::cooperative::CoopIntrinsic;
 use crate::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck, UnsupportedOp};
 
 mod atomic;
+mod cooperative;
 mod window;
 
 pub(super) use atomic::atomic_access;
@@ -55,14 +57,28 @@ pub(super) fn translate(
     params: &[WasmType],
     globals: &[KernelGlobal],
     stack: Option<(u32, u64)>,
+    cooperation: Cooperation,
 ) -> Result<(Function, bool), LowerError> {
-    let (function, plan, spill_sites) =
-        translate_once(module, func_index, params, globals, stack, None)?;
+    let (function, plan, spill_sites) = translate_once(
+        module,
+        func_index,
+        params,
+        globals,
+        stack,
+        cooperation,
+        None,
+    )?;
     match stack {
-        Some((_, bytes)) if window::promotable(bytes, &plan, spill_sites) => {
-            translate_once(module, func_index, params, globals, stack, Some(&plan))
-                .map(|(f, _, _)| (f, true))
-        }
+        Some((_, bytes)) if window::promotable(bytes, &plan, spill_sites) => translate_once(
+            module,
+            func_index,
+            params,
+            globals,
+            stack,
+            cooperation,
+            Some(&plan),
+        )
+        .map(|(f, _, _)| (f, true)),
         _ => Ok((function, false)),
     }
 }
@@ -78,6 +94,7 @@ fn translate_once(
     params: &[WasmType],
     globals: &[KernelGlobal],
     stack: Option<(u32, u64)>,
+    cooperation: Cooperation,
     plan: Option<&[Placement]>,
 ) -> Result<(Function, Vec<Placement>, usize), LowerError> {
     let abi = KernelAbi {
@@ -108,7 +125,7 @@ fn translate_once(
     let values = builder.block_params(entry).to_vec();
     let fuel = builder.declare_var(I64);
     builder.def_var(fuel, values[abi.hidden(KernelAbi::FUEL)]);
-    let [clock] = RuntimeCheck::ALL.map(|check| {
+    let checks = RuntimeCheck::ALL.map(|check| {
         let signature = builder.import_signature(check.signature());
         let name = builder
             .func
@@ -120,17 +137,29 @@ fn translate_once(
             patchable: false,
         })
     });
+    let clock = checks[RuntimeCheck::Clock as usize];
     // The thread's clock starts now; the virtual blocks and loop headers
     // check how long it has run.
     let call = builder.ins().call(clock, &[]);
     let start = builder.inst_results(call)[0];
+    // The block's shared memory, read once: every shared access adds a
+    // checked offset to the base.
+    let shared = cooperation.shared.then(|| {
+        [RuntimeCheck::SharedBase, RuntimeCheck::SharedSize].map(|check| {
+            let call = builder.ins().call(checks[check as usize], &[]);
+            builder.inst_results(call)[0]
+        })
+    });
     let hidden = Hidden {
         mem_base: values[abi.hidden(KernelAbi::MEM_BASE)],
         mem_len: values[abi.hidden(KernelAbi::MEM_LEN)],
         time_limit: values[abi.hidden(KernelAbi::TIME_LIMIT)],
         intrinsics: core::array::from_fn(|i| values[abi.hidden(KernelAbi::INTRINSICS) + i]),
         clock,
+        checks,
         start,
+        shared: shared.map(|[base, size]| Shared { base, size }),
+        cooperative: cooperation.cooperative,
     };
 
     // Each thread's copies of the mutable globals (reset to their launch
@@ -163,6 +192,7 @@ fn translate_once(
         window,
         window_accesses: Vec::new(),
         spill_sites: 0,
+        sites: 0,
     };
     let def = module
         .defined(func_index)
@@ -211,8 +241,22 @@ struct Hidden {
     intrinsics: [Value; 12],
     /// [`RuntimeCheck::Clock`].
     clock: FuncRef,
+    /// Every runtime check, by index.
+    checks: [FuncRef; RuntimeCheck::ALL.len()],
     /// The thread's clock when it started.
     start: Value,
+    /// The block's shared memory, when the kernel uses it.
+    shared: Option<Shared>,
+    /// Whether the kernel calls a cooperative intrinsic: each virtual
+    /// block then begins and ends for the whole block at once.
+    cooperative: bool,
+}
+
+/// The block's shared memory: its address and size (`i64`s).
+#[derive(Clone, Copy)]
+struct Shared {
+    base: Value,
+    size: Value,
 }
 
 struct Translator<'m, 'a, 'f> {
@@ -231,6 +275,8 @@ struct Translator<'m, 'a, 'f> {
     /// Operations other than loads and stores that reach the window by
     /// address (atomics, bulk memory).
     spill_sites: usize,
+    /// Warp operations emitted so far: each call site's number.
+    sites: i32,
 }
 
 /// A thread's copy of a mutable global.
@@ -425,7 +471,13 @@ impl<'m> Translator<'m, '_, '_> {
             self.hidden.intrinsics[which.index()] = v;
         }
         self.builder.def_var(self.fuel, fuel);
+        if self.hidden.cooperative {
+            self.runtime_call(RuntimeCheck::BlockBegin, &[]);
+        }
         if body(self)? {
+            if self.hidden.cooperative {
+                self.runtime_call(RuntimeCheck::BlockDone, &[]);
+            }
             let next = self.builder.ins().iadd(vb, stride);
             self.builder.ins().jump(header, &[next.into()]);
         }
@@ -974,6 +1026,9 @@ impl<'m> Translator<'m, '_, '_> {
         if let Some((module, name)) = decl.import {
             if let Some(which) = AtomicIntrinsic::from_import(module, name) {
                 return self.atomic_intrinsic(st, which);
+            }
+            if let Some(which) = CoopIntrinsic::from_import(module, name) {
+                return self.coop_intrinsic(st, which);
             }
             let which = Intrinsic::from_import(module, name)
                 .ok_or_else(|| internal("call of an import that is not an intrinsic"))?;

@@ -14,6 +14,7 @@ use super::body::{atomic_access, binary_op, memory_access, unary_op};
 use super::module::{GlobalKind, ModuleInfo, invalid};
 use super::{KernelLimits, KernelSize, WasmType};
 use crate::lower::atomic::AtomicIntrinsic;
+use crate::lower::cooperative::CoopIntrinsic;
 use crate::lower::{INTRINSIC_MODULE, Intrinsic, LowerError, UnsupportedOp};
 
 /// The deepest chain of inlined calls below a kernel.
@@ -51,6 +52,19 @@ struct Detector<'m, 'a> {
     stack_pointer: Option<u32>,
     /// The mutable globals the kernel reads or writes.
     globals: Vec<u32>,
+    /// What of the block's cooperative operations it calls.
+    cooperation: Cooperation,
+}
+
+/// What of the block's cooperative operations (`docs/kernels.md`, "The GPU
+/// programming model") a kernel calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Cooperation {
+    /// Some cooperative intrinsic: the block's threads run together
+    /// (virtual blocks begin and end for the whole block at once).
+    pub cooperative: bool,
+    /// Some shared-memory intrinsic.
+    pub shared: bool,
 }
 
 /// What the detector found out about a kernel.
@@ -64,6 +78,8 @@ pub(super) struct Detected {
     /// The shadow stack's pointer and the window's size in bytes (a
     /// multiple of 16), when the kernel makes stack frames.
     pub stack: Option<(u32, u64)>,
+    /// The cooperative operations it calls.
+    pub cooperation: Cooperation,
 }
 
 /// Checks the kernel `kernel` and everything it calls against what the
@@ -80,6 +96,7 @@ pub(super) fn detect(
         limits,
         stack_pointer: module.stack_pointer(),
         globals: Vec::new(),
+        cooperation: Cooperation::default(),
     };
     let (size, _, stack) = detector.visit(kernel, 0)?;
     let mut globals = detector.globals;
@@ -107,6 +124,7 @@ pub(super) fn detect(
         size,
         globals,
         stack,
+        cooperation: detector.cooperation,
     })
 }
 
@@ -287,6 +305,21 @@ impl Detector<'_, '_> {
             {
                 // As the threads operators: checks, the window, a CAS loop.
                 size.branches += ATOMIC_BRANCH_POINTS;
+            }
+            if let Operator::Call { function_index } = op
+                && let Some(coop) = m
+                    .funcs
+                    .get(function_index as usize)
+                    .and_then(|f| f.import)
+                    .and_then(|(module, name)| CoopIntrinsic::from_import(module, name))
+            {
+                self.cooperation.cooperative = true;
+                self.cooperation.shared |= coop.uses_shared_memory();
+                // Shared accesses: an alignment and a bounds check (and a
+                // CAS loop for some atomics).
+                if coop.uses_shared_memory() {
+                    size.branches += ATOMIC_BRANCH_POINTS;
+                }
             }
             if let Some(sp) = self.stack_pointer {
                 frames.step(&op, sp);
@@ -541,6 +574,29 @@ impl Detector<'_, '_> {
                             .collect::<Vec<_>>()
                             .join(", "),
                         result[0]
+                    )));
+                }
+                return Ok(());
+            }
+            if let Some(coop) = CoopIntrinsic::from_import(module, name) {
+                let params: Vec<ValType> =
+                    coop.params().into_iter().map(WasmType::val_type).collect();
+                let results: Vec<ValType> =
+                    coop.result().map(WasmType::val_type).into_iter().collect();
+                if ty.params() != params.as_slice() || ty.results() != results.as_slice() {
+                    return Err(LowerError::Invalid(format!(
+                        "the intrinsic `{INTRINSIC_MODULE}`.`{name}` is imported as {ty}; it \
+                         must be ({}) -> ({})",
+                        params
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        results
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     )));
                 }
                 return Ok(());

@@ -222,8 +222,14 @@ pub fn translate_kernel_within(
             ))),
         })
         .collect::<Result<_, _>>()?;
-    let (function, registers) =
-        body::translate(&module, func_index, &params, &globals, detected.stack)?;
+    let (function, registers) = body::translate(
+        &module,
+        func_index,
+        &params,
+        &globals,
+        detected.stack,
+        detected.cooperation,
+    )?;
 
     #[cfg(debug_assertions)]
     {

@@ -226,14 +226,14 @@ impl Translator<'_, '_, '_> {
             let args: alloc::vec::Vec<_> = value.iter().map(|&v| v.into()).collect();
             self.builder.ins().jump(join, &args);
             self.builder.switch_to_block(shared);
-            let value = self.device_atomic(ea, atomic, operands);
+            let value = self.device_atomic(self.hidden.mem_base, ea, atomic, operands);
             let args: alloc::vec::Vec<_> = value.iter().map(|&v| v.into()).collect();
             self.builder.ins().jump(join, &args);
             self.builder.seal_block(join);
             self.builder.switch_to_block(join);
             joined
         } else {
-            self.device_atomic(ea, atomic, operands)
+            self.device_atomic(self.hidden.mem_base, ea, atomic, operands)
         };
         if atomic.fenced {
             self.builder.ins().fence();
@@ -258,16 +258,23 @@ impl Translator<'_, '_, '_> {
         Some(old)
     }
 
-    /// The atomic on the guest's memory at Wasm address `ea` (checked).
-    fn device_atomic(&mut self, ea: Value, atomic: Atomic, operands: &[Value]) -> Option<Value> {
+    /// The atomic at offset `ea` (checked) of the memory at `base` (the
+    /// guest's memory, or the block's shared memory).
+    pub(super) fn device_atomic(
+        &mut self,
+        base: Value,
+        ea: Value,
+        atomic: Atomic,
+        operands: &[Value],
+    ) -> Option<Value> {
         let word = atomic.ty == I32 || atomic.ty == I64;
         if word && atomic.bytes == atomic.ty.bytes() {
-            let addr = self.builder.ins().iadd(self.hidden.mem_base, ea);
+            let addr = self.builder.ins().iadd(base, ea);
             return self.clif_atomic(addr, atomic.ty, atomic.op, operands);
         }
         if atomic.ty == I64 && atomic.bytes == 4 {
             // The 32-bit forms of `i64`: the `i32` atomic, zero-extended.
-            let addr = self.builder.ins().iadd(self.hidden.mem_base, ea);
+            let addr = self.builder.ins().iadd(base, ea);
             let narrow: alloc::vec::Vec<Value> = operands
                 .iter()
                 .map(|&v| self.builder.ins().ireduce(I32, v))
@@ -275,7 +282,7 @@ impl Translator<'_, '_, '_> {
             let old = self.clif_atomic(addr, I32, atomic.op, &narrow)?;
             return Some(self.builder.ins().uextend(I64, old));
         }
-        let old = self.word_cas_loop(ea, atomic, operands);
+        let old = self.word_cas_loop(base, ea, atomic, operands);
         (atomic.op != AtomicOp::Store).then_some(old)
     }
 
@@ -301,13 +308,19 @@ impl Translator<'_, '_, '_> {
     }
 
     /// An atomic of 1 or 2 bytes, or the `f32` add, as a compare-and-swap
-    /// loop on the aligned 32-bit word that holds it (the guest memory's
-    /// base is 4-aligned: a device allocation). Each retry checks the
+    /// loop on the aligned 32-bit word that holds it (`base` is 4-aligned:
+    /// a device allocation, or shared memory). Each retry checks the
     /// launch's time.
-    fn word_cas_loop(&mut self, ea: Value, atomic: Atomic, operands: &[Value]) -> Value {
+    fn word_cas_loop(
+        &mut self,
+        base: Value,
+        ea: Value,
+        atomic: Atomic,
+        operands: &[Value],
+    ) -> Value {
         let b = &mut self.builder;
         let word_ea = b.ins().band_imm_s(ea, -4);
-        let addr = b.ins().iadd(self.hidden.mem_base, word_ea);
+        let addr = b.ins().iadd(base, word_ea);
         let byte = b.ins().band_imm_s(ea, 3);
         let shift = b.ins().ishl_imm_u(byte, 3);
         let shift = b.ins().ireduce(I32, shift);
