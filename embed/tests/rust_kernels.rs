@@ -11,7 +11,10 @@
 //! What each kernel needs of the translator is in the guest's crate docs:
 //! `saxpy_unchecked` needs nothing beyond scalar Wasm; the others need the
 //! shadow stack, panics as traps, `memory.copy`/`fill` and `call_indirect`
-//! over the fixed table.
+//! over the fixed table; the cooperative ones (`run_block_reduce`,
+//! `run_tiled_sgemm`, `run_shared_histogram`, `run_softmax`,
+//! `run_inclusive_scan`) shared memory, its atomics, the barrier and warp
+//! shuffles (`docs/kernels.md`, "The GPU programming model").
 
 use tensorwasm_core::ManagedAllocator;
 use tensorwasm_cpu::CpuDriver;
@@ -153,4 +156,9 @@ exports! {
     run_activations: dyn_trait_activations_on_the_cpu_driver, dyn_trait_activations_on_the_gpu;
     run_histogram: histogram_by_global_atomics_on_the_cpu_driver, histogram_by_global_atomics_on_the_gpu;
     run_atomic_dot: float_and_int_atomic_sums_on_the_cpu_driver, float_and_int_atomic_sums_on_the_gpu;
+    run_block_reduce: block_tree_reduction_in_shared_memory_on_the_cpu_driver, block_tree_reduction_in_shared_memory_on_the_gpu;
+    run_tiled_sgemm: tiled_sgemm_in_shared_memory_on_the_cpu_driver, tiled_sgemm_in_shared_memory_on_the_gpu;
+    run_shared_histogram: histogram_by_shared_atomics_on_the_cpu_driver, histogram_by_shared_atomics_on_the_gpu;
+    run_softmax: row_softmax_by_warp_shuffles_on_the_cpu_driver, row_softmax_by_warp_shuffles_on_the_gpu;
+    run_inclusive_scan: inclusive_scan_by_warp_shuffles_on_the_cpu_driver, inclusive_scan_by_warp_shuffles_on_the_gpu;
 }

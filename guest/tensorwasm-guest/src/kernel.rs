@@ -6,7 +6,9 @@
 //!   CUDA's `threadIdx`, `blockIdx`, `blockDim`, `gridDim`, and
 //!   [`global_id_x`] etc.). They are imports the host's translator turns
 //!   into the thread's values; called anywhere else (the guest's own code in
-//!   its runtime) the host traps the guest.
+//!   its runtime) the host traps the guest. What threads share and how they
+//!   wait for each other is [`crate::block`] (shared memory, the barrier)
+//!   and [`crate::warp`] (shuffles, votes).
 //! - Outside: [`Kernel<F>`], a kernel whose parameter types are those of the
 //!   fn pointer type `F`, checked at compile time: each launch argument must
 //!   fill its parameter ([`KernelArg`]), and guest slices passed for pointer

@@ -17,7 +17,9 @@
 //!   [`Kernel<F>`], a guest function of type `F` (`extern "C" fn(...)`)
 //!   made a kernel by function pointer or export name, launched with
 //!   arguments checked against `F` at compile time; [`atomic`], the
-//!   atomic read-modify-writes kernel threads share guest memory with.
+//!   atomic read-modify-writes kernel threads share guest memory with;
+//!   [`block`], a block's shared memory ([`block::SharedArray`]) and
+//!   barrier; [`warp`], a warp's shuffles and votes.
 //! - [`tensor`]: the host's built-in tensor ops (GEMM, reductions, softmax,
 //!   layer norm, elementwise ops, transpose) on typed views of guest slices
 //!   or buffers, launched and waited for like kernels.
@@ -48,10 +50,12 @@
 extern crate alloc;
 
 pub mod atomic;
+pub mod block;
 pub mod kernel;
 pub mod result;
 pub mod sys;
 pub mod tensor;
+pub mod warp;
 
 mod buffer;
 mod device;

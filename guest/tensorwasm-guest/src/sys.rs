@@ -168,7 +168,8 @@ unsafe extern "C" {
     pub fn last_error(buf_ptr: i32, buf_len: i32, out_len_ptr: i32) -> i32;
 }
 
-/// The import module of a kernel's position intrinsics (`docs/kernels.md`).
+/// The import module of a kernel's intrinsics (`docs/kernels.md`): position,
+/// atomics, shared memory, the barrier and warp operations.
 pub const KERNEL_INTRINSICS_MODULE: &str = "tensorwasm_kernel";
 
 // A kernel's position: CUDA's `threadIdx`, `blockIdx`, `blockDim`,
@@ -236,4 +237,105 @@ unsafe extern "C" {
     pub fn atomic_cas_i64(addr: *mut i64, expected: i64, new: i64) -> i64;
     /// `*addr += v` in `f32` (round to nearest even).
     pub fn atomic_add_f32(addr: *mut f32, v: f32) -> f32;
+}
+
+// A block's shared memory (`docs/kernels.md`, "Shared memory"): a byte
+// array of the launch's `shared_mem_bytes` (rounded up to a multiple of
+// 16), zeroed at the start of each block, reached only through these
+// imports at byte offsets. An access with `offset + size > shared_size`
+// traps (out of bounds), one at an offset that is not a multiple of its
+// size traps (misaligned). Called outside a launched kernel, the host traps.
+#[link(wasm_import_module = "tensorwasm_kernel")]
+unsafe extern "C" {
+    /// The block's shared memory, in bytes.
+    pub fn shared_size() -> i32;
+    /// Reads the `i32` at byte `offset`.
+    pub fn shared_load_i32(offset: i32) -> i32;
+    /// Reads the `i64` at byte `offset`.
+    pub fn shared_load_i64(offset: i32) -> i64;
+    /// Reads the `f32` at byte `offset`.
+    pub fn shared_load_f32(offset: i32) -> f32;
+    /// Reads the `f64` at byte `offset`.
+    pub fn shared_load_f64(offset: i32) -> f64;
+    /// Writes the `i32` at byte `offset`.
+    pub fn shared_store_i32(offset: i32, v: i32);
+    /// Writes the `i64` at byte `offset`.
+    pub fn shared_store_i64(offset: i32, v: i64);
+    /// Writes the `f32` at byte `offset`.
+    pub fn shared_store_f32(offset: i32, v: f32);
+    /// Writes the `f64` at byte `offset`.
+    pub fn shared_store_f64(offset: i32, v: f64);
+}
+
+// Atomic read-modify-writes on the block's shared memory: those of the
+// guest's memory above, at a byte offset of shared memory instead of an
+// address, checked like shared loads and stores; each returns the old
+// value and is relaxed.
+#[link(wasm_import_module = "tensorwasm_kernel")]
+unsafe extern "C" {
+    /// `shared[offset] += v`.
+    pub fn shared_atomic_add_i32(offset: i32, v: i32) -> i32;
+    /// `shared[offset] -= v`.
+    pub fn shared_atomic_sub_i32(offset: i32, v: i32) -> i32;
+    /// `shared[offset] &= v`.
+    pub fn shared_atomic_and_i32(offset: i32, v: i32) -> i32;
+    /// `shared[offset] |= v`.
+    pub fn shared_atomic_or_i32(offset: i32, v: i32) -> i32;
+    /// `shared[offset] ^= v`.
+    pub fn shared_atomic_xor_i32(offset: i32, v: i32) -> i32;
+    /// `shared[offset] = v`.
+    pub fn shared_atomic_xchg_i32(offset: i32, v: i32) -> i32;
+    /// `shared[offset] = min(shared[offset], v)`, signed.
+    pub fn shared_atomic_min_i32(offset: i32, v: i32) -> i32;
+    /// `shared[offset] = max(shared[offset], v)`, signed.
+    pub fn shared_atomic_max_i32(offset: i32, v: i32) -> i32;
+    /// `shared[offset] = min(shared[offset], v)`, unsigned.
+    pub fn shared_atomic_min_u32(offset: i32, v: i32) -> i32;
+    /// `shared[offset] = max(shared[offset], v)`, unsigned.
+    pub fn shared_atomic_max_u32(offset: i32, v: i32) -> i32;
+    /// `shared[offset] = new` if `shared[offset] == expected`.
+    pub fn shared_atomic_cas_i32(offset: i32, expected: i32, new: i32) -> i32;
+    /// `shared[offset] += v`.
+    pub fn shared_atomic_add_i64(offset: i32, v: i64) -> i64;
+    /// `shared[offset] = new` if `shared[offset] == expected`.
+    pub fn shared_atomic_cas_i64(offset: i32, expected: i64, new: i64) -> i64;
+    /// `shared[offset] += v` in `f32` (round to nearest even).
+    pub fn shared_atomic_add_f32(offset: i32, v: f32) -> f32;
+}
+
+// The block's barrier and the warp's collective operations (`docs/kernels.md`,
+// "Barriers", "Warp operations"). Called outside a launched kernel, the
+// host traps.
+#[link(wasm_import_module = "tensorwasm_kernel")]
+unsafe extern "C" {
+    /// `__syncthreads()`: waits until every thread of the block that has not
+    /// ended arrives at a barrier; orders shared and global memory within
+    /// the block.
+    pub fn barrier();
+    /// This thread's lane in its warp, `0 .. 32`.
+    pub fn lane_id() -> i32;
+    /// Lanes per warp: 32 on every target.
+    pub fn warp_size() -> i32;
+    /// `v` of lane `lane & 31`.
+    pub fn shfl_idx_i32(v: i32, lane: i32) -> i32;
+    /// `v` of lane `lane_id - delta`.
+    pub fn shfl_up_i32(v: i32, delta: i32) -> i32;
+    /// `v` of lane `lane_id + delta`.
+    pub fn shfl_down_i32(v: i32, delta: i32) -> i32;
+    /// `v` of lane `lane_id ^ mask`.
+    pub fn shfl_xor_i32(v: i32, mask: i32) -> i32;
+    /// `v` of lane `lane & 31`.
+    pub fn shfl_idx_f32(v: f32, lane: i32) -> f32;
+    /// `v` of lane `lane_id - delta`.
+    pub fn shfl_up_f32(v: f32, delta: i32) -> f32;
+    /// `v` of lane `lane_id + delta`.
+    pub fn shfl_down_f32(v: f32, delta: i32) -> f32;
+    /// `v` of lane `lane_id ^ mask`.
+    pub fn shfl_xor_f32(v: f32, mask: i32) -> f32;
+    /// Bit `i` set when lane `i` takes part and its `pred` is not 0.
+    pub fn ballot(pred: i32) -> i32;
+    /// 1 when `pred` is not 0 on some lane taking part, else 0.
+    pub fn any(pred: i32) -> i32;
+    /// 1 when `pred` is not 0 on every lane taking part, else 0.
+    pub fn all(pred: i32) -> i32;
 }

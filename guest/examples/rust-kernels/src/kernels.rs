@@ -18,7 +18,7 @@ use tensorwasm_guest::kernel;
 ///
 /// `ptr .. ptr + len` holds initialised `T`s that nothing writes while the
 /// kernel runs (the launch passed it from a shared slice of that length).
-unsafe fn input<'a, T>(ptr: *const T, len: u32) -> &'a [T] {
+pub(crate) unsafe fn input<'a, T>(ptr: *const T, len: u32) -> &'a [T] {
     // SAFETY: as the caller promises.
     unsafe { core::slice::from_raw_parts(ptr, len as usize) }
 }
@@ -32,7 +32,12 @@ unsafe fn input<'a, T>(ptr: *const T, len: u32) -> &'a [T] {
 /// `ptr .. ptr + len` holds initialised `T`s borrowed exclusively by the
 /// launch (passed from a `&mut` slice of that length), and no other thread
 /// of the launch takes an overlapping range.
-unsafe fn output<'a, T>(ptr: *mut T, len: u32, start: usize, count: usize) -> &'a mut [T] {
+pub(crate) unsafe fn output<'a, T>(
+    ptr: *mut T,
+    len: u32,
+    start: usize,
+    count: usize,
+) -> &'a mut [T] {
     let end = start.checked_add(count).expect("range overflows");
     assert!(end <= len as usize, "output range past the slice");
     // SAFETY: the range is inside the slice (checked above), which the
@@ -327,7 +332,7 @@ pub extern "C" fn gather(x: *const f32, x_len: u32, idx: *const u32, out: *mut f
 /// `ptr .. ptr + len` holds initialised `T`s borrowed exclusively by the
 /// launch (passed from a `&mut` slice of that length), which its threads
 /// touch only through `tensorwasm_guest::atomic` while it runs.
-unsafe fn shared<'a, T>(ptr: *mut T, len: u32) -> &'a [T] {
+pub(crate) unsafe fn atomic_view<'a, T>(ptr: *mut T, len: u32) -> &'a [T] {
     // SAFETY: as the caller promises; `T` is an atomic type of the same
     // layout as the slice's elements.
     unsafe { core::slice::from_raw_parts(ptr.cast_const(), len as usize) }
@@ -348,7 +353,12 @@ pub extern "C" fn histogram(values: *const u32, n: u32, bins: *mut u32) {
     }
     // SAFETY: the launch passes `values` (n) from a shared slice and `bins`
     // (BINS) from an exclusive one, updated only atomically here.
-    let (values, bins) = unsafe { (input(values, n), shared(bins.cast::<AtomicU32>(), BINS)) };
+    let (values, bins) = unsafe {
+        (
+            input(values, n),
+            atomic_view(bins.cast::<AtomicU32>(), BINS),
+        )
+    };
     atomic::fetch_add_u32(&bins[(values[i as usize] % BINS) as usize], 1);
 }
 
@@ -370,8 +380,8 @@ pub extern "C" fn atomic_dot(x: *const f32, y: *const f32, n: u32, out: *mut f32
         (
             input(x, n),
             input(y, n),
-            shared(out.cast::<AtomicF32>(), 1),
-            shared(count.cast::<AtomicI32>(), 1),
+            atomic_view(out.cast::<AtomicF32>(), 1),
+            atomic_view(count.cast::<AtomicI32>(), 1),
         )
     };
     out[0].fetch_add(x[i] * y[i]);

@@ -1,10 +1,12 @@
 //! Example TensorWasm guest: kernels written in Rust. Each kernel is an
-//! ordinary `extern "C" fn` of this guest (module `kernels`), made a GPU
-//! kernel by the host with [`Kernel::from_fn`] (by function pointer) or
-//! [`Kernel::from_export`], launched over slices of the guest's own memory,
-//! and checked element by element against the same Rust run on the guest's
-//! CPU: the kernel's per-thread function (`kernels::*_at`) called in a loop
-//! over thread ids. Inputs are random (xorshift32, fixed seeds), never
+//! ordinary `extern "C" fn` of this guest (modules `kernels`, `coop`), made
+//! a GPU kernel by the host with [`Kernel::from_fn`] (by function pointer)
+//! or [`Kernel::from_export`], launched over slices of the guest's own
+//! memory, and checked element by element against the same Rust run on the
+//! guest's CPU: the kernel's per-thread function (`kernels::*_at`) called in a loop
+//! over thread ids, or for the cooperative kernels (`coop`: shared memory,
+//! barriers, warp shuffles) a reference that does the same arithmetic in
+//! the same order. Inputs are random (xorshift32, fixed seeds), never
 //! zeros; outputs start as NaN, so an element no thread wrote shows.
 //!
 //! Exports, each `() -> i32`:
@@ -19,6 +21,11 @@
 //! | `run_activations` | `kernels::activate`, once per activation | a `dyn Trait` call: `call_indirect` through the table |
 //! | `run_histogram` | `kernels::histogram`, 256 bins | atomic adds on guest memory from many threads (`tensorwasm_guest::atomic`) |
 //! | `run_atomic_dot` | `kernels::atomic_dot` | an `f32` atomic add and an `i32` one into single words |
+//! | `run_block_reduce` | `coop::block_reduce`, 100,003 `f32`s in 391 blocks of 256 | shared memory, barriers in a loop, one global atomic add per block |
+//! | `run_tiled_sgemm` | `coop::tiled_sgemm`, `[70, 83] @ [83, 45]` in 16 x 16 tiles | two shared arrays, 2D blocks, barriers around each tile |
+//! | `run_shared_histogram` | `coop::shared_histogram`, 100,003 bytes, 256 bins | shared atomic adds, then global ones per block |
+//! | `run_softmax` | `coop::softmax`, `[37, 1000]`, a warp per row | `shfl_xor` butterflies (max, sum), `libm::expf` |
+//! | `run_inclusive_scan` | `coop::scan_blocks` twice, then `coop::add_block_offsets`, 60,001 `i32`s | `shfl_up` scans, warp totals in shared memory |
 //! | `run_panicking_gather` | `kernels::gather`, one index out of range | a panic in a kernel: the `unreachable` trap (returns `-15`, `ETRAP`, when the kernel trapped and the other threads' elements are right) |
 //!
 //! Each returns 0 when every element matched bit for bit, `i + 1` for the
@@ -37,16 +44,18 @@ extern crate alloc;
 // Private: a kernel is a safe `extern "C" fn` that trusts its pointer
 // arguments, which only this crate's launches (slices of the lengths it
 // passes) may give it.
+mod coop;
 mod kernels;
 #[cfg(not(test))]
 mod runtime;
 
 use alloc::vec::Vec;
 
+use coop::{AddBlockOffsets, BlockReduce, ScanBlocks, SharedHistogram, Softmax, TiledSgemm};
 use kernels::{
     Activate, AtomicDot, Gather, Histogram, Matmul, PadRows, RowSums, Saxpy, SaxpyUnchecked,
 };
-use tensorwasm_guest::{Error, Kernel};
+use tensorwasm_guest::{Error, Kernel, warp};
 
 /// Threads per block.
 const BLOCK: u32 = 64;
@@ -91,6 +100,14 @@ fn first_mismatch(got: &[f32], want: &[f32]) -> Option<usize> {
         return Some(got.len().min(want.len()));
     }
     (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits())
+}
+
+/// The first `i` where `got[i] != want[i]`.
+fn first_unequal<T: PartialEq>(got: &[T], want: &[T]) -> Option<usize> {
+    if got.len() != want.len() {
+        return Some(got.len().min(want.len()));
+    }
+    (0..got.len()).find(|&i| got[i] != want[i])
 }
 
 /// Blocks of [`BLOCK`] threads covering `threads`.
@@ -329,4 +346,164 @@ pub extern "C" fn run_panicking_gather() -> i32 {
         (None, Ok(())) => 0,
         (None, Err(e)) => e.negative_errno(),
     }
+}
+
+/// A block tree reduction of 100,003 `f32`s (391 blocks of 256, the last
+/// one partial): each block's sum against the same tree on the CPU, then
+/// the count of blocks done (one atomic add per block). A wrong sum of
+/// block `b` is `b + 1`, a wrong count `392`.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_block_reduce() -> i32 {
+    status(block_reduce(100_003, 0x5eed_0009))
+}
+
+fn block_reduce(n: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    let x = rng.vec(n as usize);
+    let want = coop::reference_block_reduce(&x);
+    let blocks = n.div_ceil(coop::BLOCK);
+    let mut partials = alloc::vec![f32::NAN; blocks as usize];
+    // Not zero: the kernel adds to what is there.
+    let mut done = [-7i32];
+    let k = Kernel::<BlockReduce>::from_fn(coop::block_reduce)?;
+    k.launch(blocks, coop::BLOCK, (&x, n, &mut partials, &mut done[..]))
+        .shared_mem(coop::BLOCK_REDUCE_SHARED)
+        .run()?;
+    if let Some(b) = first_mismatch(&partials, &want) {
+        return Ok(Some(b));
+    }
+    Ok((done[0] != blocks as i32 - 7).then_some(blocks as usize))
+}
+
+/// `[70, 83] @ [83, 45]` in 16 x 16 tiles of shared memory: no size a
+/// multiple of the tile, so every block of the last row and column of
+/// tiles pads.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_tiled_sgemm() -> i32 {
+    status(tiled_sgemm(70, 83, 45, 0x5eed_000a))
+}
+
+fn tiled_sgemm(m: u32, k: u32, n: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    let a = rng.vec((m * k) as usize);
+    let b = rng.vec((k * n) as usize);
+    let want = coop::reference_tiled_sgemm(&a, &b, m as usize, k as usize, n as usize);
+    let mut c = alloc::vec![f32::NAN; (m * n) as usize];
+    let tile = coop::TILE;
+    let kernel = Kernel::<TiledSgemm>::from_fn(coop::tiled_sgemm)?;
+    kernel
+        .launch(
+            (n.div_ceil(tile), m.div_ceil(tile)),
+            (tile, tile),
+            (&a, &b, &mut c, m, k, n),
+        )
+        .shared_mem(coop::TILED_SGEMM_SHARED)
+        .run()?;
+    Ok(first_mismatch(&c, &want))
+}
+
+/// A 256-bin histogram of 100,003 bytes by 24 blocks, each counting into
+/// its own bins in shared memory first. A wrong bin `b` is `b + 1`.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_shared_histogram() -> i32 {
+    status(shared_histogram(100_003, 24, 0x5eed_000b))
+}
+
+fn shared_histogram(n: u32, blocks: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    // Skewed to the low bins (the high byte of a product of two random
+    // bytes), so some bins are hot and bin 255 stays empty.
+    let values: Vec<u8> = (0..n)
+        .map(|_| {
+            let r = rng.next_u32();
+            (((r & 0xff) * ((r >> 8) & 0xff)) >> 8) as u8
+        })
+        .collect();
+    let want = coop::reference_histogram(&values);
+    // Not zeros: the kernel adds to what is there.
+    let mut bins = alloc::vec![3u32; kernels::BINS as usize];
+    let k = Kernel::<SharedHistogram>::from_fn(coop::shared_histogram)?;
+    k.launch(blocks, coop::BLOCK, (&values, n, &mut bins))
+        .shared_mem(coop::SHARED_HISTOGRAM_SHARED)
+        .run()?;
+    Ok((0..want.len()).find(|&b| bins[b] != want[b] + 3))
+}
+
+/// Softmax over each row of `[37, 1000]`, one warp per row (eight rows per
+/// block of 256), the row's maximum and sum by `shfl_xor` butterflies.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_softmax() -> i32 {
+    status(softmax(37, 1000, 0x5eed_000c))
+}
+
+fn softmax(rows: u32, cols: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    // Scaled to [-8, 8): exponentials over seven orders of magnitude.
+    let x: Vec<f32> = rng
+        .vec((rows * cols) as usize)
+        .iter()
+        .map(|v| v * 8.0)
+        .collect();
+    let want = coop::reference_softmax(&x, cols as usize);
+    let mut y = alloc::vec![f32::NAN; (rows * cols) as usize];
+    let rows_per_block = coop::BLOCK / warp::WARP_SIZE;
+    let k = Kernel::<Softmax>::from_fn(coop::softmax)?;
+    k.launch(
+        rows.div_ceil(rows_per_block),
+        coop::BLOCK,
+        (&x, rows, cols, &mut y),
+    )
+    .run()?;
+    Ok(first_mismatch(&y, &want))
+}
+
+/// The inclusive prefix sums (wrapping) of 60,001 `i32`s: `scan_blocks`
+/// over 235 blocks, `scan_blocks` again over their totals in one block,
+/// `add_block_offsets`. A wrong sum `i` is `i + 1`; a wrong grand total
+/// (the second scan's block total) `60_002`.
+#[unsafe(no_mangle)]
+pub extern "C" fn run_inclusive_scan() -> i32 {
+    status(inclusive_scan(60_001, 0x5eed_000d))
+}
+
+fn inclusive_scan(n: u32, seed: u32) -> Result<Option<usize>, Error> {
+    let mut rng = Xorshift32(seed);
+    // Over the whole range, never 0: the sums wrap again and again.
+    let x: Vec<i32> = (0..n)
+        .map(|_| match rng.next_u32() as i32 {
+            0 => 1,
+            v => v,
+        })
+        .collect();
+    let want = coop::reference_inclusive_scan(&x);
+    let blocks = n.div_ceil(coop::BLOCK);
+    // One block scans the blocks' totals.
+    assert!(
+        blocks <= coop::BLOCK,
+        "too many blocks for a two-level scan"
+    );
+    // Not zeros: an element no thread wrote shows.
+    let unwritten = i32::MIN + 1;
+    let mut y = alloc::vec![unwritten; n as usize];
+    let mut totals = alloc::vec![unwritten; blocks as usize];
+    let mut scanned = alloc::vec![unwritten; blocks as usize];
+    let mut grand_total = [unwritten];
+    let scan = Kernel::<ScanBlocks>::from_fn(coop::scan_blocks)?;
+    let add = Kernel::<AddBlockOffsets>::from_fn(coop::add_block_offsets)?;
+    scan.launch(blocks, coop::BLOCK, (&x, n, &mut y, &mut totals))
+        .shared_mem(coop::SCAN_SHARED)
+        .run()?;
+    scan.launch(
+        1,
+        coop::BLOCK,
+        (&totals, blocks, &mut scanned, &mut grand_total[..]),
+    )
+    .shared_mem(coop::SCAN_SHARED)
+    .run()?;
+    add.launch(blocks, coop::BLOCK, (&mut y, n, &scanned, blocks))
+        .run()?;
+    if let Some(i) = first_unequal(&y, &want) {
+        return Ok(Some(i));
+    }
+    Ok((want.last() != Some(&grand_total[0])).then_some(n as usize))
 }
