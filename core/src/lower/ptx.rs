@@ -52,10 +52,21 @@
 //!   `.global` dropped. The status word stays global.
 //! - **Cold blocks** (the translator's rarely taken paths) are emitted
 //!   after the others.
-//! - **Runtime checks.** The only `call`s lowered are the launch's clock
-//!   ([`RuntimeCheck::Clock`](super::RuntimeCheck::Clock)), inline, by its
-//!   rule in the table (`table::CLOCK`): `mov.u64 %rd, %clock64;`, the SM's
-//!   cycle counter; no memory. Any other call is refused.
+//! - **Shared memory.** A kernel that calls a cooperative runtime check
+//!   declares `.extern .shared .align 16 .b8 __shmem[]` (sized by the
+//!   launch). One that reads `shared_base` (the generic address of
+//!   `__shmem`) keeps `mem_base` generic like a kernel with a stack slot,
+//!   and an access whose address is that base plus offsets is converted
+//!   once (`cvta.to.shared`): a whole value is one `ld.shared` /
+//!   `st.shared` (the translator checked alignment and bounds), any other
+//!   access (atomics, their compare-and-swap loops) the rule with
+//!   `.global.` made `.shared.`.
+//! - **Runtime checks.** The only `call`s lowered are the runtime checks
+//!   ([`RuntimeCheck`](super::RuntimeCheck)), inline, each by its rule in
+//!   the table (`table::runtime_row`): the launch's clock (`mov.u64 %rd,
+//!   %clock64;`, the SM's cycle counter; no memory), the shared base and
+//!   size, barriers (`barrier.red.and.pred`), the virtual block's begin and
+//!   end, lane ids, shuffles and votes. Any other call is refused.
 //!
 //! # The rules, and why they are right
 //!

@@ -27,6 +27,9 @@ pub struct BlockContext {
     pub block_dim: Dim3,
     /// Blocks in the grid.
     pub grid_dim: Dim3,
+    /// The launch's dynamic shared memory per block, in bytes (CUDA's
+    /// `sharedMemBytes`); the host kernel provides it if it uses any.
+    pub shared_mem_bytes: u32,
 }
 
 /// A host kernel. It is called once per block, possibly on several threads
@@ -104,6 +107,7 @@ pub(crate) struct GridLaunch {
     function: CpuFunction,
     grid: Dim3,
     block: Dim3,
+    shared_mem_bytes: u32,
     params: Vec<KernelParam>,
 }
 
@@ -125,6 +129,7 @@ impl GridLaunch {
             function: function.clone(),
             grid: config.grid,
             block: config.block,
+            shared_mem_bytes: config.shared_mem_bytes,
             params: params.to_vec(),
         }
     }
@@ -185,6 +190,7 @@ impl GridLaunch {
                     },
                     block_dim: self.block,
                     grid_dim: self.grid,
+                    shared_mem_bytes: self.shared_mem_bytes,
                 };
                 let kernel = &self.function.kernel;
                 let call = AssertUnwindSafe(|| kernel(&block, &self.params));

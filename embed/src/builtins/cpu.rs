@@ -1041,6 +1041,7 @@ mod tests {
                         block_idx: Dim3::linear(x),
                         block_dim: BLOCK_256,
                         grid_dim: Dim3::linear(grid),
+                        shared_mem_bytes: 0,
                     };
                     for i in elementwise_run(&block, n) {
                         seen[i] += 1;

@@ -1,10 +1,12 @@
 //! The CPU target for Wasm kernels: a kernel's CLIF (`docs/kernels.md`)
 //! compiled to native code with Cranelift's JIT, and run by the CPU driver
 //! as a host kernel that loops over each block's threads. This module owns
-//! the rewrite that keeps native code from trapping (a Cranelift trap is a
-//! `ud2`/`SIGILL` that would end the process) and the launch parameters'
-//! order; translation lives in `tensorwasm_core::lower`, launching in the
-//! driver.
+//! compiling and the launch parameters' order; its parts own the rewrite
+//! that keeps native code from trapping (`trap_free`: a Cranelift trap is a
+//! `ud2`/`SIGILL` that would end the process), the runtime checks' host
+//! functions (`checks`) and the block runner of cooperative kernels
+//! (`block`). Translation lives in `tensorwasm_core::lower`, launching in
+//! the driver.
 //!
 //! # Launch parameters
 //!
@@ -41,29 +43,45 @@
 //!
 //! # Runtime checks
 //!
-//! The translator's clock reads ([`RuntimeCheck::Clock`], `docs/kernels.md`,
-//! "Time limit") stay calls: the JIT links them to `clock`, the nanoseconds
-//! since a process-wide [`Instant`] (the CPU driver's ticks). Threads of one
+//! The kernel's calls of [`RuntimeCheck`]s stay calls: the JIT links each to
+//! a host function (`extern "C"`, of the check's [`RuntimeCheck::types`],
+//! `i64` results as `u64`).
+//!
+//! The clock ([`RuntimeCheck::Clock`], `docs/kernels.md`, "Time limit") is
+//! `clock`, the nanoseconds since a process-wide
+//! [`Instant`](std::time::Instant) (the CPU driver's ticks). Threads of one
 //! block run one after another on the CPU driver, so a thread's own clock
 //! bounds only itself: a thread that traps `TimeLimit` sets the status
 //! word's `stop` (`AtomicU32` at +4), and the block runner keeps the
 //! launch's clock too (its start, `AtomicU64` at +16, by the first block),
 //! looking every 256 threads; either way it starts no more threads.
+//!
+//! A kernel that calls any other check (the block's cooperative
+//! operations: shared memory, barriers, virtual blocks' ends, warp
+//! operations; [`RuntimeCheck::is_cooperative`]) is cooperative: its
+//! block runner (`block`) runs the block's threads together, each as a
+//! stackful coroutine, and owns the block's zeroed shared memory. The host
+//! functions reach the running thread through a thread-local: `shared_base`
+//! and `shared_size` give the shared memory's host address and the
+//! launch's size, `lane_id` the thread's linear id modulo 32, and
+//! `barrier`, `block_done` and the warp operations (`shfl_*`, `ballot`,
+//! `vote_any`, `vote_all`) suspend the thread until the runner answers
+//! (`block_begin` does nothing: the runner zeroes the memory when every
+//! thread is done). The runner looks at the launch's clock between its
+//! rounds and resumes every thread until it has ended, which its own fuel
+//! and clock checks guarantee; it never unwinds a coroutine through JIT
+//! frames. Kernels that call only the clock keep the plain loop over
+//! threads.
 
 use std::{
     fmt, mem,
     panic::{self, AssertUnwindSafe},
-    sync::{Arc, Mutex, OnceLock, PoisonError},
-    time::Instant,
+    sync::{Arc, Mutex, PoisonError},
 };
 
 use cranelift_codegen::{
     CodegenError, Context,
-    cursor::{Cursor, FuncCursor},
-    ir::{
-        self, AbiParam, Block, BlockArg, Endianness, ExternalName, Function, Inst, InstBuilder,
-        MemFlagsData, Opcode, Type, UserExternalName, UserFuncName, condcodes::IntCC, types,
-    },
+    ir::{AbiParam, Function, InstBuilder, MemFlagsData, Type, UserFuncName, types},
     settings::{self, Configurable},
 };
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -76,6 +94,13 @@ use tensorwasm_core::{
     },
 };
 use tensorwasm_cpu::{BlockContext, HostKernelFn};
+
+mod block;
+mod checks;
+mod trap_free;
+
+use checks::{check_symbol, clock, host_check, link_runtime_checks};
+use trap_free::make_trap_free;
 
 /// Hidden launch parameters after the Wasm arguments: `mem_base`,
 /// `mem_len`, `status`, `fuel`, `time_limit`, `grid_x`, `grid_y`, `grid_z`.
@@ -154,16 +179,19 @@ impl Lowerer for CpuKernelLowerer {
         abi: KernelAbi,
     ) -> Result<CpuKernel, LowerError> {
         let wasm_params = check_signature(kernel, abi)?;
+        let cooperative = calls_cooperative(kernel);
         let mut function = kernel.clone();
         make_trap_free(&mut function, abi)?;
-        let (module, trampoline) = compile(name, function, &wasm_params)?;
+        let compiled = compile(name, function, &wasm_params)?;
         Ok(CpuKernel {
             native: Arc::new(NativeKernel {
                 name: name.to_owned(),
                 abi,
                 wasm_params,
-                trampoline,
-                module: Mutex::new(Some(module)),
+                trampoline: compiled.trampoline,
+                cooperative,
+                stack_bytes: block::stack_bytes(compiled.frame_bytes),
+                module: Mutex::new(Some(compiled.module)),
             }),
         })
     }
@@ -193,7 +221,8 @@ impl CpuKernel {
     }
 
     /// A host kernel for [`CpuDriver::host_module`]: for its block it runs
-    /// every thread, in z, y, x order, with the launch parameters of the
+    /// every thread, in z, y, x order (a cooperative kernel's together, as
+    /// coroutines: see the module docs), with the launch parameters of the
     /// module docs. Parameters that do not fit fail the launch.
     ///
     /// Launching it (an `unsafe` call) is sound only if `mem_base ..
@@ -233,6 +262,11 @@ struct NativeKernel {
     abi: KernelAbi,
     wasm_params: Vec<Type>,
     trampoline: Trampoline,
+    /// Whether the kernel calls a cooperative runtime check: its blocks'
+    /// threads then run together ([`block`]).
+    cooperative: bool,
+    /// Each thread's coroutine stack when `cooperative`.
+    stack_bytes: usize,
     /// Owns the code `trampoline` points into. `JITModule` is `Send` but not
     /// `Sync` (it caches symbols in a `RefCell`); the mutex makes this
     /// struct `Sync`, and nothing locks it: only `Drop` touches the module.
@@ -260,6 +294,17 @@ impl NativeKernel {
     fn run_block(&self, block: &BlockContext, params: &[KernelParam]) {
         let args = self.launch_slots(params);
         let mut intrinsics = Intrinsic::ALL.map(|which| block_intrinsic(which, block));
+        if self.cooperative {
+            let launch = block::CooperativeBlock {
+                trampoline: self.trampoline,
+                args: &args,
+                intrinsics,
+                block,
+                stack_bytes: self.stack_bytes,
+            };
+            block::run(launch, |look| stopped(&args, self.wasm_params.len(), look));
+            return;
+        }
         let tid = [
             Intrinsic::ThreadIdxX.index(),
             Intrinsic::ThreadIdxY.index(),
@@ -418,6 +463,7 @@ fn block_intrinsic(which: Intrinsic, block: &BlockContext) -> u32 {
         block_idx,
         block_dim,
         grid_dim,
+        shared_mem_bytes: _,
     } = *block;
     match which {
         Intrinsic::ThreadIdxX | Intrinsic::ThreadIdxY | Intrinsic::ThreadIdxZ => 0,
@@ -508,245 +554,35 @@ fn check_signature(kernel: &Function, abi: KernelAbi) -> Result<Vec<Type>, Lower
     Ok(wasm_params)
 }
 
-/// The source offset an instruction carries (0 when it has none).
-fn source_offset(function: &Function, inst: Inst) -> u64 {
-    let srcloc = function.srcloc(inst);
-    if srcloc.is_default() {
-        0
-    } else {
-        u64::from(srcloc.bits())
-    }
-}
-
-/// Rewrites `function` so that no instruction can trap natively (see the
-/// module docs), or refuses it.
-fn make_trap_free(function: &mut Function, abi: KernelAbi) -> Result<(), LowerError> {
-    let entry = function
-        .layout
-        .entry_block()
-        .ok_or_else(|| invalid("the kernel has no body"))?;
-    let status = *function
-        .dfg
-        .block_params(entry)
-        .get(abi.hidden(KernelAbi::STATUS))
-        .ok_or_else(|| invalid("the entry block lacks the hidden parameters"))?;
-    let insts: Vec<Inst> = function
+/// Whether `kernel` calls one of the block's cooperative operations.
+fn calls_cooperative(kernel: &Function) -> bool {
+    kernel
         .layout
         .blocks()
-        .flat_map(|block| function.layout.block_insts(block))
-        .collect();
-    let mut trap_block = None;
-    for inst in insts {
-        match function.dfg.insts[inst].opcode() {
-            Opcode::Trap | Opcode::Trapz | Opcode::Trapnz => {
-                let code = function.dfg.insts[inst].trap_code();
-                // Other codes stay and are refused below.
-                if let Some(trap) = code.and_then(KernelTrap::from_trap_code) {
-                    let target =
-                        *trap_block.get_or_insert_with(|| append_trap_block(function, status));
-                    branch_to_trap(function, inst, trap, target)?;
-                }
-            }
-            Opcode::Udiv | Opcode::Urem | Opcode::Srem => guard_divisor(function, inst, false),
-            Opcode::Sdiv => guard_divisor(function, inst, true),
-            Opcode::FcvtToSint | Opcode::FcvtToUint => saturate(function, inst),
-            _ => {}
-        }
-    }
-    for block in function.layout.blocks() {
-        for inst in function.layout.block_insts(block) {
-            if let Some(reason) = native_hazard(function, inst) {
-                let opcode = function.dfg.insts[inst].opcode();
-                return Err(unsupported(
-                    opcode.to_string(),
-                    source_offset(function, inst),
-                    reason,
-                ));
-            }
-        }
-    }
-    Ok(())
+        .flat_map(|block| kernel.layout.block_insts(block))
+        .filter_map(|inst| RuntimeCheck::called_by(kernel, inst))
+        .any(RuntimeCheck::is_cooperative)
 }
 
-/// Why `inst` may not reach native code, if it may not.
-fn native_hazard(function: &Function, inst: Inst) -> Option<String> {
-    let data = &function.dfg.insts[inst];
-    let opcode = data.opcode();
-    if let Some(code) = data.trap_code() {
-        return Some(format!(
-            "trap code `{code}` is not a KernelTrap (docs/kernels.md), and a native trap would \
-             end the process"
-        ));
-    }
-    match opcode {
-        Opcode::Debugtrap => Some("a debug trap would stop the process".into()),
-        // Linked to this module's host functions (`define`).
-        Opcode::Call if RuntimeCheck::called_by(function, inst).is_some() => None,
-        Opcode::Call
-        | Opcode::CallIndirect
-        | Opcode::ReturnCall
-        | Opcode::ReturnCallIndirect
-        | Opcode::TryCall
-        | Opcode::TryCallIndirect
-        | Opcode::FuncAddr
-        | Opcode::SymbolValue
-        | Opcode::TlsValue
-        | Opcode::StackSwitch => Some(
-            "a kernel calls nothing but the runtime checks and links to nothing \
-                 (docs/kernels.md)"
-                .into(),
-        ),
-        // The translator checked their addresses: in bounds and aligned.
-        Opcode::AtomicRmw
-        | Opcode::AtomicCas
-        | Opcode::AtomicLoad
-        | Opcode::AtomicStore
-        | Opcode::Fence => None,
-        // Divisions got a divisor that cannot fault (`guard_divisor`).
-        Opcode::Udiv | Opcode::Sdiv | Opcode::Urem | Opcode::Srem => None,
-        _ if opcode.can_trap() => Some("it traps natively, which would end the process".into()),
-        _ => None,
-    }
-}
-
-/// Appends the cold block every trap branches to, with parameters (code:
-/// i32, offset: i64): the first trap of the launch records both, then the
-/// thread returns.
-fn append_trap_block(function: &mut Function, status: ir::Value) -> Block {
-    let trap = function.dfg.make_block();
-    let code = function.dfg.append_block_param(trap, types::I32);
-    let offset = function.dfg.append_block_param(trap, types::I64);
-    let won = function.dfg.make_block();
-    let lost = function.dfg.make_block();
-    // The launcher guarantees an aligned, live status word.
-    let flags = MemFlagsData::trusted().with_endianness(Endianness::Little);
-    let record = function.dfg.make_block();
-    let stop = function.dfg.make_block();
-    let mut pos = FuncCursor::new(function);
-    pos.insert_block(trap);
-    // A thread out of time also sets the launch's stop word, whatever trap
-    // was recorded first: the block runner reads it between threads, which
-    // on the CPU run one after another (see `run_block`).
-    let is_time = pos
-        .ins()
-        .icmp_imm_u(IntCC::Equal, code, i64::from(KernelTrap::TimeLimit.code()));
-    pos.ins().brif(is_time, stop, &[], record, &[]);
-    pos.insert_block(stop);
-    let one = pos.ins().iconst(types::I32, 1);
-    let at = status_field(&mut pos, status, status::STOP);
-    pos.ins().atomic_store(flags, one, at);
-    pos.ins().jump(record, &[]);
-    pos.insert_block(record);
-    let zero = pos.ins().iconst(types::I32, 0);
-    let previous = pos.ins().atomic_cas(flags, status, zero, code);
-    pos.ins().brif(previous, lost, &[], won, &[]);
-    pos.insert_block(won);
-    pos.ins().store(flags, offset, status, 8);
-    pos.ins().return_(&[]);
-    pos.insert_block(lost);
-    pos.ins().return_(&[]);
-    for block in [trap, stop, record, won, lost] {
-        function.layout.set_cold(block);
-    }
-    trap
-}
-
-/// The address of the status word's field at `offset`.
-fn status_field(pos: &mut FuncCursor<'_>, status: ir::Value, offset: usize) -> ir::Value {
-    pos.ins().iadd_imm_s(status, offset as i64)
-}
-
-/// Turns trap instruction `inst` into a branch to `target` with its code
-/// and source offset.
-fn branch_to_trap(
-    function: &mut Function,
-    inst: Inst,
-    trap: KernelTrap,
-    target: Block,
-) -> Result<(), LowerError> {
-    let offset = source_offset(function, inst);
-    let opcode = function.dfg.insts[inst].opcode();
-    let mut pos = FuncCursor::new(function).at_inst(inst);
-    let code = pos.ins().iconst(types::I32, i64::from(trap.code()));
-    // Source offsets are u32s.
-    let offset = pos.ins().iconst(types::I64, offset as i64);
-    let args = [BlockArg::Value(code), BlockArg::Value(offset)];
-    if opcode == Opcode::Trap {
-        function.replace(inst).jump(target, &args);
-        return Ok(());
-    }
-    let condition = function.dfg.inst_args(inst)[0];
-    let next = function
-        .layout
-        .next_inst(inst)
-        .ok_or_else(|| invalid(format!("`{opcode}` ends a block")))?;
-    let rest = function.dfg.make_block();
-    function.layout.split_block(rest, next);
-    if opcode == Opcode::Trapnz {
-        function
-            .replace(inst)
-            .brif(condition, target, &args, rest, &[]);
-    } else {
-        function
-            .replace(inst)
-            .brif(condition, rest, &[], target, &args);
-    }
-    Ok(())
-}
-
-/// Replaces the divisor of division `inst` by 1 where the hardware would
-/// fault: 0, and `-1` with a dividend of `MIN` for signed division. The
-/// translator's traps run first, so this never changes a result.
-fn guard_divisor(function: &mut Function, inst: Inst, signed_division: bool) {
-    let &[dividend, divisor] = function.dfg.inst_args(inst) else {
-        return;
-    };
-    let ty = function.dfg.value_type(divisor);
-    if !ty.is_int() || ty.bits() > 64 {
-        return;
-    }
-    let mut pos = FuncCursor::new(function).at_inst(inst);
-    let mut fault = pos.ins().icmp_imm_s(IntCC::Equal, divisor, 0);
-    if signed_division {
-        let min = i64::MIN >> (64 - ty.bits());
-        let is_min = pos.ins().icmp_imm_s(IntCC::Equal, dividend, min);
-        let is_minus_one = pos.ins().icmp_imm_s(IntCC::Equal, divisor, -1);
-        let overflow = pos.ins().band(is_min, is_minus_one);
-        fault = pos.ins().bor(fault, overflow);
-    }
-    let one = pos.ins().iconst(ty, 1);
-    let safe = pos.ins().select(fault, one, divisor);
-    function.dfg.inst_args_mut(inst)[1] = safe;
-}
-
-/// Makes a trapping float-to-int conversion saturate; the translator's
-/// range checks run first, so this never changes a result.
-fn saturate(function: &mut Function, inst: Inst) {
-    let &[value] = function.dfg.inst_args(inst) else {
-        return;
-    };
-    let ty = function.dfg.value_type(function.dfg.first_result(inst));
-    if function.dfg.insts[inst].opcode() == Opcode::FcvtToSint {
-        function.replace(inst).fcvt_to_sint_sat(ty, value);
-    } else {
-        function.replace(inst).fcvt_to_uint_sat(ty, value);
-    }
+/// A kernel compiled for this host.
+struct Compiled {
+    /// Owns the code.
+    module: JITModule,
+    trampoline: Trampoline,
+    /// Bytes of the kernel's stack frame.
+    frame_bytes: usize,
 }
 
 /// Compiles the kernel and its trampoline for this host.
-fn compile(
-    name: &str,
-    function: Function,
-    wasm_params: &[Type],
-) -> Result<(JITModule, Trampoline), LowerError> {
+fn compile(name: &str, function: Function, wasm_params: &[Type]) -> Result<Compiled, LowerError> {
     let mut module = jit_module()?;
     // Cranelift's JIT panics on some failures (an unresolvable libcall);
     // that must not take down the embedding.
     let built = panic::catch_unwind(AssertUnwindSafe(|| {
         define(&mut module, name, function, wasm_params)
     }));
-    let entry = match built {
-        Ok(Ok(entry)) => entry,
+    let (entry, frame_bytes) = match built {
+        Ok(Ok(built)) => built,
         Ok(Err(e)) => {
             // SAFETY: nothing of the module was called or handed out.
             unsafe { module.free_memory() };
@@ -769,7 +605,11 @@ fn compile(
     // default calling convention (the C one) and the signature
     // `(pointer, pointer) -> ()`, which is `Trampoline`.
     let trampoline = unsafe { mem::transmute::<*const u8, Trampoline>(entry) };
-    Ok((module, trampoline))
+    Ok(Compiled {
+        module,
+        trampoline,
+        frame_bytes,
+    })
 }
 
 /// A JIT module for the host's ISA, optimizing for speed.
@@ -797,83 +637,14 @@ fn jit_module() -> Result<JITModule, LowerError> {
     Ok(JITModule::new(builder))
 }
 
-/// The JIT symbol of a runtime check's host function.
-fn check_symbol(check: RuntimeCheck) -> &'static str {
-    match check {
-        RuntimeCheck::Clock => "tensorwasm_clock",
-    }
-}
-
-/// The address of a runtime check's host function.
-fn host_check(check: RuntimeCheck) -> *const u8 {
-    match check {
-        RuntimeCheck::Clock => clock as extern "C" fn() -> u64 as *const u8,
-    }
-}
-
-/// Links the kernel's calls of runtime checks to their host functions:
-/// each is declared as an import of `module`, and the CLIF's name for it
-/// (namespace [`RuntimeCheck::NAMESPACE`]) becomes the declaration's, as
-/// cranelift-module resolves calls (namespace 0, index the [`FuncId`]).
-fn link_runtime_checks(module: &mut JITModule, function: &mut Function) -> Result<(), LowerError> {
-    let call_conv = module.isa().default_call_conv();
-    let mut declared = Vec::new();
-    for check in RuntimeCheck::ALL {
-        let mut sig = check.signature();
-        sig.call_conv = call_conv;
-        let id = module
-            .declare_function(check_symbol(check), Linkage::Import, &sig)
-            .map_err(module_error)?;
-        declared.push((check, id));
-    }
-    let names: Vec<_> = function
-        .params
-        .user_named_funcs()
-        .iter()
-        .map(|(name_ref, name)| (name_ref, RuntimeCheck::from_external_name(name)))
-        .collect();
-    let mut linked = Vec::new();
-    for (name_ref, check) in names {
-        let Some(&(_, id)) = check.and_then(|c| declared.iter().find(|(d, _)| *d == c)) else {
-            continue;
-        };
-        function
-            .params
-            .reset_user_func_name(name_ref, UserExternalName::new(0, id.as_u32()));
-        linked.push(name_ref);
-    }
-    // The checks are host functions of the C calling convention, far from
-    // the JIT's code.
-    let dfg = &mut function.stencil.dfg;
-    for ext in dfg.ext_funcs.values_mut() {
-        if let ExternalName::User(name_ref) = ext.name
-            && linked.contains(&name_ref)
-        {
-            dfg.signatures[ext.signature].call_conv = call_conv;
-            ext.colocated = false;
-        }
-    }
-    Ok(())
-}
-
-/// [`RuntimeCheck::Clock`] for kernels on the CPU target: nanoseconds
-/// since the first reading in this process (the CPU driver's ticks: its
-/// device reports a 1 GHz clock rate, so a launch's time limit in ticks is
-/// its limit in nanoseconds). Monotonic, shared by every thread.
-extern "C" fn clock() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(Instant::now);
-    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// Defines the kernel and its trampoline and finalizes them; the
-/// trampoline's address.
+/// trampoline's address and the bytes of the kernel's stack frame.
 fn define(
     module: &mut JITModule,
     name: &str,
     mut function: Function,
     wasm_params: &[Type],
-) -> Result<*const u8, LowerError> {
+) -> Result<(*const u8, usize), LowerError> {
     // docs/kernels.md says SystemV, but only our trampoline calls it.
     function.signature.call_conv = module.isa().default_call_conv();
     link_runtime_checks(module, &mut function)?;
@@ -881,14 +652,25 @@ fn define(
         .declare_function(name, Linkage::Local, &function.signature)
         .map_err(module_error)?;
     function.name = UserFuncName::user(0, kernel.as_u32());
+    // Should the compiled code not say, its stack slots are most of it.
+    let slot_bytes: usize = function
+        .sized_stack_slots
+        .values()
+        .map(|slot| slot.size as usize + (1 << slot.align_shift))
+        .sum();
     let mut ctx = Context::for_function(function);
     module
         .define_function(kernel, &mut ctx)
         .map_err(module_error)?;
+    let frame_bytes = ctx
+        .compiled_code()
+        .and_then(|code| code.buffer.frame_layout())
+        .map_or(slot_bytes, |layout| layout.frame_to_fp_offset as usize)
+        .max(slot_bytes);
     ctx.clear();
     let trampoline = define_trampoline(module, &mut ctx, kernel, wasm_params)?;
     module.finalize_definitions().map_err(module_error)?;
-    Ok(module.get_finalized_function(trampoline))
+    Ok((module.get_finalized_function(trampoline), frame_bytes))
 }
 
 /// Defines the [`Trampoline`] of `kernel`.
@@ -967,84 +749,3 @@ const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<CpuKernel>();
 };
-
-#[cfg(test)]
-mod tests {
-    use cranelift_codegen::{
-        ir::{AbiParam, Signature, SourceLoc},
-        isa::CallConv,
-        settings,
-    };
-    use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
-
-    use super::*;
-
-    /// `(x: i32, hidden...)`: `trapz x` at 0x10, `sdiv` by `x`, then an
-    /// unconditional `unreachable` at 0x20.
-    fn two_traps() -> (Function, KernelAbi) {
-        let abi = KernelAbi { wasm_params: 1 };
-        let mut sig = Signature::new(CallConv::SystemV);
-        sig.params.push(AbiParam::new(types::I32));
-        sig.params
-            .extend([AbiParam::new(types::I64); KernelAbi::INTRINSICS]);
-        sig.params.extend([AbiParam::new(types::I32); 12]);
-        let mut function = Function::with_name_signature(UserFuncName::user(0, 0), sig);
-        let mut ctx = FunctionBuilderContext::new();
-        let mut b = FunctionBuilder::new(&mut function, &mut ctx);
-        let entry = b.create_block();
-        b.append_block_params_for_function_params(entry);
-        b.switch_to_block(entry);
-        let x = b.block_params(entry)[0];
-        b.set_srcloc(SourceLoc::new(0x10));
-        b.ins()
-            .trapz(x, KernelTrap::IntegerDivideByZero.trap_code());
-        b.set_srcloc(SourceLoc::default());
-        let _ = b.ins().sdiv(x, x);
-        b.set_srcloc(SourceLoc::new(0x20));
-        b.ins().trap(KernelTrap::Unreachable.trap_code());
-        b.seal_all_blocks();
-        let flags = settings::Flags::new(settings::builder());
-        let isa = cranelift_native::builder()
-            .expect("a host ISA")
-            .finish(flags)
-            .expect("host ISA flags");
-        b.finalize(isa.frontend_config());
-        (function, abi)
-    }
-
-    #[test]
-    fn the_rewrite_leaves_no_trap_and_verifies() {
-        let (mut function, abi) = two_traps();
-        make_trap_free(&mut function, abi).expect("rewrite");
-        let flags = settings::Flags::new(settings::builder());
-        cranelift_codegen::verify_function(&function, &flags)
-            .unwrap_or_else(|e| panic!("{e}\n{}", function.display()));
-        let text = function.display().to_string();
-        println!("{text}");
-        let opcodes: Vec<Opcode> = function
-            .layout
-            .blocks()
-            .flat_map(|block| function.layout.block_insts(block))
-            .map(|inst| function.dfg.insts[inst].opcode())
-            .collect();
-        assert!(
-            !opcodes
-                .iter()
-                .any(|op| op.can_trap() && *op != Opcode::Sdiv),
-            "{text}"
-        );
-        // One shared trap block: one compare-and-swap, one offset store.
-        let count = |op| opcodes.iter().filter(|&&o| o == op).count();
-        assert_eq!(count(Opcode::AtomicCas), 1, "{text}");
-        assert_eq!(count(Opcode::Store), 1, "{text}");
-        assert_eq!(count(Opcode::Select), 1, "the divisor guard: {text}");
-    }
-
-    #[test]
-    fn the_clock_is_monotonic_nanoseconds() {
-        let a = clock();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let b = clock();
-        assert!(b >= a + 2_000_000, "{a} then {b}");
-    }
-}

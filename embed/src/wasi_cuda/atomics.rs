@@ -40,7 +40,8 @@ pub(super) fn add_to_linker<T: 'static>(linker: &mut Linker<T>) -> wasmtime::Res
     Ok(())
 }
 
-fn val_type(ty: WasmType) -> ValType {
+/// The wasmtime type of a kernel's value type.
+pub(super) fn val_type(ty: WasmType) -> ValType {
     match ty {
         WasmType::I32 => ValType::I32,
         WasmType::I64 => ValType::I64,

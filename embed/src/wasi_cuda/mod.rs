@@ -17,11 +17,11 @@ use kernel_names::KernelName;
 use tensorwasm_core::{
     Dim3, GpuDriver,
     abi::Handle,
-    lower::{INTRINSIC_MODULE, Intrinsic},
+    lower::{INTRINSIC_MODULE, Intrinsic, cooperative::CoopIntrinsic},
 };
 
 use crate::kernel::KernelTarget;
-use wasmtime::{Caller, Extern, Linker};
+use wasmtime::{Caller, Extern, FuncType, Linker, Val};
 
 /// The import module name.
 pub const MODULE: &str = "wasi_cuda";
@@ -461,6 +461,29 @@ where
                     "{INTRINSIC_MODULE}.{name} was called outside a kernel: it is only \
                      meaningful in a function launched as a Wasm kernel (wasi_cuda.kernel_get)"
                 )
+            },
+        )?;
+    }
+    // The block's cooperative intrinsics (shared memory, barriers, warps)
+    // too: outside a kernel there is no block.
+    for which in CoopIntrinsic::all() {
+        let mut name = String::new();
+        which.import_name(&mut name);
+        let ty = FuncType::new(
+            linker.engine(),
+            which.params().into_iter().map(atomics::val_type),
+            which.result().map(atomics::val_type),
+        );
+        let message = format!(
+            "{INTRINSIC_MODULE}.{name} was called outside a kernel: it is only meaningful in \
+             a function launched as a Wasm kernel (wasi_cuda.kernel_get)"
+        );
+        linker.func_new(
+            INTRINSIC_MODULE,
+            &name,
+            ty,
+            move |_: Caller<'_, T>, _: &[Val], _: &mut [Val]| -> wasmtime::Result<()> {
+                wasmtime::bail!("{message}")
             },
         )?;
     }
