@@ -101,6 +101,11 @@ const IMPORTS: &[(&str, &str, &str)] = &[
         "atomic_add_i32",
         "(param i32 i32) (result i32)",
     ),
+    (
+        "tensorwasm_kernel",
+        "atomic_add_f32",
+        "(param i32 f32) (result f32)",
+    ),
     ("tensorwasm_kernel", "barrier", ""),
     ("tensorwasm_kernel", "lane_id", "(result i32)"),
     ("tensorwasm_kernel", "warp_size", "(result i32)"),
@@ -221,6 +226,18 @@ const KERNELS: &[(&str, &str)] = &[
                (call $shared_load_i32 (local.get $s)))
              (local.set $s (i32.add (local.get $s) (i32.const 4)))
              (br_if $copy (i32.lt_u (local.get $s) (i32.const 32))))))",
+    ),
+    // The float atomic adds flush subnormals (docs/kernels.md, "Atomics"):
+    // b[0] and b[1] get 0 + 1e-40 (flushed: 0) in guest and shared memory,
+    // b[2] 0 + 1.5, b[3] 0.25 from every thread.
+    (
+        "float_atomics",
+        "(if (i32.eqz (local.get $g)) (then
+           (drop (call $atomic_add_f32 (local.get $b) (f32.const 1e-40)))
+           (drop (call $shared_atomic_add_f32 (i32.const 0) (f32.const 1e-40)))
+           (i32.store offset=4 (local.get $b) (call $shared_load_i32 (i32.const 0)))
+           (drop (call $atomic_add_f32 (i32.add (local.get $b) (i32.const 8)) (f32.const 1.5)))))
+         (drop (call $atomic_add_f32 (i32.add (local.get $b) (i32.const 12)) (f32.const 0.25)))",
     ),
     // Twelve words per thread: the shuffles, lane id and warp size.
     (
@@ -517,6 +534,12 @@ where
         let sum = u64::from(w(&mut g, 6)) | (u64::from(w(&mut g, 7)) << 32);
         assert_eq!(sum, u64::from(n * (n - 1) / 2), "add_i64");
     }
+
+    g.run("float_atomics", 4, 64, 16);
+    assert_eq!(g.out_u32(0), 0, "1e-40 added in guest memory: flushed");
+    assert_eq!(g.out_u32(1), 0, "1e-40 added in shared memory: flushed");
+    assert_eq!(f32::from_bits(g.out_u32(2)), 1.5);
+    assert_eq!(f32::from_bits(g.out_u32(3)), 64.0, "0.25 from 256 threads");
 }
 
 fn warp_model<D>(rt: &GuestRuntime<D>)

@@ -148,3 +148,48 @@ impl AtomicIntrinsic {
         core::iter::once(WasmType::I32).chain(core::iter::repeat_n(self.value_type(), values))
     }
 }
+
+/// `atomic_add_f32`'s arithmetic on the bits of the old value and the
+/// operand: IEEE single-precision add, rounded to nearest even, with
+/// subnormal inputs and a subnormal result flushed to zero of the same
+/// sign, as the GPU's float atomic add (`atom.add.f32`, CUDA's
+/// `atomicAdd`) computes it; every target and the host's reference use
+/// this. A NaN result's bits are the target's own (Wasm leaves them
+/// open too).
+pub fn add_f32_bits(old: u32, v: u32) -> u32 {
+    let sum = f32::from_bits(flush(old)) + f32::from_bits(flush(v));
+    flush(sum.to_bits())
+}
+
+/// `bits` with a subnormal value replaced by zero of its sign.
+fn flush(bits: u32) -> u32 {
+    if bits & 0x7f80_0000 == 0 {
+        bits & 0x8000_0000
+    } else {
+        bits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::add_f32_bits;
+
+    #[test]
+    fn float_add_flushes_subnormals() {
+        let tiny = 1e-40f32.to_bits();
+        assert_eq!(add_f32_bits(0, tiny), 0);
+        assert_eq!(add_f32_bits((-1e-40f32).to_bits(), 0), 0);
+        assert_eq!(
+            add_f32_bits(0x8000_0000, (-1e-40f32).to_bits()),
+            0x8000_0000
+        );
+        // A normal sum whose exact value is subnormal is flushed too.
+        let a = f32::MIN_POSITIVE.to_bits();
+        let b = (-f32::MIN_POSITIVE * 1.5).to_bits();
+        assert_eq!(add_f32_bits(a, b), 0x8000_0000);
+        assert_eq!(
+            add_f32_bits(1.5f32.to_bits(), 2.25f32.to_bits()),
+            3.75f32.to_bits()
+        );
+    }
+}

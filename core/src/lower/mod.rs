@@ -14,7 +14,7 @@ pub mod translate;
 use alloc::string::String;
 use core::fmt;
 
-use cranelift_codegen::ir::types::{I32, I64};
+use cranelift_codegen::ir::types::{F32, I32, I64};
 use cranelift_codegen::ir::{
     AbiParam, ExternalName, Function, Inst, InstructionData, Opcode, Signature, TrapCode, Type,
     UserExternalName,
@@ -345,6 +345,12 @@ pub enum RuntimeCheck {
     /// `vote_all(pred, site) -> i32`: 1 when every lane that takes part
     /// has a nonzero `pred`.
     VoteAll = 13,
+    /// `atomic_add_f32(addr: i64, v: f32) -> f32`: the device's float
+    /// atomic add at host address `addr` (checked, 4-aligned), the old
+    /// value: [`atomic::add_f32_bits`]'s arithmetic (subnormals flushed, as
+    /// CUDA's `atomicAdd`). PTX `atom.add.f32`; the CPU target a
+    /// compare-and-swap loop.
+    AtomicAddF32 = 14,
 }
 
 impl RuntimeCheck {
@@ -353,7 +359,7 @@ impl RuntimeCheck {
     pub const NAMESPACE: u32 = 1;
 
     /// Every check, by index.
-    pub const ALL: [RuntimeCheck; 14] = [
+    pub const ALL: [RuntimeCheck; 15] = [
         RuntimeCheck::Clock,
         RuntimeCheck::SharedBase,
         RuntimeCheck::SharedSize,
@@ -368,6 +374,7 @@ impl RuntimeCheck {
         RuntimeCheck::Ballot,
         RuntimeCheck::VoteAny,
         RuntimeCheck::VoteAll,
+        RuntimeCheck::AtomicAddF32,
     ];
 
     /// The name the translator's CLIF imports it under.
@@ -402,6 +409,7 @@ impl RuntimeCheck {
             RuntimeCheck::Ballot => "ballot",
             RuntimeCheck::VoteAny => "vote_any",
             RuntimeCheck::VoteAll => "vote_all",
+            RuntimeCheck::AtomicAddF32 => "atomic_add_f32",
         }
     }
 
@@ -422,14 +430,15 @@ impl RuntimeCheck {
             RuntimeCheck::Ballot | RuntimeCheck::VoteAny | RuntimeCheck::VoteAll => {
                 (&[I32, I32], &[I32])
             }
+            RuntimeCheck::AtomicAddF32 => (&[I64, F32], &[F32]),
         }
     }
 
     /// Whether it is one of the block's cooperative operations (every
-    /// check but the clock): a kernel that calls one runs its blocks'
-    /// threads together (`docs/kernels.md`, "Barriers").
+    /// check but the clock and the float atomic): a kernel that calls one
+    /// runs its blocks' threads together (`docs/kernels.md`, "Barriers").
     pub const fn is_cooperative(self) -> bool {
-        !matches!(self, RuntimeCheck::Clock)
+        !matches!(self, RuntimeCheck::Clock | RuntimeCheck::AtomicAddF32)
     }
 
     /// Its CLIF signature ([`types`](Self::types); call conv `SystemV` as

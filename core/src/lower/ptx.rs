@@ -744,6 +744,12 @@ impl Emitter<'_> {
         let address = match (op.can_load(), op.can_store(), dfg.inst_args(inst)) {
             (true, _, &[addr, ..]) => Some(("a", addr)),
             (_, true, &[_, addr, ..]) => Some(("b", addr)),
+            // The float atomic's address is placed like an access's.
+            (_, _, &[addr, _])
+                if RuntimeCheck::called_by(func, inst) == Some(RuntimeCheck::AtomicAddF32) =>
+            {
+                Some(("a", addr))
+            }
             _ => None,
         };
         let root = address.map(|(_, addr)| self.roots(addr, 0));

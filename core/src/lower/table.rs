@@ -297,9 +297,15 @@ pub const VOTE_ALL: &[&str] = &[
     "selp.u32 {d}, 1, 0, {p1};",
 ];
 
+/// [`RuntimeCheck::AtomicAddF32`]: the device's float atomic add (round to
+/// nearest even, subnormals flushed). The lowerer places `{a}` in its
+/// space like a memory access's address (global, shared, or generic with
+/// `.global.` dropped).
+pub const ATOMIC_ADD_F32: &[&str] = &["atom.global.add.f32 {d}, [{a}], {b};"];
+
 /// The rules of the runtime checks, in [`RuntimeCheck::ALL`] order: not in
 /// [`rows`] (see the module docs, "Calls").
-static RUNTIME_ROWS: [Row; 14] = [
+static RUNTIME_ROWS: [Row; 15] = [
     ptx(Opcode::Call, I64, "clock", CLOCK).note(
         "the thread's clock for the launch time limit (docs/kernels.md, \"Time limit\"), inline",
     ),
@@ -328,6 +334,8 @@ static RUNTIME_ROWS: [Row; 14] = [
         .note("over the lanes running together (activemask)"),
     ptx(Opcode::Call, I32, "vote_all", VOTE_ALL)
         .note("over the lanes running together (activemask)"),
+    ptx(Opcode::Call, F32, "atomic_add_f32", ATOMIC_ADD_F32)
+        .note("the float atomic add: round to nearest even, subnormals flushed (CUDA's atomicAdd)"),
 ];
 
 /// The rule of a runtime check's call.

@@ -7,7 +7,7 @@
 //! the translator lowers the same imports (`core::lower::atomic`).
 
 use tensorwasm_core::lower::INTRINSIC_MODULE;
-use tensorwasm_core::lower::atomic::{AtomicIntrinsic, AtomicOp};
+use tensorwasm_core::lower::atomic::{AtomicIntrinsic, AtomicOp, add_f32_bits};
 use tensorwasm_core::lower::translate::WasmType;
 use wasmtime::{Caller, Extern, FuncType, Linker, Trap, Val, ValType};
 
@@ -78,10 +78,7 @@ fn apply(which: AtomicIntrinsic, memory: &mut [u8], params: &[Val]) -> wasmtime:
         AtomicOp::Rmw(op) => rmw(op, old, operand(1), size),
         AtomicOp::Cmpxchg if old == operand(1) => operand(2),
         AtomicOp::Cmpxchg => old,
-        AtomicOp::FloatAdd => {
-            let sum = f32::from_bits(old as u32) + f32::from_bits(operand(1) as u32);
-            u64::from(sum.to_bits())
-        }
+        AtomicOp::FloatAdd => u64::from(add_f32_bits(old as u32, operand(1) as u32)),
         AtomicOp::Load | AtomicOp::Store => old,
     };
     memory[at].copy_from_slice(&new.to_le_bytes()[..size as usize]);

@@ -8,7 +8,7 @@ use std::{sync::OnceLock, time::Instant};
 use cranelift_codegen::ir::{ExternalName, Function, UserExternalName};
 use cranelift_jit::JITModule;
 use cranelift_module::{Linkage, Module};
-use tensorwasm_core::lower::{LowerError, RuntimeCheck};
+use tensorwasm_core::lower::{LowerError, RuntimeCheck, atomic::add_f32_bits};
 
 use super::module_error;
 
@@ -29,6 +29,7 @@ pub(super) fn check_symbol(check: RuntimeCheck) -> &'static str {
         RuntimeCheck::Ballot => "tensorwasm_ballot",
         RuntimeCheck::VoteAny => "tensorwasm_vote_any",
         RuntimeCheck::VoteAll => "tensorwasm_vote_all",
+        RuntimeCheck::AtomicAddF32 => "tensorwasm_atomic_add_f32",
     }
 }
 
@@ -54,6 +55,28 @@ pub(super) fn host_check(check: RuntimeCheck) -> *const u8 {
         RuntimeCheck::Ballot => super::block::ballot as Vote as *const u8,
         RuntimeCheck::VoteAny => super::block::vote_any as Vote as *const u8,
         RuntimeCheck::VoteAll => super::block::vote_all as Vote as *const u8,
+        RuntimeCheck::AtomicAddF32 => atomic_add_f32 as extern "C" fn(u64, f32) -> f32 as *const u8,
+    }
+}
+
+/// [`RuntimeCheck::AtomicAddF32`]: a compare-and-swap loop on the `u32`
+/// at host address `addr`, with the device's arithmetic
+/// ([`add_f32_bits`]); the old value.
+extern "C" fn atomic_add_f32(addr: u64, v: f32) -> f32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // SAFETY: the translator calls this only with `mem_base` (or the
+    // block's shared base) plus an offset it checked to be 4-aligned and
+    // in bounds of memory the launch keeps alive (see
+    // `CpuKernel::host_kernel`); other threads touch the word only
+    // atomically or through their own plain accesses, as on a GPU.
+    let word = unsafe { &*std::ptr::with_exposed_provenance::<AtomicU32>(addr as usize) };
+    let mut old = word.load(Ordering::Relaxed);
+    loop {
+        let new = add_f32_bits(old, v.to_bits());
+        match word.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return f32::from_bits(old),
+            Err(seen) => old = seen,
+        }
     }
 }
 

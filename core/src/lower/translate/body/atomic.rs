@@ -15,7 +15,7 @@ use wasmparser::{MemArg, Operator};
 
 use super::{FuncState, Load, Store, Translator, emit_load, emit_store, internal};
 use crate::lower::atomic::{AtomicIntrinsic, AtomicOp};
-use crate::lower::{KernelTrap, LowerError};
+use crate::lower::{KernelTrap, LowerError, RuntimeCheck};
 
 /// One atomic access: what it does, on how many bytes, with operands and
 /// result of which type (`I32` or `I64`; `F32` for the float add).
@@ -267,6 +267,11 @@ impl Translator<'_, '_, '_> {
         atomic: Atomic,
         operands: &[Value],
     ) -> Option<Value> {
+        if atomic.op == AtomicOp::FloatAdd {
+            // The device's own float atomic (a runtime call: CLIF has none).
+            let addr = self.builder.ins().iadd(base, ea);
+            return self.runtime_call(RuntimeCheck::AtomicAddF32, &[addr, operands[0]]);
+        }
         let word = atomic.ty == I32 || atomic.ty == I64;
         if word && atomic.bytes == atomic.ty.bytes() {
             let addr = self.builder.ins().iadd(base, ea);
@@ -421,12 +426,28 @@ impl Translator<'_, '_, '_> {
         }
     }
 
-    /// `old + v` as Wasm's `f32.add` computes it (the translator's rule,
-    /// NaNs included).
+    /// `old + v` as the float atomic computes it
+    /// ([`crate::lower::atomic::add_f32_bits`]: Wasm's `f32.add` with
+    /// subnormal inputs and result flushed to zero), for an atomic on the
+    /// thread's own stack window.
     fn float_add(&mut self, old: Value, v: Value) -> Value {
-        match super::binary_op(&Operator::F32Add) {
+        let old = self.flush_subnormal(old);
+        let v = self.flush_subnormal(v);
+        let sum = match super::binary_op(&Operator::F32Add) {
             Some(emit) => emit(&mut self.builder, old, v),
             None => self.builder.ins().fadd(old, v),
-        }
+        };
+        self.flush_subnormal(sum)
+    }
+
+    /// `x` (`f32`), a subnormal replaced by zero of its sign.
+    fn flush_subnormal(&mut self, x: Value) -> Value {
+        let b = &mut self.builder;
+        let bits = b.ins().bitcast(I32, MemFlagsData::new(), x);
+        let exponent = b.ins().band_imm_s(bits, 0x7f80_0000);
+        let subnormal = b.ins().icmp_imm_u(IntCC::Equal, exponent, 0);
+        let sign = b.ins().band_imm_s(bits, i64::from(0x8000_0000u32));
+        let flushed = b.ins().select(subnormal, sign, bits);
+        b.ins().bitcast(F32, MemFlagsData::new(), flushed)
     }
 }
