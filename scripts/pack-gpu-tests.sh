@@ -11,7 +11,7 @@
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
 # of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest`,
 # `rust_kernels`, `kernel_stack`, `wasi_guest`, `tenants_stress`, `kernel_limits`,
-# `gpu_kernel_diff` and `kernel_atomics` test targets are packed (the others run in CI and each carries a
+# `gpu_kernel_diff`, `kernel_atomics` and `kernel_coop` test targets are packed (the others run in CI and each carries a
 # whole wasmtime).
 # The example guests go along too (examples/*.wat, and the Rust guests if
 # guest/ has been built; run.sh points the `mlp_guest` and `rust_kernels` tests at
@@ -20,11 +20,15 @@
 # mlp-wasi.wasm and tensorwasm through MLP_WASI_GUEST_WASM and TENSORWASM_BIN,
 # since guest/target and target/ are not carried),
 # and the benchmark binaries (guest_overhead, wasm_kernels, tenants,
-# rust_kernels: it reads the packed kernel_bench.wasm) when
+# rust_kernels and coop_kernels: they read the packed kernel_bench.wasm) when
 # PACK_BENCH=1 (BENCHES, space-separated, packs only some); `.device-pack/run.sh`
 # then runs `tensorwasm run` on each example guest, and `.device-pack/bench.sh`
-# the benchmarks. run.sh exports CUDA_DEVICE_MAX_CONNECTIONS=32 (one hardware
-# queue per stream of up to 32 tenants) for the tests and the example runs.
+# the benchmarks. With coop_kernels, the bench built with `--features
+# bench-unsandboxed` into UNSANDBOXED_TARGET_DIR (target/unsandboxed) goes
+# along as coop_kernels_unsandboxed when that directory exists (the script
+# brings it up to date there), and bench.sh runs it after coop_kernels.
+# run.sh exports CUDA_DEVICE_MAX_CONNECTIONS=32 (one hardware queue per
+# stream of up to 32 tenants) for the tests and the example runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=${GPU_TEST_PACKAGES:-"tensorwasm-cuda tensorwasm-embed"}
@@ -46,7 +50,7 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff", "kernel_atomics"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff", "kernel_atomics", "kernel_coop"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]
@@ -73,7 +77,7 @@ if [ "${PACK_BENCH:-0}" = 1 ]; then
   cargo bench -p tensorwasm-embed "${bench_args[@]}" --no-run --message-format=json \
     | python3 -c '
 import json, shutil, sys
-benches = ("guest_overhead", "wasm_kernels", "tenants", "rust_kernels")
+benches = ("guest_overhead", "wasm_kernels", "tenants", "rust_kernels", "coop_kernels")
 for line in sys.stdin:
     m = json.loads(line)
     name = m.get("target", {}).get("name")
@@ -81,6 +85,19 @@ for line in sys.stdin:
         shutil.copy(m["executable"], "'"$pack"'/bench/" + name)
         print("packed bench", name)
 '
+  unsandboxed=${UNSANDBOXED_TARGET_DIR:-target/unsandboxed}
+  if [[ " ${BENCHES:-} " == *" coop_kernels "* ]] && [ -d "$unsandboxed" ]; then
+    CARGO_TARGET_DIR="$unsandboxed" cargo bench -p tensorwasm-embed --bench coop_kernels \
+      --features bench-unsandboxed --no-run --message-format=json \
+      | python3 -c '
+import json, shutil, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "coop_kernels":
+        shutil.copy(m["executable"], "'"$pack"'/bench/coop_kernels_unsandboxed")
+        print("packed bench coop_kernels_unsandboxed")
+'
+  fi
   cat > "$pack/bench.sh" <<'BENCH'
 #!/usr/bin/env bash
 # Runs the packed benchmarks on the device machine; results go to $OUT.
@@ -88,13 +105,21 @@ cd "$(dirname "$0")"
 # One after the other (BENCHES picks some: BENCHES=wasm_kernels); each writes
 # its JSON to $OUT and its printed table to $OUT/<name>.txt. Exits with the
 # first failing benchmark's status (2: no CUDA device). Benchmarks left out of
-# the pack are skipped with a note.
+# the pack are skipped with a note. coop_kernels_unsandboxed (the same bench
+# without the sandbox's checks, when packed) runs right after coop_kernels.
 export OUT=${OUT:-/tmp/tensorwasm-bench-out}
 mkdir -p "$OUT"
 if [ -f examples/kernel_bench.wasm ]; then export RUST_KERNELS_WASM="$PWD/examples/kernel_bench.wasm"; fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 status=0
+names=()
 for name in ${BENCHES:-guest_overhead wasm_kernels tenants}; do
+  names+=("$name")
+  if [ "$name" = coop_kernels ] && [ -x bench/coop_kernels_unsandboxed ]; then
+    names+=(coop_kernels_unsandboxed)
+  fi
+done
+for name in "${names[@]}"; do
   if [ ! -x bench/"$name" ]; then echo "$name: not packed (PACK_BENCH=1 BENCHES=...)"; continue; fi
   bench/"$name" "$@" 2>&1 | tee "$OUT/$name.txt"
   s=${PIPESTATUS[0]}
@@ -150,7 +175,7 @@ if [ -f examples/vector_add_guest.wasm ]; then
          "--invoke device_buffers examples/vector_add_guest.wasm 16777216")
 fi
 if [ -f examples/rust_kernels.wasm ]; then
-  for k in run_saxpy_unchecked run_saxpy run_matmul run_row_sums run_pad_rows run_activations run_histogram run_atomic_dot; do
+  for k in run_saxpy_unchecked run_saxpy run_matmul run_row_sums run_pad_rows run_activations run_histogram run_atomic_dot run_block_reduce run_tiled_sgemm run_shared_histogram run_softmax run_inclusive_scan; do
     runs+=("--invoke $k examples/rust_kernels.wasm")
   done
 fi
@@ -173,9 +198,13 @@ exit $status
 RUN
 chmod +x "$pack/run.sh"
 
-# Each wasmtime-carrying binary is ~18 MB; xz keeps the pack well under the
-# device tool's 64 MiB carry limit. The runners unpack on first use.
-tar -C "$pack" -cJf "$pack/payload.tar.xz" $(cd "$pack" && ls -d bin bench examples 2>/dev/null)
+# Each wasmtime-carrying binary is ~26 MB, mostly the same wasmtime: xz with
+# a dictionary larger than a binary finds the repeats (12 of them pack into
+# ~22 MB, against ~60 MB with xz's default 8 MiB dictionary), keeping the
+# pack under the device tool's 64 MiB carry limit. The runners unpack on
+# first use.
+tar -C "$pack" -cf - $(cd "$pack" && ls -d bin bench examples 2>/dev/null) \
+  | xz -T2 --lzma2=preset=6,dict=192MiB > "$pack/payload.tar.xz"
 rm -rf "$pack/bin" "$pack/bench" "$pack/examples"
 for runner in "$pack"/run.sh "$pack"/bench.sh; do
   [ -f "$runner" ] || continue

@@ -1,10 +1,13 @@
 //! What the benchmarks share for the records they write: the command line
 //! that ran, the time, the device, rounded numbers, and the record itself
-//! written with `serde_json` (each bench includes this with `mod common;`).
+//! written with `serde_json` (each bench includes this with `mod common;`);
+//! and [`kernels`], Wasm and built-in kernels launched with the raw driver.
 
 // Every bench includes this module and uses only part of it (rust_kernels
 // builds its own record and takes just the command line and the time).
 #![allow(dead_code)]
+
+pub mod kernels;
 
 use std::{
     path::PathBuf,

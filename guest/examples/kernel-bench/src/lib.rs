@@ -24,8 +24,15 @@
 //!   registers: the same kernel written without a frame, the reference
 //!   `gather_frame` is measured against (`x`'s length a separate argument
 //!   so that it keeps `gather_frame`'s bounds checks).
+//!
+//! [`coop`] holds the cooperative kernels `embed/benches/coop_kernels.rs`
+//! measures against the built-in CUDA kernels (shared memory, barriers,
+//! warp shuffles, a float atomic): `block_reduce_f32`, `softmax_rows`,
+//! `sgemm_tiled`.
 
 #![cfg_attr(not(test), no_std)]
+
+pub mod coop;
 
 #[link(wasm_import_module = "tensorwasm_kernel")]
 unsafe extern "C" {
@@ -50,6 +57,26 @@ fn global_id() -> usize {
 fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     core::arch::wasm32::unreachable()
 }
+
+/// No heap: the kernels allocate nothing, but `tensorwasm_guest` links
+/// `alloc`, which wants a global allocator. Every allocation fails.
+#[cfg(not(test))]
+struct NoHeap;
+
+// SAFETY: `alloc` never hands out memory (null is "failed"), so nothing
+// can be freed or used wrongly.
+#[cfg(not(test))]
+unsafe impl core::alloc::GlobalAlloc for NoHeap {
+    unsafe fn alloc(&self, _: core::alloc::Layout) -> *mut u8 {
+        core::ptr::null_mut()
+    }
+
+    unsafe fn dealloc(&self, _: *mut u8, _: core::alloc::Layout) {}
+}
+
+#[cfg(not(test))]
+#[global_allocator]
+static HEAP: NoHeap = NoHeap;
 
 /// `y[i] = alpha * x[i] + y[i]` for the thread's `i < n`.
 ///
