@@ -8,13 +8,16 @@
 //! stack window, a byte past it — is a crash.
 //!
 //! What happened to the inputs is counted on stderr at every power of two
-//! from 1,024 inputs and every 50,000: compared (by outcome), skipped (by
+//! from 1,024 inputs and every 4,096: compared (by outcome), skipped (by
 //! reason: no module from the input, a translator refusal by operator, too
 //! large, failed instantiation, out of fuel), and, among the compared, how
-//! many had `call_indirect`, `global.set`, `memory.copy` or `memory.fill`
-//! in F's call graph.
+//! many had `call_indirect`, `global.set`, `memory.copy`, `memory.fill`,
+//! atomics, or calls of the cooperative intrinsics (shared memory, shared
+//! atomics, `barrier`, warp operations) in F's call graph, and how many
+//! called them (on wasmtime) and trapped in a shared access.
 //!
-//! `KERNEL_DIFF_DEBUG=1` prints every compared run; `KERNEL_DIFF_WASM=path`
+//! `KERNEL_DIFF_DEBUG=1` prints every compared run (and why each skipped
+//! one was skipped); `KERNEL_DIFF_WASM=path`
 //! writes the module of a differing run there.
 
 #![no_main]
@@ -40,9 +43,23 @@ fuzz_target!(|data: &[u8]| {
             let checked = check(driver, stream, &case, "CPU");
             tally(|t| t.add_rewrites(&case));
             if std::env::var_os("KERNEL_DIFF_DEBUG").is_some()
-                && let Checked::Compared { outcome, .. } = &checked
+                && let Checked::Compared {
+                    outcome,
+                    uses,
+                    ran,
+                    shared_trap,
+                } = &checked
             {
-                eprintln!("kernel_diff: {outcome}; {}", case.describe());
+                let place = if *shared_trap {
+                    " in a shared access"
+                } else {
+                    ""
+                };
+                eprintln!(
+                    "kernel_diff: {outcome}{place}; F's call graph has {uses:?}, the run \
+                     called {ran:?}; {}",
+                    case.describe()
+                );
             }
             if let Checked::Differs(diff) | Checked::DriverFailed(diff) = &checked {
                 if let Ok(path) = std::env::var("KERNEL_DIFF_WASM") {
@@ -57,6 +74,11 @@ fuzz_target!(|data: &[u8]| {
             checked
         }
     };
+    if std::env::var_os("KERNEL_DIFF_DEBUG").is_some()
+        && let Checked::Skipped(why) = &checked
+    {
+        eprintln!("kernel_diff: skipped: {why}");
+    }
     tally(|t| t.add_checked(&checked));
 });
 
@@ -71,14 +93,14 @@ fn driver() -> &'static (CpuDriver, CpuStream) {
 }
 
 /// Updates the tally; prints it at every power of two from 1,024 cases and
-/// every 50,000.
+/// every 4,096 (a 30-minute run makes about 15,000).
 fn tally(update: impl FnOnce(&mut Tally)) {
     static TALLY: Mutex<Tally> = Mutex::new(Tally::new());
     let mut tally = TALLY.lock().unwrap_or_else(PoisonError::into_inner);
     let before = tally.cases();
     update(&mut tally);
     let n = tally.cases();
-    if n != before && ((n >= 1024 && n.is_power_of_two()) || n % 50_000 == 0) {
+    if n != before && ((n >= 1024 && n.is_power_of_two()) || n % 4096 == 0) {
         eprintln!(
             "kernel_diff tally after {n} inputs ({} compared):{}",
             tally.count("compared:"),

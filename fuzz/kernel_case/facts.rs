@@ -1,8 +1,8 @@
 //! What the generator needs to know of wasm-smith's module: types,
-//! functions, globals, tables' element segments and each body's calls. It
-//! changes nothing.
+//! functions, its imports (intrinsics), globals, tables' element segments
+//! and each body's calls. It changes nothing.
 
-use tensorwasm_core::lower::Intrinsic;
+use tensorwasm_core::lower::{Intrinsic, cooperative::CoopIntrinsic};
 use wasmparser::{ElementItems, ElementKind, FuncType, Operator, Parser, Payload, ValType};
 
 use super::F_EXPORT;
@@ -14,7 +14,7 @@ pub struct Facts {
     /// Each function's type index, imports first.
     pub funcs: Vec<u32>,
     /// The imported functions (all intrinsics).
-    pub imports: Vec<Intrinsic>,
+    pub imports: Vec<Import>,
     /// Each global's type and mutability, by index (wasm-smith imports
     /// none).
     pub globals: Vec<(ValType, bool)>,
@@ -29,6 +29,23 @@ pub struct Facts {
     pub has_names: bool,
 }
 
+/// An imported function: an intrinsic of `tensorwasm_kernel`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Import {
+    /// A thread's or block's position (`thread_idx_x`, ...).
+    Position(Intrinsic),
+    /// A cooperative intrinsic (shared memory, barrier, warp operations).
+    Coop(CoopIntrinsic),
+}
+
+impl Import {
+    fn from_import(module: &str, name: &str) -> Option<Import> {
+        Intrinsic::from_import(module, name)
+            .map(Import::Position)
+            .or_else(|| CoopIntrinsic::from_import(module, name).map(Import::Coop))
+    }
+}
+
 /// One defined function, as the call graph sees it.
 pub struct Body {
     pub operators: u64,
@@ -40,14 +57,32 @@ pub struct Body {
 }
 
 /// Operators whose presence in a compared kernel the tally counts: what
-/// compilers emit and the translator gained.
-pub const TRACKED: [&str; 5] = [
+/// compilers emit and the translator gained; the last four are calls of
+/// cooperative intrinsics ([`coop_tracked`]).
+pub const TRACKED: [&str; 9] = [
     "call_indirect",
     "global.set",
     "memory.copy",
     "memory.fill",
     "atomics",
+    "shared memory",
+    "shared atomics",
+    "barrier",
+    "warp operations",
 ];
+
+/// The tracked constructs a call of `which` uses: any shared access (the
+/// size too) is `shared memory`, the shared atomics are also `shared
+/// atomics`; lane ids, the warp size, shuffles and votes are `warp
+/// operations`.
+pub fn coop_tracked(which: CoopIntrinsic) -> &'static [&'static str] {
+    match which {
+        CoopIntrinsic::SharedAtomic(_) => &[TRACKED[5], TRACKED[6]],
+        c if c.uses_shared_memory() => &[TRACKED[5]],
+        CoopIntrinsic::Barrier => &[TRACKED[7]],
+        _ => &[TRACKED[8]],
+    }
+}
 
 impl Facts {
     pub fn parse(wasm: &[u8]) -> Facts {
@@ -76,8 +111,8 @@ impl Facts {
                         let wasmparser::TypeRef::Func(ty) = import.ty else {
                             panic!("wasm-smith imported a non-function: {import:?}");
                         };
-                        let which = Intrinsic::from_import(import.module, import.name)
-                            .expect("an intrinsic");
+                        let which =
+                            Import::from_import(import.module, import.name).expect("an intrinsic");
                         facts.funcs.push(ty);
                         facts.imports.push(which);
                     }
@@ -145,7 +180,14 @@ impl Facts {
                         let op = reader.read().expect("an operator");
                         operators += 1;
                         match op {
-                            Operator::Call { function_index } => calls.push(function_index),
+                            Operator::Call { function_index } => {
+                                calls.push(function_index);
+                                if let Some(&Import::Coop(c)) =
+                                    facts.imports.get(function_index as usize)
+                                {
+                                    uses.extend(coop_tracked(c).iter().copied());
+                                }
+                            }
                             Operator::CallIndirect {
                                 type_index,
                                 table_index,
@@ -193,6 +235,23 @@ impl Facts {
 
     /// The function that imports `which`, if the module imports it.
     pub fn intrinsic(&self, which: Intrinsic) -> Option<u32> {
+        self.import(Import::Position(which))
+    }
+
+    /// The function that imports cooperative intrinsic `which`, if the
+    /// module imports it.
+    pub fn coop(&self, which: CoopIntrinsic) -> Option<u32> {
+        self.import(Import::Coop(which))
+    }
+
+    /// Whether the module imports a shared-memory intrinsic.
+    pub fn imports_shared_memory(&self) -> bool {
+        self.imports
+            .iter()
+            .any(|i| matches!(i, Import::Coop(c) if c.uses_shared_memory()))
+    }
+
+    fn import(&self, which: Import) -> Option<u32> {
         self.imports
             .iter()
             .position(|&w| w == which)

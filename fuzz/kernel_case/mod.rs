@@ -12,9 +12,11 @@
 //!
 //! The bytes, in order: memory pages (1 to 4), F's parameter and result
 //! types (up to [`MAX_PARAMS`] and [`MAX_RESULTS`]), whether table
-//! operators are allowed (a quarter of the cases), wasm-smith's
-//! module, the launch geometry and the thread that does the work, F's
-//! arguments, and the frame (below).
+//! operators are allowed (a quarter of the cases), whether the cooperative
+//! intrinsics are offered (half the cases), wasm-smith's module, which
+//! operators become cooperative calls (below), the launch geometry, the
+//! thread that does the work and the block's shared bytes, F's arguments,
+//! and the frame (below).
 //!
 //! The module (docs/verification/2026-11-24-fuzz-kernel-diff-compiler-output.md
 //! says why):
@@ -25,13 +27,23 @@
 //!   multi-memory, memory64, tail calls, exceptions, GC or start function.
 //!   Table operators (`table.copy`, `table.init`, `elem.drop`: refused,
 //!   tables must be fixed) only in a quarter of the cases. Its only imports
-//!   are some of the `tensorwasm_kernel` intrinsics, its only exports
+//!   are some of the `tensorwasm_kernel` intrinsics: the position ones, and
+//!   in half the cases the cooperative ones (shared memory and its atomics,
+//!   `barrier`, lane id, warp size, shuffles, votes), its only exports
 //!   memory 0 (`min` 1 to 4 pages, `max` 4) and F (as `f`); NaNs
 //!   canonicalized after every float operation that may make one.
 //! - Refused operators with a stand-in of the same stack effect are
 //!   rewritten in place (padded with `nop`s), so more modules reach the
 //!   translator: `memory.grow` becomes `i32.eqz`, `memory.init` three
 //!   `drop`s, `data.drop` a `nop`.
+//! - Where the cooperative intrinsics are offered, about half the
+//!   operators that have a cooperative intrinsic of the same stack effect
+//!   among the module's imports become a `call` of it, in place (padded
+//!   with `nop`s, so the call has the operator's offset): loads and stores
+//!   shared accesses (an `i32` load a vote), `i32` read-modify-writes a
+//!   shared atomic or a shuffle, `atomic.fence` a barrier, `memory.size`
+//!   `shared_size`, `lane_id` or `warp_size`. wasm-smith calls any one
+//!   function rarely, and its code mostly traps before it does.
 //! - Bodies of functions F does not reach (by direct calls, or through a
 //!   table's active segments) become `unreachable` (wasmtime compiles every
 //!   function, and would spend most of the run on them).
@@ -40,9 +52,10 @@
 //!   scalar global (the harness reads the launch values there); and
 //!   `kernel(F's params)` (type, function, export, code). The kernel checks
 //!   every intrinsic the module imports against one chosen thread's values
-//!   and returns unless they all match, so only that thread works and the
-//!   launch is deterministic; an axis of the launch is longer than 1 only
-//!   if the module imports its index intrinsic. Then, as LLVM does, it
+//!   (and `lane_id`, if imported) and returns unless they all match, so
+//!   only that thread works and the launch is deterministic; an axis of the
+//!   launch is longer than 1 only if the module imports its index intrinsic
+//!   (or, for the block's axes, `lane_id`). Then, as LLVM does, it
 //!   opens a frame (`global.get sp; i32.const N; i32.sub`, over-aligned
 //!   with `i32.const -A; i32.and` in some cases, `local.tee; global.set`),
 //!   may `memory.fill` it, spills F's arguments into it and reloads them,
@@ -52,6 +65,16 @@
 //!   memory above 1 KiB, sometimes at or past its end, or at 0; where the
 //!   window would not lie in the memory (below address 0 or past its end)
 //!   the runtime refuses the launch (`EINVAL`) and the case is skipped.
+//!
+//! The cooperative intrinsics: the launch asks for 0, 16, 64, 256 or 4096
+//! shared bytes per block where the module imports a shared-memory
+//! intrinsic; on wasmtime they are host functions over a zeroed buffer of
+//! that size, with the semantics of `docs/kernels.md` ("The GPU
+//! programming model") for a block whose only live thread is the working
+//! one (the others returned): accesses trap as the kernel's, alignment
+//! first; a barrier returns; a shuffle reads the thread's own value;
+//! `ballot(p)` is `(p != 0) << lane`, `any` and `all` `p != 0`. A trap in
+//! a host function is attributed to its `call`, as the kernel's is.
 //!
 //! Both sides run the same bytes, so trap offsets index the same module.
 //! Modules with `externref` (none, reference types being off) would be
@@ -70,6 +93,10 @@
 mod facts;
 mod module;
 mod run;
+/// Hand-made cases, run by `embed/tests/gpu_kernel_diff.rs` (the fuzz
+/// target builds no tests).
+#[cfg(test)]
+mod tests;
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
@@ -79,7 +106,7 @@ use tensorwasm_embed::kernel::KernelTarget;
 use wasmparser::{FuncType, ValType};
 
 use facts::{Facts, TRACKED, inlined_operators, reached_from};
-use module::{Frame, frame_bytes, rewrite_refused, smith_config, with_kernel};
+use module::{Frame, frame_bytes, rewrite_as_coop, rewrite_refused, smith_config, with_kernel};
 use run::{Arg, Launch, Outcome, Reference, arbitrary_arg, engine, launch_on};
 
 const PAGE: u64 = 65536;
@@ -126,10 +153,15 @@ pub fn generate(u: &mut Unstructured<'_>) -> ArbitraryResult<Result<Case, String
         arbitrary_types(u, MAX_RESULTS)?,
     );
     let tables = u.ratio(1, 4)?;
-    let smith = wasm_smith::Module::new(smith_config(pages, &params, &results, tables), u)?;
+    let coop = u.ratio(1, 2)?;
+    let smith = wasm_smith::Module::new(smith_config(pages, &params, &results, tables, coop), u)?;
     let mut wasm = smith.to_bytes();
-    let rewrote = rewrite_refused(&mut wasm);
-    let facts = Facts::parse(&wasm);
+    let mut rewrote = rewrite_refused(&mut wasm);
+    let mut facts = Facts::parse(&wasm);
+    if coop {
+        rewrote.extend(rewrite_as_coop(&mut wasm, &facts, u)?);
+        facts = Facts::parse(&wasm);
+    }
     let f = facts.f.expect("wasm-smith exports `f`");
     let f_type = facts.func_type(f).clone();
     let launch = Launch::arbitrary(u, &facts)?;
@@ -223,11 +255,14 @@ impl Case {
 
 /// What [`check`] found.
 pub enum Checked {
-    /// Both sides agree: how it ended, and the tracked operators in F's
-    /// call graph.
+    /// Both sides agree: how it ended, the tracked operators in F's call
+    /// graph, the cooperative ones the run called, and whether it trapped
+    /// in a shared access.
     Compared {
         outcome: String,
         uses: Vec<&'static str>,
+        ran: Vec<&'static str>,
+        shared_trap: bool,
     },
     /// Not compared, and why.
     Skipped(String),
@@ -323,6 +358,7 @@ pub fn check<D: KernelTarget>(
         Err(e) => return Checked::DriverFailed(format!("the {target} driver failed: {e}")),
     };
     let (theirs, mut their_memory) = reference.call(&case.args);
+    let (ran, shared_trap) = reference.cooperation();
     if ours.outcome == Outcome::OutOfFuel || theirs == Outcome::OutOfFuel {
         return Checked::Skipped("out of fuel (either side)".into());
     }
@@ -377,6 +413,8 @@ pub fn check<D: KernelTarget>(
             _ => "returned".into(),
         },
         uses: case.uses.clone(),
+        ran,
+        shared_trap,
     }
 }
 
@@ -407,12 +445,23 @@ impl Tally {
     /// Counts a case's result.
     pub fn add_checked(&mut self, checked: &Checked) {
         match checked {
-            Checked::Compared { outcome, uses } => {
+            Checked::Compared {
+                outcome,
+                uses,
+                ran,
+                shared_trap,
+            } => {
                 self.add(format!("compared: {outcome}"));
                 for tracked in TRACKED {
                     if uses.contains(&tracked) {
                         self.add(format!("info: compared, F's call graph has {tracked}"));
                     }
+                }
+                for tracked in ran {
+                    self.add(format!("info: compared, the run called {tracked}"));
+                }
+                if *shared_trap {
+                    self.add("info: compared, trapped in a shared access".into());
                 }
             }
             Checked::Skipped(why) => self.add(format!("skip: {why}")),

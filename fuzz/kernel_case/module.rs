@@ -1,10 +1,15 @@
 //! The module a case runs: wasm-smith's, with `memory.grow`, `memory.init`
-//! and `data.drop` rewritten in place, bodies the kernel never reaches stubbed out, and the kernel, the
-//! stack pointer, the globals' exports and a `name` section appended. Every
-//! byte offset of wasm-smith's code keeps its operator (up to the shift the
-//! appended global makes, which both sides see alike).
+//! and `data.drop` rewritten in place, some operators rewritten in place as
+//! calls of cooperative intrinsics, bodies the kernel never reaches stubbed
+//! out, and the kernel, the stack pointer, the globals' exports and a
+//! `name` section appended. Every byte offset of wasm-smith's code keeps
+//! its operator (up to the shift the appended global makes, which both
+//! sides see alike).
 
-use tensorwasm_core::lower::{INTRINSIC_MODULE, Intrinsic};
+use arbitrary::{Result as ArbitraryResult, Unstructured};
+use tensorwasm_core::lower::{
+    INTRINSIC_MODULE, Intrinsic, cooperative::CoopIntrinsic, translate::WasmType,
+};
 use wasm_encoder::{BlockType, Instruction as I, MemArg};
 use wasmparser::{FuncType, Operator, Parser, Payload, ValType};
 
@@ -15,11 +20,17 @@ use super::{F_EXPORT, KERNEL_EXPORT, MAX_PAGES, PAGE};
 /// The name the translator reads the stack pointer by.
 const STACK_POINTER: &str = "__stack_pointer";
 
+/// Functions wasm-smith may define (F among them), beyond its imports.
+const MAX_DEFINED_FUNCS: usize = 16;
+
+/// wasm-smith's configuration; `coop`: whether the cooperative intrinsics
+/// are offered as imports besides the position intrinsics.
 pub fn smith_config(
     pages: u64,
     params: &[ValType],
     results: &[ValType],
     tables: bool,
+    coop: bool,
 ) -> wasm_smith::Config {
     use wasm_smith::{InstructionKind as K, InstructionKinds};
     // Table operators the translator refuses (bulk memory's `table.copy`,
@@ -36,8 +47,10 @@ pub fn smith_config(
     if tables {
         kinds.extend([K::Table, K::Reference]);
     }
+    let (offered, imports) = intrinsics_module(coop);
     wasm_smith::Config {
-        available_imports: Some(intrinsics_module()),
+        // wasm-smith takes each offered import with probability 1/2.
+        available_imports: Some(imports),
         // The only exports, and the only memory (`max_memories` counts the
         // ones wasm-smith adds on its own).
         exports: Some(exports_module(pages, params, results)),
@@ -67,8 +80,10 @@ pub fn smith_config(
         tail_call_enabled: false,
         wide_arithmetic_enabled: false,
         max_tags: 0,
-        max_imports: Intrinsic::ALL.len(),
-        max_funcs: 16,
+        max_imports: offered,
+        // Imports count as functions: wasm-smith takes no more once there
+        // are `max_funcs`, and defines none past it.
+        max_funcs: MAX_DEFINED_FUNCS + offered,
         max_globals: 8,
         max_data_segments: 4,
         max_instructions: 100,
@@ -77,21 +92,65 @@ pub fn smith_config(
     }
 }
 
-/// The imports wasm-smith may use: the twelve intrinsics, `() -> i32`.
-fn intrinsics_module() -> Vec<u8> {
+/// The imports wasm-smith may use, and how many: the twelve position
+/// intrinsics, `() -> i32`, and with `coop` every cooperative intrinsic
+/// (`CoopIntrinsic::all()`, with its own type).
+fn intrinsics_module(coop: bool) -> (usize, Vec<u8>) {
+    let mut signatures: Vec<(Vec<WasmType>, Option<WasmType>)> = Vec::new();
+    let mut type_of = |params: Vec<WasmType>, result: Option<WasmType>| -> u32 {
+        let sig = (params, result);
+        let at = signatures
+            .iter()
+            .position(|s| *s == sig)
+            .unwrap_or_else(|| {
+                signatures.push(sig);
+                signatures.len() - 1
+            });
+        at as u32
+    };
+    let mut entries: Vec<(String, u32)> = Intrinsic::ALL
+        .iter()
+        .map(|which| {
+            (
+                which.import_name().to_string(),
+                type_of(vec![], Some(WasmType::I32)),
+            )
+        })
+        .collect();
+    if coop {
+        for which in CoopIntrinsic::all() {
+            let mut name = String::new();
+            which.import_name(&mut name);
+            entries.push((name, type_of(which.params(), which.result())));
+        }
+    }
     let mut types = wasm_encoder::TypeSection::new();
-    types.ty().function([], [wasm_encoder::ValType::I32]);
+    for (params, result) in &signatures {
+        types.ty().function(
+            params.iter().map(|&t| wasm_valtype(t)),
+            result.iter().map(|&t| wasm_valtype(t)),
+        );
+    }
     let mut imports = wasm_encoder::ImportSection::new();
-    for which in Intrinsic::ALL {
+    for (name, ty) in &entries {
         imports.import(
             INTRINSIC_MODULE,
-            which.import_name(),
-            wasm_encoder::EntityType::Function(0),
+            name,
+            wasm_encoder::EntityType::Function(*ty),
         );
     }
     let mut module = wasm_encoder::Module::new();
     module.section(&types).section(&imports);
-    module.finish()
+    (entries.len(), module.finish())
+}
+
+fn wasm_valtype(ty: WasmType) -> wasm_encoder::ValType {
+    match ty {
+        WasmType::I32 => wasm_encoder::ValType::I32,
+        WasmType::I64 => wasm_encoder::ValType::I64,
+        WasmType::F32 => wasm_encoder::ValType::F32,
+        WasmType::F64 => wasm_encoder::ValType::F64,
+    }
 }
 
 /// The exports wasm-smith must make: memory 0 as `memory`, and F as `f`
@@ -167,6 +226,186 @@ pub fn rewrite_refused(wasm: &mut [u8]) -> Vec<&'static str> {
         wasm[start + with.len()..end].fill(0x01);
     }
     what
+}
+
+/// Stand-ins that make the cooperative intrinsics' calls common: wasm-smith
+/// calls any one function rarely, and its code mostly traps before.
+/// Operators with a cooperative intrinsic of the same stack effect, by
+/// what they become: guest-memory loads and stores a shared access (and an
+/// `i32` load a vote), `i32` read-modify-writes a shared atomic or a
+/// shuffle, `atomic.fence` a barrier, `memory.size` a cooperative `() ->
+/// i32`.
+fn coop_stand_ins(op: &Operator) -> Option<(&'static str, &'static [CoopIntrinsic])> {
+    use CoopIntrinsic::{Barrier, LaneId, SharedAtomic, SharedLoad, SharedSize, SharedStore};
+    use CoopIntrinsic::{Shuffle, Vote as V, WarpSize};
+    use Operator as O;
+    use WasmType::{F32, F64, I32, I64};
+    use tensorwasm_core::lower::{
+        atomic::AtomicIntrinsic as A,
+        cooperative::{ShuffleMode as S, Vote},
+    };
+    const LOAD_I32: &[CoopIntrinsic] =
+        &[SharedLoad(I32), V(Vote::Ballot), V(Vote::Any), V(Vote::All)];
+    const RMW_I32: &[CoopIntrinsic] = &[
+        SharedAtomic(A::AddI32),
+        SharedAtomic(A::SubI32),
+        SharedAtomic(A::AndI32),
+        SharedAtomic(A::OrI32),
+        SharedAtomic(A::XorI32),
+        SharedAtomic(A::XchgI32),
+        SharedAtomic(A::MinI32),
+        SharedAtomic(A::MaxI32),
+        SharedAtomic(A::MinU32),
+        SharedAtomic(A::MaxU32),
+        Shuffle(S::Idx, I32),
+        Shuffle(S::Up, I32),
+        Shuffle(S::Down, I32),
+        Shuffle(S::Xor, I32),
+    ];
+    Some(match op {
+        O::I32Load { .. }
+        | O::I32Load8S { .. }
+        | O::I32Load8U { .. }
+        | O::I32Load16S { .. }
+        | O::I32Load16U { .. }
+        | O::I32AtomicLoad { .. }
+        | O::I32AtomicLoad8U { .. }
+        | O::I32AtomicLoad16U { .. } => ("a load as a shared load or a vote", LOAD_I32),
+        O::I64Load { .. }
+        | O::I64Load8S { .. }
+        | O::I64Load8U { .. }
+        | O::I64Load16S { .. }
+        | O::I64Load16U { .. }
+        | O::I64Load32S { .. }
+        | O::I64Load32U { .. }
+        | O::I64AtomicLoad { .. }
+        | O::I64AtomicLoad8U { .. }
+        | O::I64AtomicLoad16U { .. }
+        | O::I64AtomicLoad32U { .. } => ("a load as a shared load", &[SharedLoad(I64)]),
+        O::F32Load { .. } => ("a load as a shared load", &[SharedLoad(F32)]),
+        O::F64Load { .. } => ("a load as a shared load", &[SharedLoad(F64)]),
+        O::I32Store { .. }
+        | O::I32Store8 { .. }
+        | O::I32Store16 { .. }
+        | O::I32AtomicStore { .. }
+        | O::I32AtomicStore8 { .. }
+        | O::I32AtomicStore16 { .. } => ("a store as a shared store", &[SharedStore(I32)]),
+        O::I64Store { .. }
+        | O::I64Store8 { .. }
+        | O::I64Store16 { .. }
+        | O::I64Store32 { .. }
+        | O::I64AtomicStore { .. }
+        | O::I64AtomicStore8 { .. }
+        | O::I64AtomicStore16 { .. }
+        | O::I64AtomicStore32 { .. } => ("a store as a shared store", &[SharedStore(I64)]),
+        O::F32Store { .. } => ("a store as a shared store", &[SharedStore(F32)]),
+        O::F64Store { .. } => ("a store as a shared store", &[SharedStore(F64)]),
+        O::I32AtomicRmwAdd { .. }
+        | O::I32AtomicRmw8AddU { .. }
+        | O::I32AtomicRmw16AddU { .. }
+        | O::I32AtomicRmwSub { .. }
+        | O::I32AtomicRmw8SubU { .. }
+        | O::I32AtomicRmw16SubU { .. }
+        | O::I32AtomicRmwAnd { .. }
+        | O::I32AtomicRmw8AndU { .. }
+        | O::I32AtomicRmw16AndU { .. }
+        | O::I32AtomicRmwOr { .. }
+        | O::I32AtomicRmw8OrU { .. }
+        | O::I32AtomicRmw16OrU { .. }
+        | O::I32AtomicRmwXor { .. }
+        | O::I32AtomicRmw8XorU { .. }
+        | O::I32AtomicRmw16XorU { .. }
+        | O::I32AtomicRmwXchg { .. }
+        | O::I32AtomicRmw8XchgU { .. }
+        | O::I32AtomicRmw16XchgU { .. } => ("an atomic as a shared atomic or a shuffle", RMW_I32),
+        O::I32AtomicRmwCmpxchg { .. }
+        | O::I32AtomicRmw8CmpxchgU { .. }
+        | O::I32AtomicRmw16CmpxchgU { .. } => {
+            ("an atomic as a shared atomic", &[SharedAtomic(A::CasI32)])
+        }
+        O::I64AtomicRmwAdd { .. }
+        | O::I64AtomicRmw8AddU { .. }
+        | O::I64AtomicRmw16AddU { .. }
+        | O::I64AtomicRmw32AddU { .. }
+        | O::I64AtomicRmwSub { .. }
+        | O::I64AtomicRmw8SubU { .. }
+        | O::I64AtomicRmw16SubU { .. }
+        | O::I64AtomicRmw32SubU { .. }
+        | O::I64AtomicRmwAnd { .. }
+        | O::I64AtomicRmw8AndU { .. }
+        | O::I64AtomicRmw16AndU { .. }
+        | O::I64AtomicRmw32AndU { .. }
+        | O::I64AtomicRmwOr { .. }
+        | O::I64AtomicRmw8OrU { .. }
+        | O::I64AtomicRmw16OrU { .. }
+        | O::I64AtomicRmw32OrU { .. }
+        | O::I64AtomicRmwXor { .. }
+        | O::I64AtomicRmw8XorU { .. }
+        | O::I64AtomicRmw16XorU { .. }
+        | O::I64AtomicRmw32XorU { .. }
+        | O::I64AtomicRmwXchg { .. }
+        | O::I64AtomicRmw8XchgU { .. }
+        | O::I64AtomicRmw16XchgU { .. }
+        | O::I64AtomicRmw32XchgU { .. } => {
+            ("an atomic as a shared atomic", &[SharedAtomic(A::AddI64)])
+        }
+        O::I64AtomicRmwCmpxchg { .. }
+        | O::I64AtomicRmw8CmpxchgU { .. }
+        | O::I64AtomicRmw16CmpxchgU { .. }
+        | O::I64AtomicRmw32CmpxchgU { .. } => {
+            ("an atomic as a shared atomic", &[SharedAtomic(A::CasI64)])
+        }
+        O::AtomicFence { .. } => ("atomic.fence as a barrier", &[Barrier]),
+        O::MemorySize { .. } => (
+            "memory.size as a cooperative intrinsic",
+            &[SharedSize, LaneId, WarpSize],
+        ),
+        _ => return None,
+    })
+}
+
+/// Rewrites, in place, about half the operators that have a cooperative
+/// stand-in ([`coop_stand_ins`]) among the intrinsics the module imports
+/// (`u`'s bytes choose) into a `call` of it, padded with `nop`s to the
+/// operator's length: the call's offset is the operator's, and every other
+/// byte stays where it was. What it rewrote.
+pub fn rewrite_as_coop(
+    wasm: &mut [u8],
+    facts: &Facts,
+    u: &mut Unstructured<'_>,
+) -> ArbitraryResult<Vec<&'static str>> {
+    let mut patches: Vec<(usize, usize, u32)> = Vec::new();
+    let mut what = Vec::new();
+    for payload in Parser::new(0).parse_all(wasm) {
+        if let Payload::CodeSectionEntry(body) = payload.expect("the module parses") {
+            let mut reader = body.get_operators_reader().expect("operators");
+            while !reader.eof() {
+                let (op, at) = reader.read_with_offset().expect("an operator");
+                let span = (at as usize, reader.original_position() as usize);
+                let Some((why, stand_ins)) = coop_stand_ins(&op) else {
+                    continue;
+                };
+                let imported: Vec<u32> = stand_ins.iter().filter_map(|&c| facts.coop(c)).collect();
+                if imported.is_empty() || !u.arbitrary()? {
+                    continue;
+                }
+                patches.push((span.0, span.1, *u.choose(&imported)?));
+                what.push(why);
+            }
+        }
+    }
+    for (start, end, func) in patches {
+        // Imports come first: fewer than 128, a one-byte index.
+        assert!(
+            func < 0x80 && end - start >= 2,
+            "a call longer than its operator"
+        );
+        wasm[start..start + 2].copy_from_slice(&[0x10, func as u8]);
+        wasm[start + 2..end].fill(0x01);
+    }
+    what.sort_unstable();
+    what.dedup();
+    Ok(what)
 }
 
 /// How the kernel makes its shadow-stack frame, as LLVM does.
@@ -343,8 +582,8 @@ fn stub_unreached(contents: &[u8], reached: &[bool]) -> Vec<u8> {
     out
 }
 
-/// `kernel(F's params)`: unless every imported intrinsic returns the
-/// chosen thread's value, return; else open a frame on the shadow stack,
+/// `kernel(F's params)`: unless every imported position intrinsic (and
+/// `lane_id`) returns the chosen thread's value, return; else open a frame on the shadow stack,
 /// spill F's arguments there and reload them, call F, store its results in
 /// the frame, `memory.copy` them to where the harness reads them, and
 /// close the frame.
@@ -375,13 +614,19 @@ fn kernel_body(
         memory_index: 0,
     };
     body.instruction(&I::Block(BlockType::Empty));
-    for which in Intrinsic::ALL {
-        if let Some(import) = facts.intrinsic(which) {
-            body.instruction(&I::Call(import))
-                .instruction(&I::I32Const(launch.intrinsic(which) as i32))
-                .instruction(&I::I32Ne)
-                .instruction(&I::BrIf(0));
-        }
+    let checks = Intrinsic::ALL
+        .into_iter()
+        .filter_map(|which| Some((facts.intrinsic(which)?, launch.intrinsic(which))));
+    // The lane id tells the block's threads apart too (a block has fewer
+    // than 32).
+    let lane = facts
+        .coop(CoopIntrinsic::LaneId)
+        .map(|import| (import, launch.lane()));
+    for (import, value) in checks.chain(lane) {
+        body.instruction(&I::Call(import))
+            .instruction(&I::I32Const(value as i32))
+            .instruction(&I::I32Ne)
+            .instruction(&I::BrIf(0));
     }
     // The prologue, as LLVM writes it.
     if frame.align != 0 {

@@ -1,55 +1,85 @@
 //! Running a case: its launch geometry and arguments, the reference run on
-//! wasmtime, and the kernel's launch on a driver (the CPU driver or CUDA,
-//! through the same `GpuDriver` calls).
+//! wasmtime (with the cooperative intrinsics as host functions, as the
+//! block's only live thread sees them), and the kernel's launch on a driver
+//! (the CPU driver or CUDA, through the same `GpuDriver` calls).
 
 use arbitrary::{Result as ArbitraryResult, Unstructured};
 use tensorwasm_core::{
     DeviceMemory, Dim3, GpuDriver, KernelParam, LaunchConfig,
-    lower::{INTRINSIC_MODULE, Intrinsic, KernelTrap},
+    lower::{
+        INTRINSIC_MODULE, Intrinsic, KernelTrap,
+        atomic::AtomicIntrinsic,
+        cooperative::{CoopIntrinsic, Vote},
+        translate::WasmType,
+    },
 };
 use tensorwasm_embed::kernel::cpu::{HiddenParams, STATUS_BYTES, launch_params, one_block_each};
 use wasmparser::ValType;
 
-use super::facts::Facts;
+use super::facts::{Facts, coop_tracked};
 use super::{KERNEL_EXPORT, KERNEL_FUEL, MAX_DIM, WASMTIME_FUEL};
 
 /// Bytes past guest memory, filled with a pattern the kernel must not touch.
 const CANARY: usize = 4096;
 const CANARY_BYTE: u8 = 0xa5;
 
-/// The grid, the block, and the one thread (block index, thread index) that
-/// does the work. An axis is longer than 1 only if the module imports its
-/// index intrinsic, so the kernel's check can tell that thread apart.
+/// Shared bytes per block a launch may ask for (multiples of 16, as the
+/// host rounds them), when the module imports a shared-memory intrinsic.
+const SHARED_BYTES: [u32; 5] = [0, 16, 64, 256, 4096];
+
+/// Lanes in a warp (`docs/kernels.md`, "Warp operations").
+const WARP: u32 = 32;
+
+/// The grid, the block, the one thread (block index, thread index) that
+/// does the work, and the block's shared bytes. A grid axis is longer than
+/// 1 only if the module imports its index intrinsic, a block axis only if
+/// it imports its index intrinsic or `lane_id`, so the kernel's check can
+/// tell that thread apart.
 #[derive(Debug)]
 pub struct Launch {
     pub grid: Dim3,
     pub block: Dim3,
     pub block_idx: Dim3,
     pub thread_idx: Dim3,
+    pub shared_bytes: u32,
 }
 
 impl Launch {
     pub fn arbitrary(u: &mut Unstructured<'_>, facts: &Facts) -> ArbitraryResult<Launch> {
-        let mut axis = |index: Intrinsic| -> ArbitraryResult<(u32, u32)> {
-            if facts.intrinsic(index).is_none() {
+        let lane_id = facts.coop(CoopIntrinsic::LaneId).is_some();
+        let mut axis = |index: Intrinsic, or_lane_id: bool| -> ArbitraryResult<(u32, u32)> {
+            if facts.intrinsic(index).is_none() && !or_lane_id {
                 return Ok((1, 0));
             }
             let extent = u.int_in_range(1..=MAX_DIM)?;
             Ok((extent, u.int_in_range(0..=extent - 1)?))
         };
-        let (gx, bx) = axis(Intrinsic::BlockIdxX)?;
-        let (gy, by) = axis(Intrinsic::BlockIdxY)?;
-        let (gz, bz) = axis(Intrinsic::BlockIdxZ)?;
-        let (nx, tx) = axis(Intrinsic::ThreadIdxX)?;
-        let (ny, ty) = axis(Intrinsic::ThreadIdxY)?;
-        let (nz, tz) = axis(Intrinsic::ThreadIdxZ)?;
+        let (gx, bx) = axis(Intrinsic::BlockIdxX, false)?;
+        let (gy, by) = axis(Intrinsic::BlockIdxY, false)?;
+        let (gz, bz) = axis(Intrinsic::BlockIdxZ, false)?;
+        let (nx, tx) = axis(Intrinsic::ThreadIdxX, lane_id)?;
+        let (ny, ty) = axis(Intrinsic::ThreadIdxY, lane_id)?;
+        let (nz, tz) = axis(Intrinsic::ThreadIdxZ, lane_id)?;
+        let shared_bytes = if facts.imports_shared_memory() {
+            *u.choose(&SHARED_BYTES)?
+        } else {
+            0
+        };
         let dim = |x, y, z| Dim3 { x, y, z };
         Ok(Launch {
             grid: dim(gx, gy, gz),
             block: dim(nx, ny, nz),
             block_idx: dim(bx, by, bz),
             thread_idx: dim(tx, ty, tz),
+            shared_bytes,
         })
+    }
+
+    /// The working thread's lane: its linear id in the block
+    /// (`x + nx * (y + ny * z)`) modulo 32.
+    pub fn lane(&self) -> u32 {
+        let (t, n) = (self.thread_idx, self.block);
+        (t.x + n.x * (t.y + n.y * t.z)) % WARP
     }
 
     /// What `which` returns in the working thread.
@@ -197,7 +227,7 @@ pub fn engine() -> &'static wasmtime::Engine {
 }
 
 pub struct Reference {
-    store: wasmtime::Store<()>,
+    store: wasmtime::Store<Block>,
     instance: wasmtime::Instance,
     memory: wasmtime::Memory,
     kernel: wasmtime::Func,
@@ -207,14 +237,42 @@ impl Reference {
     /// `None` where instantiation fails (a data or element segment out of
     /// bounds).
     pub fn instantiate(module: &wasmtime::Module, launch: &Launch) -> Option<Reference> {
-        let mut linker = wasmtime::Linker::new(engine());
+        let mut linker = wasmtime::Linker::<Block>::new(engine());
         for which in Intrinsic::ALL {
             let value = launch.intrinsic(which) as i32;
             linker
                 .func_wrap(INTRINSIC_MODULE, which.import_name(), move || value)
                 .expect("an intrinsic");
         }
-        let mut store = wasmtime::Store::new(engine(), ());
+        for which in CoopIntrinsic::all() {
+            let mut name = String::new();
+            which.import_name(&mut name);
+            let ty = wasmtime::FuncType::new(
+                engine(),
+                which.params().into_iter().map(wasmtime_type),
+                which.result().map(wasmtime_type),
+            );
+            linker
+                .func_new(
+                    INTRINSIC_MODULE,
+                    &name,
+                    ty,
+                    move |mut caller, args, results| {
+                        if let Some(result) = caller.data_mut().call(which, args)? {
+                            results[0] = result;
+                        }
+                        Ok(())
+                    },
+                )
+                .expect("a cooperative intrinsic");
+        }
+        let block = Block {
+            shared: vec![0; launch.shared_bytes as usize],
+            lane: launch.lane(),
+            ran: Vec::new(),
+            shared_trap: false,
+        };
+        let mut store = wasmtime::Store::new(engine(), block);
         store.set_fuel(WASMTIME_FUEL).expect("fuel");
         let instance = linker.instantiate(&mut store, module).ok()?;
         let memory = instance
@@ -229,6 +287,16 @@ impl Reference {
             memory,
             kernel,
         })
+    }
+
+    /// The cooperative constructs the run called (`TRACKED`'s names;
+    /// `lane_id` left out), and whether it trapped in a shared access.
+    pub fn cooperation(&self) -> (Vec<&'static str>, bool) {
+        let block = self.store.data();
+        let mut ran = block.ran.clone();
+        ran.sort_unstable();
+        ran.dedup();
+        (ran, block.shared_trap)
     }
 
     /// Global `index`'s value now (the module exports it as `g<index>`).
@@ -275,6 +343,170 @@ impl Reference {
         };
         let offset = offset.expect("a backtrace with the trapping offset");
         (Outcome::Trapped { trap, offset }, memory)
+    }
+}
+
+/// The block as the reference's cooperative intrinsics see it: the working
+/// thread is its only live thread (the kernel's check returns in every
+/// other), so `docs/kernels.md`'s semantics ("The GPU programming model")
+/// reduce to one thread's: a barrier returns at once, a shuffle reads the
+/// thread's own value (no other lane takes part), a vote is over its own
+/// predicate.
+struct Block {
+    /// The block's shared memory, zeroed at launch.
+    shared: Vec<u8>,
+    /// The working thread's lane.
+    lane: u32,
+    /// The cooperative constructs called (`TRACKED`'s names, repeated),
+    /// `lane_id` left out.
+    ran: Vec<&'static str>,
+    /// Whether a shared access trapped.
+    shared_trap: bool,
+}
+
+impl Block {
+    /// Cooperative intrinsic `which` with `args`: its result, or the trap
+    /// (wasmtime attributes a host function's error to its `call`).
+    fn call(
+        &mut self,
+        which: CoopIntrinsic,
+        args: &[wasmtime::Val],
+    ) -> wasmtime::Result<Option<wasmtime::Val>> {
+        // Not `lane_id`: the kernel's check calls it in every run.
+        if which != CoopIntrinsic::LaneId {
+            self.ran.extend(coop_tracked(which));
+        }
+        let arg = |i: usize| Arg::from_val(args[i]).1;
+        let i32_result = |v: u32| Some(Arg(ValType::I32, u64::from(v)).val());
+        Ok(match which {
+            CoopIntrinsic::SharedSize => i32_result(self.shared.len() as u32),
+            CoopIntrinsic::SharedLoad(ty) => {
+                let at = self.access(arg(0), size_of(ty))?;
+                Some(Arg(value_type(ty), self.read(at, size_of(ty))).val())
+            }
+            CoopIntrinsic::SharedStore(ty) => {
+                let at = self.access(arg(0), size_of(ty))?;
+                self.write(at, size_of(ty), arg(1));
+                None
+            }
+            CoopIntrinsic::SharedAtomic(a) => {
+                let ty = a.value_type();
+                let at = self.access(arg(0), size_of(ty))?;
+                let old = self.read(at, size_of(ty));
+                let operands: Vec<u64> = (1..args.len()).map(arg).collect();
+                self.write(at, size_of(ty), atomic_new(a, old, &operands));
+                Some(Arg(value_type(ty), old).val())
+            }
+            CoopIntrinsic::Barrier => None,
+            CoopIntrinsic::LaneId => i32_result(self.lane),
+            CoopIntrinsic::WarpSize => i32_result(WARP),
+            CoopIntrinsic::Shuffle(..) => Some(args[0]),
+            CoopIntrinsic::Vote(vote) => {
+                let pred = u32::from(arg(0) != 0);
+                i32_result(match vote {
+                    Vote::Ballot => pred << self.lane,
+                    Vote::Any | Vote::All => pred,
+                })
+            }
+        })
+    }
+
+    /// Where a shared access of `bytes` at `offset` (an `i32`'s bits,
+    /// unsigned) reads: traps `HeapMisaligned` (wasmtime's "unaligned
+    /// atomic") unless `bytes` divides `offset`, then out of bounds unless
+    /// `offset + bytes <= shared_size`.
+    fn access(&mut self, offset: u64, bytes: usize) -> wasmtime::Result<usize> {
+        let at = offset as usize;
+        let trap = if !at.is_multiple_of(bytes) {
+            wasmtime::Trap::HeapMisaligned
+        } else if at + bytes > self.shared.len() {
+            wasmtime::Trap::MemoryOutOfBounds
+        } else {
+            return Ok(at);
+        };
+        self.shared_trap = true;
+        Err(trap.into())
+    }
+
+    fn read(&self, at: usize, bytes: usize) -> u64 {
+        let mut le = [0; 8];
+        le[..bytes].copy_from_slice(&self.shared[at..at + bytes]);
+        u64::from_le_bytes(le)
+    }
+
+    fn write(&mut self, at: usize, bytes: usize, bits: u64) {
+        self.shared[at..at + bytes].copy_from_slice(&bits.to_le_bytes()[..bytes]);
+    }
+}
+
+/// The value atomic `a` leaves in place of `old`, given its operands (the
+/// value, or a compare-and-swap's expected value and replacement).
+fn atomic_new(a: AtomicIntrinsic, old: u64, operands: &[u64]) -> u64 {
+    use AtomicIntrinsic as A;
+    let (old32, v32) = (old as u32, operands[0] as u32);
+    let new32 = match a {
+        A::AddI32 => old32.wrapping_add(v32),
+        A::SubI32 => old32.wrapping_sub(v32),
+        A::AndI32 => old32 & v32,
+        A::OrI32 => old32 | v32,
+        A::XorI32 => old32 ^ v32,
+        A::XchgI32 => v32,
+        A::MinI32 => (old32 as i32).min(v32 as i32) as u32,
+        A::MaxI32 => (old32 as i32).max(v32 as i32) as u32,
+        A::MinU32 => old32.min(v32),
+        A::MaxU32 => old32.max(v32),
+        A::CasI32 => {
+            if old32 == v32 {
+                operands[1] as u32
+            } else {
+                old32
+            }
+        }
+        A::AddF32 => f32_add(old32, v32),
+        A::AddI64 => return old.wrapping_add(operands[0]),
+        A::CasI64 => return if old == operands[0] { operands[1] } else { old },
+    };
+    u64::from(new32)
+}
+
+/// `old + v` as x86's `addss old, v` computes it, the CPU kernel's `fadd`
+/// and wasmtime's `f32.add` alike: a NaN operand, the first one if both
+/// are, quieted; inf - inf the default NaN. (On CUDA the NaN is the
+/// device's.)
+fn f32_add(old: u32, v: u32) -> u32 {
+    const QUIET: u32 = 0x0040_0000;
+    let (x, y) = (f32::from_bits(old), f32::from_bits(v));
+    if x.is_nan() {
+        old | QUIET
+    } else if y.is_nan() {
+        v | QUIET
+    } else {
+        (x + y).to_bits()
+    }
+}
+
+fn size_of(ty: WasmType) -> usize {
+    match ty {
+        WasmType::I32 | WasmType::F32 => 4,
+        WasmType::I64 | WasmType::F64 => 8,
+    }
+}
+
+fn value_type(ty: WasmType) -> ValType {
+    match ty {
+        WasmType::I32 => ValType::I32,
+        WasmType::I64 => ValType::I64,
+        WasmType::F32 => ValType::F32,
+        WasmType::F64 => ValType::F64,
+    }
+}
+
+fn wasmtime_type(ty: WasmType) -> wasmtime::ValType {
+    match ty {
+        WasmType::I32 => wasmtime::ValType::I32,
+        WasmType::I64 => wasmtime::ValType::I64,
+        WasmType::F32 => wasmtime::ValType::F32,
+        WasmType::F64 => wasmtime::ValType::F64,
     }
 }
 
@@ -330,7 +562,7 @@ pub fn launch_on<D: GpuDriver>(
     let config = LaunchConfig {
         grid: one_block_each(launch.grid),
         block: launch.block,
-        shared_mem_bytes: 0,
+        shared_mem_bytes: launch.shared_bytes,
     };
     // SAFETY: guest memory is the first `image.len()` bytes of `memory`
     // and the status word is `status`, as the hidden parameters say; both

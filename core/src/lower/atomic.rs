@@ -150,12 +150,13 @@ impl AtomicIntrinsic {
 }
 
 /// `atomic_add_f32`'s arithmetic on the bits of the old value and the
-/// operand: IEEE single-precision add, rounded to nearest even, with
-/// subnormal inputs and a subnormal result flushed to zero of the same
-/// sign, as the GPU's float atomic add (`atom.add.f32`, CUDA's
-/// `atomicAdd`) computes it; every target and the host's reference use
-/// this. A NaN result's bits are the target's own (Wasm leaves them
-/// open too).
+/// operand (on the guest's memory): IEEE single-precision add, rounded to
+/// nearest even, with subnormal inputs and a subnormal result flushed to
+/// zero of the same sign, as the GPU's float atomic add on global memory
+/// (`atom.global.add.f32`, CUDA's `atomicAdd`) computes it; every target
+/// and the host's reference use this. (`shared_atomic_add_f32` keeps
+/// subnormals, as `atom.shared.add.f32` does.) A NaN result's bits are the
+/// target's own (Wasm leaves them open too).
 pub fn add_f32_bits(old: u32, v: u32) -> u32 {
     let sum = f32::from_bits(flush(old)) + f32::from_bits(flush(v));
     flush(sum.to_bits())

@@ -345,11 +345,14 @@ pub enum RuntimeCheck {
     /// `vote_all(pred, site) -> i32`: 1 when every lane that takes part
     /// has a nonzero `pred`.
     VoteAll = 13,
-    /// `atomic_add_f32(addr: i64, v: f32) -> f32`: the device's float
-    /// atomic add at host address `addr` (checked, 4-aligned), the old
-    /// value: [`atomic::add_f32_bits`]'s arithmetic (subnormals flushed, as
-    /// CUDA's `atomicAdd`). PTX `atom.add.f32`; the CPU target a
-    /// compare-and-swap loop.
+    /// `atomic_add_f32(addr: i64, v: f32, global: i32) -> f32`: the
+    /// device's float atomic add at host address `addr` (checked,
+    /// 4-aligned), the old value: in the guest's memory (`global` 1)
+    /// [`atomic::add_f32_bits`]'s arithmetic (subnormals flushed, as
+    /// CUDA's `atomicAdd` on global memory), in shared memory (`global` 0)
+    /// IEEE's (the H100's `atom.shared.add.f32` keeps subnormals). PTX
+    /// `atom.add.f32` in the address's space (`global` is for the CPU
+    /// target); the CPU target a compare-and-swap loop.
     AtomicAddF32 = 14,
 }
 
@@ -430,7 +433,7 @@ impl RuntimeCheck {
             RuntimeCheck::Ballot | RuntimeCheck::VoteAny | RuntimeCheck::VoteAll => {
                 (&[I32, I32], &[I32])
             }
-            RuntimeCheck::AtomicAddF32 => (&[I64, F32], &[F32]),
+            RuntimeCheck::AtomicAddF32 => (&[I64, F32, I32], &[F32]),
         }
     }
 

@@ -745,7 +745,7 @@ impl Emitter<'_> {
             (true, _, &[addr, ..]) => Some(("a", addr)),
             (_, true, &[_, addr, ..]) => Some(("b", addr)),
             // The float atomic's address is placed like an access's.
-            (_, _, &[addr, _])
+            (_, _, &[addr, _, _])
                 if RuntimeCheck::called_by(func, inst) == Some(RuntimeCheck::AtomicAddF32) =>
             {
                 Some(("a", addr))

@@ -298,9 +298,11 @@ pub const VOTE_ALL: &[&str] = &[
 ];
 
 /// [`RuntimeCheck::AtomicAddF32`]: the device's float atomic add (round to
-/// nearest even, subnormals flushed). The lowerer places `{a}` in its
-/// space like a memory access's address (global, shared, or generic with
-/// `.global.` dropped).
+/// nearest even; subnormals flushed in global memory, kept in shared
+/// memory, measured on the H100). The lowerer places `{a}` in its space
+/// like a memory access's address (global, shared, or generic with
+/// `.global.` dropped); `{c}`, which space the translator meant, is for the
+/// CPU target.
 pub const ATOMIC_ADD_F32: &[&str] = &["atom.global.add.f32 {d}, [{a}], {b};"];
 
 /// The rules of the runtime checks, in [`RuntimeCheck::ALL`] order: not in
@@ -335,7 +337,7 @@ static RUNTIME_ROWS: [Row; 15] = [
     ptx(Opcode::Call, I32, "vote_all", VOTE_ALL)
         .note("over the lanes running together (activemask)"),
     ptx(Opcode::Call, F32, "atomic_add_f32", ATOMIC_ADD_F32)
-        .note("the float atomic add: round to nearest even, subnormals flushed (CUDA's atomicAdd)"),
+        .note("the float atomic add: round to nearest even, subnormals flushed in global memory (CUDA's atomicAdd), kept in shared memory"),
 ];
 
 /// The rule of a runtime check's call.

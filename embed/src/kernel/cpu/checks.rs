@@ -55,14 +55,17 @@ pub(super) fn host_check(check: RuntimeCheck) -> *const u8 {
         RuntimeCheck::Ballot => super::block::ballot as Vote as *const u8,
         RuntimeCheck::VoteAny => super::block::vote_any as Vote as *const u8,
         RuntimeCheck::VoteAll => super::block::vote_all as Vote as *const u8,
-        RuntimeCheck::AtomicAddF32 => atomic_add_f32 as extern "C" fn(u64, f32) -> f32 as *const u8,
+        RuntimeCheck::AtomicAddF32 => {
+            atomic_add_f32 as extern "C" fn(u64, f32, i32) -> f32 as *const u8
+        }
     }
 }
 
 /// [`RuntimeCheck::AtomicAddF32`]: a compare-and-swap loop on the `u32`
-/// at host address `addr`, with the device's arithmetic
-/// ([`add_f32_bits`]); the old value.
-extern "C" fn atomic_add_f32(addr: u64, v: f32) -> f32 {
+/// at host address `addr`, with the device's arithmetic: [`add_f32_bits`]
+/// in the guest's memory (`global` nonzero), IEEE's in shared memory; the
+/// old value.
+extern "C" fn atomic_add_f32(addr: u64, v: f32, global: i32) -> f32 {
     use std::sync::atomic::{AtomicU32, Ordering};
     // SAFETY: the translator calls this only with `mem_base` (or the
     // block's shared base) plus an offset it checked to be 4-aligned and
@@ -72,7 +75,11 @@ extern "C" fn atomic_add_f32(addr: u64, v: f32) -> f32 {
     let word = unsafe { &*std::ptr::with_exposed_provenance::<AtomicU32>(addr as usize) };
     let mut old = word.load(Ordering::Relaxed);
     loop {
-        let new = add_f32_bits(old, v.to_bits());
+        let new = if global != 0 {
+            add_f32_bits(old, v.to_bits())
+        } else {
+            (f32::from_bits(old) + v).to_bits()
+        };
         match word.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => return f32::from_bits(old),
             Err(seen) => old = seen,

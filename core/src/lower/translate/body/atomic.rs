@@ -268,9 +268,12 @@ impl Translator<'_, '_, '_> {
         operands: &[Value],
     ) -> Option<Value> {
         if atomic.op == AtomicOp::FloatAdd {
-            // The device's own float atomic (a runtime call: CLIF has none).
+            // The device's own float atomic (a runtime call: CLIF has none),
+            // which flushes subnormals in the guest's memory only.
+            let global = i64::from(base == self.hidden.mem_base);
+            let global = self.builder.ins().iconst(I32, global);
             let addr = self.builder.ins().iadd(base, ea);
-            return self.runtime_call(RuntimeCheck::AtomicAddF32, &[addr, operands[0]]);
+            return self.runtime_call(RuntimeCheck::AtomicAddF32, &[addr, operands[0], global]);
         }
         let word = atomic.ty == I32 || atomic.ty == I64;
         if word && atomic.bytes == atomic.ty.bytes() {
