@@ -43,13 +43,13 @@
 
 mod common;
 
-use std::{path::PathBuf, process::ExitCode};
+use std::process::ExitCode;
 
 use common::{
     DeviceRecord, command_line,
     kernels::{
-        Builtin, GuestMemory, Launch, Repeats, WasmKernel, median, mix, run_once, seed_from_env,
-        time, uniform,
+        Builtin, GuestMemory, Launch, NoDevice, Repeats, WasmKernel, kernel_bench_wasm,
+        main_on_device, median, mix, run_once, seed_from_env, time, uniform,
     },
     utc_timestamp,
 };
@@ -104,37 +104,7 @@ const TOLERANCE: f64 = 1e-5;
 type BenchResult<T> = Result<T, String>;
 
 fn main() -> ExitCode {
-    let driver = match CudaDriver::new(0) {
-        Ok(d) => d,
-        Err(e) => {
-            println!("coop_kernels: no CUDA device ({e}); nothing measured");
-            return ExitCode::SUCCESS;
-        }
-    };
-    match run(&driver) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("coop_kernels: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// The kernels' module.
-fn wasm() -> BenchResult<Vec<u8>> {
-    let path = std::env::var_os("RUST_KERNELS_WASM").map_or_else(
-        || {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../guest/target/wasm32-unknown-unknown/release/kernel_bench.wasm")
-        },
-        PathBuf::from,
-    );
-    std::fs::read(&path).map_err(|e| {
-        format!(
-            "{}: {e} (build the guests first: cd guest && cargo build --release)",
-            path.display()
-        )
-    })
+    main_on_device("coop_kernels", NoDevice::Skip, run)
 }
 
 /// What a bench run shares: the driver, its stream, the guest memory, the
@@ -199,7 +169,7 @@ impl Bench<'_> {
 }
 
 fn run(d: &CudaDriver) -> BenchResult<()> {
-    let wasm = wasm()?;
+    let wasm = kernel_bench_wasm()?;
     let seed = seed_from_env("COOP_KERNELS_SEED");
     let info = d.device().clone();
     let sandbox = if cfg!(feature = "bench-unsandboxed") {

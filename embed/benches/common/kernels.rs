@@ -5,7 +5,11 @@
 //! hidden parameters; a built-in kernel from the table's launch plan
 //! (`tensorwasm_kernels::table::plan`). Then timing with events, medians,
 //! and seeded inputs. Generic over the driver, so the same code runs on
-//! the CPU driver where a bench wants to check it there.
+//! the CPU driver where a bench wants to check it there; only
+//! [`main_on_device`], a bench's `main` on CUDA device 0, and
+//! [`kernel_bench_wasm`], the guest module the kernels come from, are not.
+
+use std::{path::PathBuf, process::ExitCode};
 
 use tensorwasm_core::{
     DeviceMemory, DevicePtr, Dim3, GpuDriver, KernelParam, LaunchConfig,
@@ -15,6 +19,7 @@ use tensorwasm_core::{
         translate::{TranslatedKernel, WasmType, function_by_export, translate_kernel},
     },
 };
+use tensorwasm_cuda::CudaDriver;
 use tensorwasm_embed::kernel::{
     KernelTarget,
     cpu::{HiddenParams, launch_params, one_block_each},
@@ -25,6 +30,66 @@ use wasmparser::{DataKind, Operator, Parser, Payload};
 /// Each thread's fuel, as `wasi_cuda` gives it by default
 /// (`WasiCudaLimits::default().kernel_fuel`).
 pub const KERNEL_FUEL: u64 = 1 << 24;
+
+/// What a bench does when device 0 does not open.
+#[derive(Clone, Copy, Debug)]
+pub enum NoDevice {
+    /// Says so on stdout and exits 0: nothing to measure is no failure.
+    Skip,
+    /// Says so on stderr and exits 2, for a caller that needs the numbers.
+    Fail,
+}
+
+/// A bench's `main`: `run` on CUDA device 0. Exits 0 when it succeeds, 1
+/// with its error on stderr when it fails, and as `no_device` says when
+/// there is no device; every message starts with `bench`.
+pub fn main_on_device(
+    bench: &str,
+    no_device: NoDevice,
+    run: impl FnOnce(&CudaDriver) -> Result<(), String>,
+) -> ExitCode {
+    let driver = match CudaDriver::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            let message = format!("{bench}: no CUDA device ({e}); nothing measured");
+            return match no_device {
+                NoDevice::Skip => {
+                    println!("{message}");
+                    ExitCode::SUCCESS
+                }
+                NoDevice::Fail => {
+                    eprintln!("{message}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+    };
+    match run(&driver) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{bench}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The bytes of `guest/examples/kernel-bench`'s module: the file in
+/// `RUST_KERNELS_WASM`, else the release build in the guest workspace.
+pub fn kernel_bench_wasm() -> Result<Vec<u8>, String> {
+    let path = std::env::var_os("RUST_KERNELS_WASM").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../guest/target/wasm32-unknown-unknown/release/kernel_bench.wasm")
+        },
+        PathBuf::from,
+    );
+    std::fs::read(&path).map_err(|e| {
+        format!(
+            "{}: {e} (build the guests first: cd guest && cargo build --release)",
+            path.display()
+        )
+    })
+}
 
 /// The guest's memory on the device, and the status word of its kernels'
 /// launches (zeroed).
