@@ -56,9 +56,12 @@
 //! launch's clock too (its start, `AtomicU64` at +16, by the first block),
 //! looking every 256 threads; either way it starts no more threads.
 //!
-//! A kernel that calls any other check (the block's cooperative
-//! operations: shared memory, barriers, virtual blocks' ends, warp
-//! operations; [`RuntimeCheck::is_cooperative`]) is cooperative: its
+//! The float atomic ([`RuntimeCheck::AtomicAddF32`]) is a
+//! compare-and-swap loop with the device's arithmetic (`checks`).
+//!
+//! A kernel that calls any of the block's cooperative operations (shared
+//! memory, barriers, virtual blocks' ends, warp operations;
+//! [`RuntimeCheck::is_cooperative`]) is cooperative: its
 //! block runner (`block`) runs the block's threads together, each as a
 //! stackful coroutine, and owns the block's zeroed shared memory. The host
 //! functions reach the running thread through a thread-local: `shared_base`
@@ -70,8 +73,7 @@
 //! thread is done). The runner looks at the launch's clock between its
 //! rounds and resumes every thread until it has ended, which its own fuel
 //! and clock checks guarantee; it never unwinds a coroutine through JIT
-//! frames. Kernels that call only the clock keep the plain loop over
-//! threads.
+//! frames. Other kernels keep the plain loop over threads.
 
 use std::{
     fmt, mem,
