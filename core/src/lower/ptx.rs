@@ -61,6 +61,15 @@
 //!   `st.shared` (the translator checked alignment and bounds), any other
 //!   access (atomics, their compare-and-swap loops) the rule with
 //!   `.global.` made `.shared.`.
+//! - **NaNs.** PTX's float arithmetic returns its own NaN (`0x7FFFFFFF`),
+//!   not Wasm's canonical one, so the rules of the float arithmetic end by
+//!   replacing a NaN result (`table::CANONICAL_NAN`: two instructions). The
+//!   lowerer leaves that out where no use can see the NaN's bits: every use
+//!   of the result is another such rule (whose own NaN does not depend on
+//!   its inputs' bits), a comparison or a conversion to an integer
+//!   (`nan_observed`). A store, a reinterpretation, a sign operation,
+//!   `select`, a block argument or a call keeps it. The bits a Wasm
+//!   program can see are unchanged.
 //! - **Runtime checks.** The only `call`s lowered are the runtime checks
 //!   ([`RuntimeCheck`](super::RuntimeCheck)), inline, each by its rule in
 //!   the table (`table::runtime_row`): the launch's clock (`mov.u64 %rd,
@@ -203,6 +212,7 @@ impl Lowerer for PtxLowerer {
                     .get(abi.hidden(KernelAbi::MEM_BASE))
             })
             .copied();
+        let nan_observed = nan_observed(kernel);
         let calls = runtime_calls(kernel);
         let shared_base = calls.iter().any(|&(c, _)| c == RuntimeCheck::SharedBase);
         let mut emitter = Emitter {
@@ -210,6 +220,7 @@ impl Lowerer for PtxLowerer {
             func: kernel,
             name,
             stack,
+            nan_observed,
             generic: stack > 0 || shared_base,
             cooperative: calls.iter().any(|&(c, _)| c.is_cooperative()),
             shared_bases: calls
@@ -240,6 +251,42 @@ impl Lowerer for PtxLowerer {
         emitter.trap_sites()?;
         Ok(emitter.finish(abi))
     }
+}
+
+/// By value number, whether a NaN in the value could be seen bit for bit:
+/// some use of it is not an instruction that reads only whether it is a
+/// NaN. Those are the ones whose rule makes a NaN result canonical itself
+/// (`canonical_nan`: the float arithmetic, rounding, `sqrt`, promote and
+/// demote, for which PTX's NaN result does not depend on the input NaN's
+/// bits), comparisons, and conversions to integers. Every other use (a
+/// store, a reinterpretation, a sign operation, `select`, `fmin`/`fmax`,
+/// a block argument, a call) counts as seeing the bits.
+fn nan_observed(func: &Function) -> Vec<bool> {
+    let mut observed = alloc::vec![false; func.dfg.num_values()];
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            let blind = matches!(
+                func.dfg.insts[inst].opcode(),
+                Opcode::Fcmp
+                    | Opcode::FcvtToSint
+                    | Opcode::FcvtToUint
+                    | Opcode::FcvtToSintSat
+                    | Opcode::FcvtToUintSat
+            ) || table::row_for(func, inst).is_some_and(
+                |row| matches!(row.status, Status::Ptx(rule) if rule.name == table::CANONICAL_NAN),
+            );
+            if blind {
+                continue;
+            }
+            for value in func.dfg.inst_values(inst) {
+                let value = func.dfg.resolve_aliases(value);
+                if let Some(seen) = observed.get_mut(value.as_u32() as usize) {
+                    *seen = true;
+                }
+            }
+        }
+    }
+    observed
 }
 
 /// The kernel's runtime calls, each with its first result (the shared
@@ -473,6 +520,9 @@ struct Emitter<'a> {
     cooperative: bool,
     /// The values of its `shared_base` calls.
     shared_bases: Vec<Value>,
+    /// By value number: whether some use may see a NaN's bits
+    /// ([`nan_observed`]).
+    nan_observed: Vec<bool>,
     /// The `mem_base` parameter's value.
     mem_base: Option<Value>,
     body: String,
@@ -739,7 +789,17 @@ impl Emitter<'_> {
             }
             _ => {}
         }
-        let template = rule.template(self.target.sm_number());
+        let mut template = rule.template(self.target.sm_number());
+        if rule.name == table::CANONICAL_NAN
+            && let Some(&result) = dfg.inst_results(inst).first()
+            && !self.nan_observed[result.as_u32() as usize]
+            && let [compute @ .., test, fix] = template
+            && test.starts_with("testp.notanumber")
+            && fix.starts_with("@{p0} mov")
+        {
+            // No use can see this NaN's bits (module docs, "NaNs").
+            template = compute;
+        }
         let op = dfg.insts[inst].opcode();
         let address = match (op.can_load(), op.can_store(), dfg.inst_args(inst)) {
             (true, _, &[addr, ..]) => Some(("a", addr)),

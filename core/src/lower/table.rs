@@ -864,6 +864,12 @@ macro_rules! fcmp {
 const FCMP_32: &[Row] = fcmp_rows!(F32, "f32");
 const FCMP_64: &[Row] = fcmp_rows!(F64, "f64");
 
+/// The name of the rules that end by making a NaN result Wasm's canonical
+/// NaN (their last two lines, `testp.notanumber` and the predicated move);
+/// the lowerer leaves those two lines out where no use can see the NaN's
+/// bits (`ptx.rs`, "NaNs").
+pub const CANONICAL_NAN: &str = "canonical_nan";
+
 /// Float arithmetic rows for one width. `$x` names the scratch registers
 /// of the width's bits (`r` / `rd`), `$fx` the float scratch (`f` / `fd`).
 macro_rules! float_rows {
@@ -872,7 +878,7 @@ macro_rules! float_rows {
             ptx(
                 Opcode::Fadd,
                 $ty,
-                "canonical_nan",
+                CANONICAL_NAN,
                 &[
                     concat!("add.rn.", $f, " {d}, {a}, {b};"),
                     concat!("testp.notanumber.", $f, " {p0}, {d};"),
@@ -883,7 +889,7 @@ macro_rules! float_rows {
             ptx(
                 Opcode::Fsub,
                 $ty,
-                "canonical_nan",
+                CANONICAL_NAN,
                 &[
                     concat!("sub.rn.", $f, " {d}, {a}, {b};"),
                     concat!("testp.notanumber.", $f, " {p0}, {d};"),
@@ -894,7 +900,7 @@ macro_rules! float_rows {
             ptx(
                 Opcode::Fmul,
                 $ty,
-                "canonical_nan",
+                CANONICAL_NAN,
                 &[
                     concat!("mul.rn.", $f, " {d}, {a}, {b};"),
                     concat!("testp.notanumber.", $f, " {p0}, {d};"),
@@ -905,7 +911,7 @@ macro_rules! float_rows {
             ptx(
                 Opcode::Fdiv,
                 $ty,
-                "canonical_nan",
+                CANONICAL_NAN,
                 &[
                     concat!("div.rn.", $f, " {d}, {a}, {b};"),
                     concat!("testp.notanumber.", $f, " {p0}, {d};"),
@@ -916,7 +922,7 @@ macro_rules! float_rows {
             ptx(
                 Opcode::Sqrt,
                 $ty,
-                "canonical_nan",
+                CANONICAL_NAN,
                 &[
                     concat!("sqrt.rn.", $f, " {d}, {a};"),
                     concat!("testp.notanumber.", $f, " {p0}, {d};"),
@@ -952,7 +958,7 @@ macro_rules! float_rows {
             ptx(
                 Opcode::Ceil,
                 $ty,
-                "canonical_nan",
+                CANONICAL_NAN,
                 &[
                     concat!("cvt.rpi.", $f, ".", $f, " {d}, {a};"),
                     concat!("testp.notanumber.", $f, " {p0}, {d};"),
@@ -963,7 +969,7 @@ macro_rules! float_rows {
             ptx(
                 Opcode::Floor,
                 $ty,
-                "canonical_nan",
+                CANONICAL_NAN,
                 &[
                     concat!("cvt.rmi.", $f, ".", $f, " {d}, {a};"),
                     concat!("testp.notanumber.", $f, " {p0}, {d};"),
@@ -974,7 +980,7 @@ macro_rules! float_rows {
             ptx(
                 Opcode::Trunc,
                 $ty,
-                "canonical_nan",
+                CANONICAL_NAN,
                 &[
                     concat!("cvt.rzi.", $f, ".", $f, " {d}, {a};"),
                     concat!("testp.notanumber.", $f, " {p0}, {d};"),
@@ -985,7 +991,7 @@ macro_rules! float_rows {
             ptx(
                 Opcode::Nearest,
                 $ty,
-                "canonical_nan",
+                CANONICAL_NAN,
                 &[
                     concat!("cvt.rni.", $f, ".", $f, " {d}, {a};"),
                     concat!("testp.notanumber.", $f, " {p0}, {d};"),
@@ -1147,7 +1153,7 @@ const CONVERSIONS: &[Row] = &[
     ptx(
         Opcode::Fpromote,
         F64,
-        "canonical_nan",
+        CANONICAL_NAN,
         &[
             "cvt.f64.f32 {d}, {a};",
             "testp.notanumber.f64 {p0}, {d};",
@@ -1159,7 +1165,7 @@ const CONVERSIONS: &[Row] = &[
     ptx(
         Opcode::Fdemote,
         F32,
-        "canonical_nan",
+        CANONICAL_NAN,
         &[
             "cvt.rn.f32.f64 {d}, {a};",
             "testp.notanumber.f32 {p0}, {d};",
