@@ -1326,3 +1326,38 @@ fn only_runtime_checks_are_called() {
         assert!(table::check(&k.func).is_err(), "{name}");
     }
 }
+
+/// A float operation's NaN fix-up is left out only where no use can see
+/// the NaN's bits (`ptx.rs`, "NaNs"): a sum feeding only a product loses
+/// it, the product that is stored keeps it, and a sum passed to a block
+/// parameter (which is then stored) keeps it.
+#[test]
+fn nan_fixups_stay_where_a_nan_can_be_seen() {
+    let fixups = |ptx: &str| ptx.matches("testp.notanumber").count();
+    let chained = kernel("nan_chain", &[F32], |b, p| {
+        let x = p.wasm[0];
+        let sum = b.ins().fadd(x, x);
+        let product = b.ins().fmul(sum, sum);
+        let less = b.ins().fcmp(FloatCC::LessThan, sum, x);
+        let less = b.ins().uextend(I32, less);
+        b.ins().store(little(), product, p.mem_base, 0);
+        b.ins().store(little(), less, p.mem_base, 4);
+        b.ins().return_(&[]);
+    });
+    let carried = kernel("nan_block_param", &[F32], |b, p| {
+        let x = p.wasm[0];
+        let sum = b.ins().fadd(x, x);
+        let next = b.create_block();
+        let v = b.append_block_param(next, F32);
+        b.ins().jump(next, &[sum.into()]);
+        b.switch_to_block(next);
+        b.ins().store(little(), v, p.mem_base, 0);
+        b.ins().return_(&[]);
+    });
+    for target in &TARGETS {
+        let ptx = lower(&chained, target);
+        assert_eq!(fixups(&ptx), 1, "only the stored product's:\n{ptx}");
+        let ptx = lower(&carried, target);
+        assert_eq!(fixups(&ptx), 1, "the sum reaches a store:\n{ptx}");
+    }
+}
