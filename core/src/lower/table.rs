@@ -2158,7 +2158,11 @@ pub fn render_markdown() -> String {
          (a block, or a stub moving block arguments first); `{{trap}}` the trap site's \
          stub. `i8`, `i16` and `i32` live in `.b32` registers, narrow ones \
          zero-extended; `i64` in `.b64`; `f32`, `f64` in `.f32`, `.f64`. \
-         Rules of more than three instructions are written out below the table.\n",
+         Rules of more than three instructions are written out below the table. \
+         A *canonical_nan* rule's last two lines (a NaN result made Wasm's canonical \
+         NaN) are left out where no use can see the NaN's bits: every use another \
+         canonical_nan rule, a comparison or a conversion to an integer \
+         (`core/src/lower/ptx.rs`, \"NaNs\").\n",
         p + d + r
     );
     let mut long = String::new();
