@@ -1361,3 +1361,46 @@ fn nan_fixups_stay_where_a_nan_can_be_seen() {
         assert_eq!(fixups(&ptx), 1, "the sum reaches a store:\n{ptx}");
     }
 }
+
+/// An address computed by a long chain of `x = x + x` (operands shared,
+/// as a guest's Wasm makes them) in a kernel that places accesses by where
+/// their addresses come from (here: one that reads the shared base): the
+/// lowerer works out each value's root once, so lowering stays linear
+/// (a walk that did not remember them took 2^32 steps an access).
+#[test]
+fn address_roots_of_shared_operands_take_linear_time() {
+    use RuntimeCheck::SharedBase;
+    let k = kernel("doubling_chain", &[I32], |b, p| {
+        let sig = b.import_signature(SharedBase.signature());
+        let name = b
+            .func
+            .declare_imported_user_function(SharedBase.external_name());
+        let callee = b.import_function(ExtFuncData {
+            name: ExternalName::user(name),
+            signature: sig,
+            colocated: false,
+            patchable: false,
+        });
+        b.ins().call(callee, &[]);
+        let mut x = p.wasm[0];
+        for _ in 0..200 {
+            x = b.ins().iadd(x, x);
+        }
+        let offset = b.ins().uextend(I64, x);
+        let addr = b.ins().iadd(p.mem_base, offset);
+        let v = b.ins().load(I32, little(), addr, 0);
+        b.ins().store(little(), v, addr, 4);
+        b.ins().return_(&[]);
+    });
+    let started = std::time::Instant::now();
+    let ptx = lower(&k, &TARGETS[0]);
+    assert!(
+        ptx.contains("cvta.to.global"),
+        "the chain is an offset of mem_base:\n{ptx}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "lowering took {:?}",
+        started.elapsed()
+    );
+}

@@ -220,6 +220,7 @@ impl Lowerer for PtxLowerer {
             func: kernel,
             name,
             stack,
+            root_memo: alloc::vec![None; kernel.dfg.num_values()],
             nan_observed,
             generic: stack > 0 || shared_base,
             cooperative: calls.iter().any(|&(c, _)| c.is_cooperative()),
@@ -523,6 +524,8 @@ struct Emitter<'a> {
     /// By value number: whether some use may see a NaN's bits
     /// ([`nan_observed`]).
     nan_observed: Vec<bool>,
+    /// By value number: where it points, once worked out ([`Self::roots`]).
+    root_memo: Vec<Option<Root>>,
     /// The `mem_base` parameter's value.
     mem_base: Option<Value>,
     body: String,
@@ -812,7 +815,12 @@ impl Emitter<'_> {
             }
             _ => None,
         };
-        let root = address.map(|(_, addr)| self.roots(addr, 0));
+        // Only a generic kernel picks spaces by root (the others' addresses
+        // are all global).
+        let root = match address {
+            Some((_, addr)) if self.generic => Some(self.roots(addr)),
+            _ => None,
+        };
         if let Some(line) = self.local_access(inst)? {
             // A whole value at a constant, aligned offset of the stack
             // slot: local memory, no alignment check.
@@ -956,49 +964,82 @@ impl Emitter<'_> {
     /// address), [`Root::Shared`] for a `shared_base` plus offsets,
     /// [`Root::Offset`] for an integer computed from no address,
     /// [`Root::Unknown`] for anything else (a `select`, `stack_addr`, two
-    /// addresses added, a chain past 32 instructions). Block parameters
-    /// and loaded values are offsets: the translator computes each host
-    /// address just before its access, and no Wasm value (locals, globals,
-    /// memory) ever holds one.
-    fn roots(&self, value: Value, depth: u32) -> Root {
+    /// addresses added). Block parameters and loaded values are offsets:
+    /// the translator computes each host address just before its access,
+    /// and no Wasm value (locals, globals, memory) ever holds one. Each
+    /// value's root is worked out once (`root_memo`), by an explicit stack:
+    /// a guest's `x = x + x` chains share operands, and a walk that did not
+    /// remember them would take time exponential in the chain.
+    fn roots(&mut self, value: Value) -> Root {
         let dfg = &self.func.dfg;
-        let value = dfg.resolve_aliases(value);
-        if Some(value) == self.mem_base {
-            return Root::Global;
-        }
-        if self.shared_bases.contains(&value) {
-            return Root::Shared;
-        }
-        if depth > 32 {
-            return Root::Unknown;
-        }
-        let Some(inst) = dfg.value_def(value).inst() else {
-            return Root::Offset;
-        };
-        match dfg.insts[inst].opcode() {
-            Opcode::StackAddr | Opcode::Select => Root::Unknown,
-            Opcode::Iadd => {
-                let [a, b] = dfg.inst_args(inst) else {
-                    return Root::Unknown;
-                };
-                match (self.roots(*a, depth + 1), self.roots(*b, depth + 1)) {
-                    (Root::Offset, r) | (r, Root::Offset) => r,
-                    _ => Root::Unknown,
-                }
+        let mut stack = alloc::vec![(dfg.resolve_aliases(value), false)];
+        while let Some((v, operands_done)) = stack.pop() {
+            let slot = v.as_u32() as usize;
+            if self.root_memo.get(slot).copied().flatten().is_some() {
+                continue;
             }
-            op if op.can_load() => Root::Offset,
-            // Calls' results (the clock, lane ids, votes) hold no address;
-            // `shared_base`'s was matched above.
-            Opcode::Call => Root::Offset,
-            _ => {
-                // Integer arithmetic on offsets: every operand an offset.
-                for &arg in dfg.inst_args(inst) {
-                    if self.roots(arg, depth + 1) != Root::Offset {
-                        return Root::Unknown;
+            let root = if Some(v) == self.mem_base {
+                Some(Root::Global)
+            } else if self.shared_bases.contains(&v) {
+                Some(Root::Shared)
+            } else {
+                match dfg.value_def(v).inst() {
+                    None => Some(Root::Offset),
+                    Some(inst) => {
+                        let opcode = dfg.insts[inst].opcode();
+                        let args = dfg.inst_args(inst);
+                        let leaf = matches!(opcode, Opcode::StackAddr | Opcode::Select)
+                            || opcode.can_load()
+                            || opcode == Opcode::Call
+                            || (opcode == Opcode::Iadd && args.len() != 2);
+                        if leaf || operands_done {
+                            Some(self.combine_roots(opcode, args))
+                        } else {
+                            stack.push((v, true));
+                            stack.extend(args.iter().map(|&a| (dfg.resolve_aliases(a), false)));
+                            None
+                        }
                     }
                 }
-                Root::Offset
+            };
+            if let (Some(root), Some(memo)) = (root, self.root_memo.get_mut(slot)) {
+                *memo = Some(root);
             }
+        }
+        self.root_memo
+            .get(dfg.resolve_aliases(value).as_u32() as usize)
+            .copied()
+            .flatten()
+            .unwrap_or(Root::Unknown)
+    }
+
+    /// The root of an instruction's result from its operands' (already in
+    /// `root_memo`).
+    fn combine_roots(&self, opcode: Opcode, args: &[Value]) -> Root {
+        let dfg = &self.func.dfg;
+        let root = |a: Value| {
+            self.root_memo
+                .get(dfg.resolve_aliases(a).as_u32() as usize)
+                .copied()
+                .flatten()
+                .unwrap_or(Root::Unknown)
+        };
+        match opcode {
+            Opcode::StackAddr | Opcode::Select => Root::Unknown,
+            Opcode::Iadd => match args {
+                &[a, b] => match (root(a), root(b)) {
+                    (Root::Offset, r) | (r, Root::Offset) => r,
+                    _ => Root::Unknown,
+                },
+                _ => Root::Unknown,
+            },
+            op if op.can_load() => Root::Offset,
+            // Calls' results (the clock, lane ids, votes) hold no address;
+            // `shared_base`'s is matched before.
+            Opcode::Call => Root::Offset,
+            // Integer arithmetic on offsets: every operand an offset.
+            _ if args.iter().all(|&a| root(a) == Root::Offset) => Root::Offset,
+            _ => Root::Unknown,
         }
     }
 
