@@ -1327,10 +1327,10 @@ fn only_runtime_checks_are_called() {
     }
 }
 
-/// A float operation's NaN fix-up is left out only where no use can see
-/// the NaN's bits (`ptx.rs`, "NaNs"): a sum feeding only a product loses
-/// it, the product that is stored keeps it, and a sum passed to a block
-/// parameter (which is then stored) keeps it.
+/// A float operation's NaN fix-up is made only where a use can see the
+/// NaN's bits, and as few times as that allows (`nan.rs`): a sum feeding
+/// only a product loses it, the product that is stored keeps it, a sum
+/// passed to a block parameter is fixed where the parameter is stored.
 #[test]
 fn nan_fixups_stay_where_a_nan_can_be_seen() {
     let fixups = |ptx: &str| ptx.matches("testp.notanumber").count();
@@ -1358,7 +1358,61 @@ fn nan_fixups_stay_where_a_nan_can_be_seen() {
         let ptx = lower(&chained, target);
         assert_eq!(fixups(&ptx), 1, "only the stored product's:\n{ptx}");
         let ptx = lower(&carried, target);
-        assert_eq!(fixups(&ptx), 1, "the sum reaches a store:\n{ptx}");
+        assert_eq!(fixups(&ptx), 1, "the parameter reaches a store:\n{ptx}");
+        assert!(
+            ptx.find("testp.notanumber") > ptx.find("BLOCK1:"),
+            "fixed in the parameter's block:\n{ptx}"
+        );
+    }
+}
+
+/// A loop's float accumulator (`acc = acc + x * x`), stored after the
+/// loop: fixed once, after the loop, not at every step, whether the loop's
+/// exit reads the header's parameter or the last sum. A sum also stored
+/// inside the loop keeps its fix-up where it is made.
+#[test]
+fn nan_fixups_of_an_accumulator_leave_its_loop() {
+    let fixups = |ptx: &str| ptx.matches("testp.notanumber").count();
+    // `exit_reads_sum`: the exit stores the last sum (the loop's body
+    // dominates the exit) instead of the header's parameter;
+    // `store_inside`: the sum is also stored at every step.
+    let accumulate = |name, exit_reads_sum: bool, store_inside: bool| {
+        kernel(name, &[F32, I32], move |b, p| {
+            let (x, n) = (p.wasm[0], p.wasm[1]);
+            let head = b.create_block();
+            let acc = b.append_block_param(head, F32);
+            let i = b.append_block_param(head, I32);
+            let exit = b.create_block();
+            let zero = b.ins().f32const(Ieee32::with_float(0.0));
+            let first = b.ins().iconst(I32, 0);
+            b.ins().jump(head, &[zero.into(), first.into()]);
+            b.switch_to_block(head);
+            let product = b.ins().fmul(x, x);
+            let sum = b.ins().fadd(acc, product);
+            if store_inside {
+                b.ins().store(little(), sum, p.mem_base, 4);
+            }
+            let next = b.ins().iadd_imm_u(i, 1);
+            let more = b.ins().icmp(IntCC::UnsignedLessThan, next, n);
+            b.ins()
+                .brif(more, head, &[sum.into(), next.into()], exit, &[]);
+            b.switch_to_block(exit);
+            let out = if exit_reads_sum { sum } else { acc };
+            b.ins().store(little(), out, p.mem_base, 0);
+            b.ins().return_(&[]);
+        })
+    };
+    for target in &TARGETS {
+        for (name, exit_reads_sum) in [("nan_acc_param", false), ("nan_acc_sum", true)] {
+            let ptx = lower(&accumulate(name, exit_reads_sum, false), target);
+            assert_eq!(fixups(&ptx), 1, "{name}: once:\n{ptx}");
+            let (fix, exit) = (ptx.find("testp.notanumber"), ptx.find("BLOCK2:"));
+            assert!(fix > exit, "{name}: after the loop:\n{ptx}");
+        }
+        let ptx = lower(&accumulate("nan_acc_stored", true, true), target);
+        assert_eq!(fixups(&ptx), 1, "kept where it is made:\n{ptx}");
+        let (fix, exit) = (ptx.find("testp.notanumber"), ptx.find("BLOCK2:"));
+        assert!(fix < exit, "in the loop:\n{ptx}");
     }
 }
 

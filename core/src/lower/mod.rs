@@ -7,6 +7,7 @@
 
 pub mod atomic;
 pub mod cooperative;
+mod nan;
 pub mod ptx;
 pub mod table;
 pub mod translate;

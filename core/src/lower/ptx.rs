@@ -63,13 +63,17 @@
 //!   `.global.` made `.shared.`.
 //! - **NaNs.** PTX's float arithmetic returns its own NaN (`0x7FFFFFFF`),
 //!   not Wasm's canonical one, so the rules of the float arithmetic end by
-//!   replacing a NaN result (`table::CANONICAL_NAN`: two instructions). The
-//!   lowerer leaves that out where no use can see the NaN's bits: every use
-//!   of the result is another such rule (whose own NaN does not depend on
-//!   its inputs' bits), a comparison or a conversion to an integer
-//!   (`nan_observed`). A store, a reinterpretation, a sign operation,
-//!   `select`, a block argument or a call keeps it. The bits a Wasm
-//!   program can see are unchanged.
+//!   replacing a NaN result (`table::CANONICAL_NAN`: two instructions,
+//!   `table::nan_fixup`). The lowerer makes that replacement only where a
+//!   use can see the NaN's bits, and as few times as it can ([`NanPlan`],
+//!   `nan.rs`): a result whose uses are other such rules, comparisons,
+//!   conversions to integers and block arguments loses it; so does one
+//!   seen only outside the loop it is made in. Such a value, and a block
+//!   parameter it may reach, is made canonical in place before each
+//!   instruction that sees its bits (a store, a reinterpretation, a sign
+//!   operation, `select`, a call). A loop's float accumulator is fixed
+//!   once, where it is stored. The bits a Wasm program can see are
+//!   unchanged.
 //! - **Runtime checks.** The only `call`s lowered are the runtime checks
 //!   ([`RuntimeCheck`](super::RuntimeCheck)), inline, each by its rule in
 //!   the table (`table::runtime_row`): the launch's clock (`mov.u64 %rd,
@@ -131,6 +135,7 @@ use cranelift_codegen::ir::{
     Block, BlockCall, Function, Inst, InstructionData, Opcode, Type, Value,
 };
 
+use super::nan::NanPlan;
 use super::table::{self, Status, TRAP_SITE};
 use super::{Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer, RuntimeCheck};
 
@@ -212,7 +217,7 @@ impl Lowerer for PtxLowerer {
                     .get(abi.hidden(KernelAbi::MEM_BASE))
             })
             .copied();
-        let nan_observed = nan_observed(kernel);
+        let nan = NanPlan::of(kernel);
         let calls = runtime_calls(kernel);
         let shared_base = calls.iter().any(|&(c, _)| c == RuntimeCheck::SharedBase);
         let mut emitter = Emitter {
@@ -221,7 +226,7 @@ impl Lowerer for PtxLowerer {
             name,
             stack,
             root_memo: alloc::vec![None; kernel.dfg.num_values()],
-            nan_observed,
+            nan,
             generic: stack > 0 || shared_base,
             cooperative: calls.iter().any(|&(c, _)| c.is_cooperative()),
             shared_bases: calls
@@ -252,42 +257,6 @@ impl Lowerer for PtxLowerer {
         emitter.trap_sites()?;
         Ok(emitter.finish(abi))
     }
-}
-
-/// By value number, whether a NaN in the value could be seen bit for bit:
-/// some use of it is not an instruction that reads only whether it is a
-/// NaN. Those are the ones whose rule makes a NaN result canonical itself
-/// (`canonical_nan`: the float arithmetic, rounding, `sqrt`, promote and
-/// demote, for which PTX's NaN result does not depend on the input NaN's
-/// bits), comparisons, and conversions to integers. Every other use (a
-/// store, a reinterpretation, a sign operation, `select`, `fmin`/`fmax`,
-/// a block argument, a call) counts as seeing the bits.
-fn nan_observed(func: &Function) -> Vec<bool> {
-    let mut observed = alloc::vec![false; func.dfg.num_values()];
-    for block in func.layout.blocks() {
-        for inst in func.layout.block_insts(block) {
-            let blind = matches!(
-                func.dfg.insts[inst].opcode(),
-                Opcode::Fcmp
-                    | Opcode::FcvtToSint
-                    | Opcode::FcvtToUint
-                    | Opcode::FcvtToSintSat
-                    | Opcode::FcvtToUintSat
-            ) || table::row_for(func, inst).is_some_and(
-                |row| matches!(row.status, Status::Ptx(rule) if rule.name == table::CANONICAL_NAN),
-            );
-            if blind {
-                continue;
-            }
-            for value in func.dfg.inst_values(inst) {
-                let value = func.dfg.resolve_aliases(value);
-                if let Some(seen) = observed.get_mut(value.as_u32() as usize) {
-                    *seen = true;
-                }
-            }
-        }
-    }
-    observed
 }
 
 /// The kernel's runtime calls, each with its first result (the shared
@@ -521,9 +490,8 @@ struct Emitter<'a> {
     cooperative: bool,
     /// The values of its `shared_base` calls.
     shared_bases: Vec<Value>,
-    /// By value number: whether some use may see a NaN's bits
-    /// ([`nan_observed`]).
-    nan_observed: Vec<bool>,
+    /// Where NaN results are made canonical ([`NanPlan`]).
+    nan: NanPlan,
     /// By value number: where it points, once worked out ([`Self::roots`]).
     root_memo: Vec<Option<Root>>,
     /// The `mem_base` parameter's value.
@@ -715,6 +683,15 @@ impl Emitter<'_> {
             }
         };
         let _ = writeln!(self.body, "    // {}", dfg.display_inst(inst));
+        for value in self.nan.fix_before(func, inst) {
+            // A value that may hold PTX's NaN, seen here: made canonical
+            // in place first (module docs, "NaNs").
+            let fixup = table::nan_fixup(dfg.value_type(value)).ok_or_else(|| {
+                LowerError::Invalid(format!("{value} is not a float but may hold a NaN"))
+            })?;
+            let slots = [("d", self.reg(value)?)];
+            self.expand(fixup, &slots, &format!("N{}", inst.as_u32()))?;
+        }
         let i = inst.as_u32();
         let mut slots: Vec<(&str, String)> = Vec::new();
         if let Some(&result) = dfg.inst_results(inst).first() {
@@ -795,10 +772,9 @@ impl Emitter<'_> {
         let mut template = rule.template(self.target.sm_number());
         if rule.name == table::CANONICAL_NAN
             && let Some(&result) = dfg.inst_results(inst).first()
-            && !self.nan_observed[result.as_u32() as usize]
-            && let [compute @ .., test, fix] = template
-            && test.starts_with("testp.notanumber")
-            && fix.starts_with("@{p0} mov")
+            && !self.nan.keeps_fixup(result)
+            && let Some(fixup) = table::nan_fixup(dfg.value_type(result))
+            && let Some(compute) = template.strip_suffix(fixup)
         {
             // No use can see this NaN's bits (module docs, "NaNs").
             template = compute;

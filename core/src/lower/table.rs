@@ -870,6 +870,24 @@ const FCMP_64: &[Row] = fcmp_rows!(F64, "f64");
 /// bits (`ptx.rs`, "NaNs").
 pub const CANONICAL_NAN: &str = "canonical_nan";
 
+/// The two lines that end every `canonical_nan` rule of a float type:
+/// a NaN in `{d}` becomes Wasm's canonical NaN. The lowerer also makes
+/// them (in place) before a use that sees a block parameter that may hold
+/// PTX's NaN (`nan.rs`). `None` for a type that is not a float.
+pub fn nan_fixup(ty: Type) -> Option<&'static [&'static str]> {
+    match ty {
+        F32 => Some(&[
+            "testp.notanumber.f32 {p0}, {d};",
+            "@{p0} mov.f32 {d}, 0f7FC00000;",
+        ]),
+        F64 => Some(&[
+            "testp.notanumber.f64 {p0}, {d};",
+            "@{p0} mov.f64 {d}, 0d7FF8000000000000;",
+        ]),
+        _ => None,
+    }
+}
+
 /// Float arithmetic rows for one width. `$x` names the scratch registers
 /// of the width's bits (`r` / `rd`), `$fx` the float scratch (`f` / `fd`).
 macro_rules! float_rows {
@@ -2160,9 +2178,12 @@ pub fn render_markdown() -> String {
          zero-extended; `i64` in `.b64`; `f32`, `f64` in `.f32`, `.f64`. \
          Rules of more than three instructions are written out below the table. \
          A *canonical_nan* rule's last two lines (a NaN result made Wasm's canonical \
-         NaN) are left out where no use can see the NaN's bits: every use another \
-         canonical_nan rule, a comparison or a conversion to an integer \
-         (`core/src/lower/ptx.rs`, \"NaNs\").\n",
+         NaN) are made only where a use can see the NaN's bits: they are left out \
+         when every use is another canonical_nan rule, a comparison, a conversion to \
+         an integer or a block argument, and moved (in place, before the use) when \
+         the uses that see the bits are all outside the loop the result is made in; \
+         a block parameter that may receive such a NaN is fixed before the uses that \
+         see it (`core/src/lower/nan.rs`).\n",
         p + d + r
     );
     let mut long = String::new();
@@ -2344,6 +2365,26 @@ mod tests {
             name.strip_prefix(prefix)
                 .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
         })
+    }
+
+    /// Every `canonical_nan` rule (each alternative too) ends with its
+    /// type's fix-up, which the lowerer strips or moves (`nan.rs`).
+    #[test]
+    fn canonical_nan_rules_end_with_the_fixup() {
+        let mut count = 0;
+        for row in rows() {
+            let Status::Ptx(rule) = row.status else { continue };
+            if rule.name != CANONICAL_NAN {
+                continue;
+            }
+            let fixup = nan_fixup(row.ty).expect("a float result");
+            for template in [Some(rule.ptx), rule.alt.map(|a| a.ptx)].into_iter().flatten() {
+                assert!(template.ends_with(fixup), "{row:?}");
+                assert!(template.len() > fixup.len(), "{row:?}");
+            }
+            count += 1;
+        }
+        assert!(count >= 20, "{count} canonical_nan rules");
     }
 
     #[test]
