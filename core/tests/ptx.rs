@@ -709,6 +709,11 @@ fn table_sweep() -> Kernel {
                     }
                 }
                 Opcode::Fence => b.ins().fence(),
+                Opcode::Fma => {
+                    let (x, y, z) = (sample(b, p, ty), sample(b, p, ty), sample(b, p, ty));
+                    let v = b.ins().fma(x, y, z);
+                    b.func.dfg.value_def(v).unwrap_inst()
+                }
                 _ if op.can_load() => {
                     let addr = guest_addr(b, p, p.wasm[1], slot, 8);
                     let flags: MemFlags = b.func.dfg.mem_flags.insert(little()).unwrap();
@@ -1114,15 +1119,19 @@ fn unsupported_ops_are_refused_with_name_and_offset() {
     let row = table::lookup(Opcode::Iadd, I32X4).expect("iadd.i32x4 row");
     assert!(matches!(row.status, Status::Deferred(why) if why.contains("SIMD")));
 
-    let k = kernel("fma", &[F32], |b, p| {
+    let k = kernel("spectre", &[F32], |b, p| {
         at(b, 0x12);
         let x = p.wasm[0];
-        let _ = b.ins().fma(x, x, x);
+        let c = b.ins().iconst(I32, 1);
+        let _ = b.ins().select_spectre_guard(c, x, x);
         b.ins().return_(&[]);
     });
     match refused(&k) {
         LowerError::Unsupported(op) => {
-            assert_eq!((op.op.as_str(), op.offset), ("fma.f32", 0x12));
+            assert_eq!(
+                (op.op.as_str(), op.offset),
+                ("select_spectre_guard.f32", 0x12)
+            );
         }
         other => panic!("{other}"),
     }

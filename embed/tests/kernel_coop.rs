@@ -15,7 +15,9 @@
 //!   a barrier, an out-of-bounds shared access, a misaligned shared atomic,
 //!   an endless loop around a barrier, one thread spinning while the others
 //!   wait at a barrier. Each ends with its trap (or its result), and the
-//!   next launch is right.
+//!   next launch is right;
+//! - the fused multiply-adds (`fma_f32`, `fma_f64`) in kernels and in the
+//!   guest's own code, against the host's `mul_add`.
 
 use tensorwasm_core::ManagedAllocator;
 use tensorwasm_core::abi::Errno;
@@ -152,6 +154,16 @@ const IMPORTS: &[(&str, &str, &str)] = &[
     ("tensorwasm_kernel", "ballot", "(param i32) (result i32)"),
     ("tensorwasm_kernel", "any", "(param i32) (result i32)"),
     ("tensorwasm_kernel", "all", "(param i32) (result i32)"),
+    (
+        "tensorwasm_kernel",
+        "fma_f32",
+        "(param f32 f32 f32) (result f32)",
+    ),
+    (
+        "tensorwasm_kernel",
+        "fma_f64",
+        "(param f64 f64 f64) (result f64)",
+    ),
 ];
 
 /// The kernels, `(param $a i32) (param $b i32)`, in function order after
@@ -310,6 +322,21 @@ const KERNELS: &[(&str, &str)] = &[
         "(drop (call $shared_atomic_add_i32 (select (i32.const 2) (i32.const 0)
            (i32.eq (local.get $t) (i32.const 3))) (i32.const 1)))",
     ),
+    // Fused multiply-adds: thread g's f32 operands at a + 12 g, its
+    // result at b + 4 g; its f64 operands at a + FMA_F64 + 24 g, its
+    // result at b + FMA_F64 + 8 g.
+    (
+        "fma",
+        "(local.set $o (i32.add (local.get $a) (i32.mul (local.get $g) (i32.const 12))))
+         (f32.store (i32.add (local.get $b) (i32.shl (local.get $g) (i32.const 2)))
+           (call $fma_f32 (f32.load (local.get $o)) (f32.load offset=4 (local.get $o))
+             (f32.load offset=8 (local.get $o))))
+         (local.set $o (i32.add (i32.add (local.get $a) (i32.const 0x8000))
+           (i32.mul (local.get $g) (i32.const 24))))
+         (f64.store (i32.add (i32.add (local.get $b) (i32.const 0x8000)) (i32.shl (local.get $g) (i32.const 3)))
+           (call $fma_f64 (f64.load (local.get $o)) (f64.load offset=8 (local.get $o))
+             (f64.load offset=16 (local.get $o))))",
+    ),
     // Every thread loops through a barrier forever.
     ("endless_barrier", "(loop $forever (call $barrier) (br $forever))"),
     // Thread 0 spins while the others wait at the barrier.
@@ -359,6 +386,11 @@ fn guest_wat() -> String {
     {body})\n"
         );
     }
+    // The intrinsics in the guest's own code (the host computes them).
+    wat += "  (func (export \"fma_f32_host\") (param f32 f32 f32) (result f32)
+    (call $fma_f32 (local.get 0) (local.get 1) (local.get 2)))
+  (func (export \"fma_f64_host\") (param f64 f64 f64) (result f64)
+    (call $fma_f64 (local.get 0) (local.get 1) (local.get 2)))\n";
     wat + ")"
 }
 
@@ -672,6 +704,180 @@ where
     next_launch_works(&mut g, "a thread spinning at a barrier");
 }
 
+/// Threads of the `fma` launch (two blocks), one operand triple each.
+const FMA_THREADS: u32 = 256;
+
+/// Operands worth a fused multiply-add's attention: zeros, ones, the
+/// pair whose product rounds to 1 unfused, infinities, NaNs (canonical,
+/// signalling, with a payload), subnormals, the largest finite values.
+const FMA_SPECIAL_F32: [u32; 16] = [
+    0x0000_0000,
+    0x8000_0000,
+    0x3F80_0000,
+    0xBF80_0000,
+    0x3F80_0800,
+    0x3F7F_F000,
+    0x7F80_0000,
+    0xFF80_0000,
+    0x7FC0_0000,
+    0x7FA0_0001,
+    0xFFC1_2345,
+    0x0000_0001,
+    0x007F_FFFF,
+    0x7F7F_FFFF,
+    0x0080_0000,
+    0xC020_0000,
+];
+const FMA_SPECIAL_F64: [u64; 16] = [
+    0,
+    1 << 63,
+    0x3FF0_0000_0000_0000,
+    0xBFF0_0000_0000_0000,
+    0x3FF0_0000_0100_0000,
+    0x3FEF_FFFF_FE00_0000,
+    0x7FF0_0000_0000_0000,
+    0xFFF0_0000_0000_0000,
+    0x7FF8_0000_0000_0000,
+    0x7FF4_0000_0000_0001,
+    0xFFF8_1234_5678_9ABC,
+    1,
+    0x000F_FFFF_FFFF_FFFF,
+    0x7FEF_FFFF_FFFF_FFFF,
+    0x0010_0000_0000_0000,
+    0xC004_0000_0000_0000,
+];
+
+/// Whether `got` is a result Wasm's NaN rule allows where the exact
+/// result is a NaN: a canonical NaN (either sign), or, when some operand
+/// is a NaN that is not canonical, any quiet NaN. `quiet` is the quiet
+/// bit, `canonical` the canonical NaN's bits without the sign.
+fn nan_allowed(got: u64, operands: [u64; 3], quiet: u64, canonical: u64, sign: u64) -> bool {
+    let magnitude = |x: u64| x & !sign;
+    let is_nan = |x: u64| magnitude(x) > (canonical & !quiet);
+    if !is_nan(got) {
+        return false;
+    }
+    let odd_operand = operands
+        .iter()
+        .any(|&x| is_nan(x) && magnitude(x) != canonical);
+    magnitude(got) == canonical || (odd_operand && got & quiet != 0)
+}
+
+/// `fma_f32` and `fma_f64` in a kernel and in the guest's own code give
+/// `a * b + c` rounded once (the host's `mul_add`), bit for bit but for
+/// the NaNs Wasm's rule leaves open; the operands whose product rounds
+/// to 1 show the add is fused (unfused, the result would be 0).
+fn fused_multiply_add<D>(rt: &GuestRuntime<D>)
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    let mut g = Guest::new(rt);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let n = FMA_THREADS as usize;
+    // Thread 0: (1 + 2^-12)(1 - 2^-12) - 1 = -2^-24 fused, 0 unfused (f64:
+    // (1 + 2^-28)(1 - 2^-28) - 1 = -2^-56). Then operands drawn from the
+    // specials and random bits.
+    let mut f32s: Vec<[u32; 3]> = vec![[0x3F80_0800, 0x3F7F_F000, 0xBF80_0000]];
+    let mut f64s: Vec<[u64; 3]> = vec![[
+        0x3FF0_0000_0100_0000,
+        0x3FEF_FFFF_FE00_0000,
+        0xBFF0_0000_0000_0000,
+    ]];
+    while f32s.len() < n {
+        let mut pick32 = || {
+            let r = next();
+            if r % 3 == 0 {
+                FMA_SPECIAL_F32[(r >> 8) as usize % 16]
+            } else {
+                (r >> 16) as u32
+            }
+        };
+        f32s.push([pick32(), pick32(), pick32()]);
+        let mut pick64 = || {
+            let r = next();
+            if r % 3 == 0 {
+                FMA_SPECIAL_F64[(r >> 8) as usize % 16]
+            } else {
+                next()
+            }
+        };
+        f64s.push([pick64(), pick64(), pick64()]);
+    }
+    for (i, (x, y)) in f32s.iter().zip(&f64s).enumerate() {
+        for k in 0..3 {
+            let at = IN as usize + 12 * i + 4 * k;
+            g.memory()[at..at + 4].copy_from_slice(&x[k].to_le_bytes());
+            let at = IN as usize + 0x8000 + 24 * i + 8 * k;
+            g.memory()[at..at + 8].copy_from_slice(&y[k].to_le_bytes());
+        }
+    }
+    let host32 = g
+        .instance
+        .get_typed_func::<(f32, f32, f32), f32>(&mut g.store, "fma_f32_host")
+        .unwrap();
+    let host64 = g
+        .instance
+        .get_typed_func::<(f64, f64, f64), f64>(&mut g.store, "fma_f64_host")
+        .unwrap();
+    g.run("fma", 2, FMA_THREADS / 2, 0);
+    for (i, (&[a, b, c], &[d, e, f])) in f32s.iter().zip(&f64s).enumerate() {
+        let (a, b, c) = (f32::from_bits(a), f32::from_bits(b), f32::from_bits(c));
+        let want = a.mul_add(b, c);
+        let kernel = g.out_u32(i);
+        let at = OUT as usize + 0x8000 + 8 * i;
+        let kernel64 = u64::from_le_bytes(g.memory()[at..at + 8].try_into().unwrap());
+        let guest = futures::executor::block_on(host32.call_async(&mut g.store, (a, b, c)))
+            .unwrap()
+            .to_bits();
+        let (d, e, f) = (f64::from_bits(d), f64::from_bits(e), f64::from_bits(f));
+        let want64 = d.mul_add(e, f);
+        let guest64 = futures::executor::block_on(host64.call_async(&mut g.store, (d, e, f)))
+            .unwrap()
+            .to_bits();
+        let ops32 = [a, b, c].map(|x| u64::from(x.to_bits()));
+        for (who, got) in [("kernel", kernel), ("guest", guest)] {
+            if want.is_nan() {
+                assert!(
+                    nan_allowed(u64::from(got), ops32, 1 << 22, 0x7FC0_0000, 1 << 31),
+                    "{who} f32 #{i}: fma({a:e}, {b:e}, {c:e}) = {got:#010x}"
+                );
+            } else {
+                assert_eq!(
+                    got,
+                    want.to_bits(),
+                    "{who} f32 #{i}: fma({a:e}, {b:e}, {c:e})"
+                );
+            }
+        }
+        let ops64 = [d, e, f].map(f64::to_bits);
+        for (who, got) in [("kernel", kernel64), ("guest", guest64)] {
+            if want64.is_nan() {
+                assert!(
+                    nan_allowed(got, ops64, 1 << 51, 0x7FF8_0000_0000_0000, 1 << 63),
+                    "{who} f64 #{i}: fma({d:e}, {e:e}, {f:e}) = {got:#018x}"
+                );
+            } else {
+                assert_eq!(
+                    got,
+                    want64.to_bits(),
+                    "{who} f64 #{i}: fma({d:e}, {e:e}, {f:e})"
+                );
+            }
+        }
+    }
+    assert_eq!(f32::from_bits(g.out_u32(0)), -(2f32.powi(-24)), "fused");
+    let at = OUT as usize + 0x8000;
+    let first64 = u64::from_le_bytes(g.memory()[at..at + 8].try_into().unwrap());
+    assert_eq!(f64::from_bits(first64), -(2f64.powi(-56)), "fused (f64)");
+}
+
 fn cpu() -> GuestRuntime<CpuDriver> {
     runtime(CpuDriver::with_capacity(1 << 30).unwrap())
 }
@@ -711,4 +917,15 @@ fn adversarial_kernels_on_the_cpu_driver() {
 #[ignore = "needs a CUDA GPU"]
 fn adversarial_kernels_on_the_gpu() {
     adversarial(&cuda());
+}
+
+#[test]
+fn fused_multiply_add_on_the_cpu_driver() {
+    fused_multiply_add(&cpu());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_multiply_add_on_the_gpu() {
+    fused_multiply_add(&cuda());
 }

@@ -763,6 +763,10 @@ const NO_WASM_SOURCE: &[(Opcode, Type, Option<Type>, Option<Cond>)] = &[
     (Opcode::Trapnz, I32, None, None),
     (Opcode::Trapnz, I64, None, None),
     (Opcode::Trapz, I8, None, None),
+    // The fused multiply-add is the `fma_f32`/`fma_f64` intrinsics
+    // (`kernel_coop` runs them), not a Wasm operator.
+    (Opcode::Fma, F32, None, None),
+    (Opcode::Fma, F64, None, None),
     // Signed and unsigned min and max are the SDK's atomic intrinsics
     // (`kernel_atomics` lowers them), not Wasm operators.
     (

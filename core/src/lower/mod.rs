@@ -7,6 +7,7 @@
 
 pub mod atomic;
 pub mod cooperative;
+pub mod math;
 mod nan;
 pub mod ptx;
 pub mod table;

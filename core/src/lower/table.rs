@@ -927,6 +927,17 @@ macro_rules! float_rows {
             )
             .note("explicit .rn: never fused"),
             ptx(
+                Opcode::Fma,
+                $ty,
+                CANONICAL_NAN,
+                &[
+                    concat!("fma.rn.", $f, " {d}, {a}, {b}, {c};"),
+                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
+                ],
+            )
+            .note("the fma_* intrinsics: a * b + c rounded once (IEEE fusedMultiplyAdd)"),
+            ptx(
                 Opcode::Fdiv,
                 $ty,
                 CANONICAL_NAN,
@@ -1900,11 +1911,6 @@ const BOUNDARY: &[Row] = &[
     deferred(Opcode::Bitselect, INVALID, SIMD),
     // Scalar opcodes the translator does not emit for Wasm MVP.
     deferred(
-        Opcode::Fma,
-        INVALID,
-        "Wasm MVP has no fused op (relaxed SIMD only); would be fma.rn",
-    ),
-    deferred(
         Opcode::UaddOverflowTrap,
         INVALID,
         "the translator emits explicit bounds checks (docs/kernels.md)",
@@ -2373,12 +2379,17 @@ mod tests {
     fn canonical_nan_rules_end_with_the_fixup() {
         let mut count = 0;
         for row in rows() {
-            let Status::Ptx(rule) = row.status else { continue };
+            let Status::Ptx(rule) = row.status else {
+                continue;
+            };
             if rule.name != CANONICAL_NAN {
                 continue;
             }
             let fixup = nan_fixup(row.ty).expect("a float result");
-            for template in [Some(rule.ptx), rule.alt.map(|a| a.ptx)].into_iter().flatten() {
+            for template in [Some(rule.ptx), rule.alt.map(|a| a.ptx)]
+                .into_iter()
+                .flatten()
+            {
                 assert!(template.ends_with(fixup), "{row:?}");
                 assert!(template.len() > fixup.len(), "{row:?}");
             }

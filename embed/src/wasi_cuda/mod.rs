@@ -17,7 +17,7 @@ use kernel_names::KernelName;
 use tensorwasm_core::{
     Dim3, GpuDriver,
     abi::Handle,
-    lower::{INTRINSIC_MODULE, Intrinsic, cooperative::CoopIntrinsic},
+    lower::{INTRINSIC_MODULE, Intrinsic, cooperative::CoopIntrinsic, math::MathIntrinsic},
 };
 
 use crate::kernel::KernelTarget;
@@ -488,6 +488,24 @@ where
         )?;
     }
     atomics::add_to_linker(linker)?;
+    // The arithmetic intrinsics compute in the guest's own code what they
+    // compute in a kernel (`a * b + c` rounded once), so kernels run
+    // unchanged as ordinary guest code.
+    for which in MathIntrinsic::ALL {
+        let name = which.import_name();
+        match which {
+            MathIntrinsic::FmaF32 => {
+                linker.func_wrap(INTRINSIC_MODULE, name, |a: f32, b: f32, c: f32| {
+                    a.mul_add(b, c)
+                })?;
+            }
+            MathIntrinsic::FmaF64 => {
+                linker.func_wrap(INTRINSIC_MODULE, name, |a: f64, b: f64, c: f64| {
+                    a.mul_add(b, c)
+                })?;
+            }
+        }
+    }
     linker.func_wrap(
         MODULE,
         "last_error",

@@ -29,6 +29,7 @@ use super::module::{ConstValue, GlobalKind, ModuleInfo, invalid};
 use super::{KernelGlobal, WasmType};
 use crate::lower::atomic::AtomicIntrinsic;
 use crate::lower::cooperative::CoopIntrinsic;
+use crate::lower::math::MathIntrinsic;
 use crate::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck, UnsupportedOp};
 
 mod atomic;
@@ -1036,6 +1037,16 @@ impl<'m> Translator<'m, '_, '_> {
             }
             if let Some(which) = CoopIntrinsic::from_import(module, name) {
                 return self.coop_intrinsic(st, which);
+            }
+            if let Some(which) = MathIntrinsic::from_import(module, name) {
+                let args = st.pop_n(which.arity())?;
+                let result = match which {
+                    MathIntrinsic::FmaF32 | MathIntrinsic::FmaF64 => {
+                        self.builder.ins().fma(args[0], args[1], args[2])
+                    }
+                };
+                st.stack.push(result);
+                return Ok(());
             }
             let which = Intrinsic::from_import(module, name)
                 .ok_or_else(|| internal("call of an import that is not an intrinsic"))?;

@@ -15,6 +15,7 @@ use super::module::{GlobalKind, ModuleInfo, invalid};
 use super::{KernelLimits, KernelSize, WasmType};
 use crate::lower::atomic::AtomicIntrinsic;
 use crate::lower::cooperative::CoopIntrinsic;
+use crate::lower::math::MathIntrinsic;
 use crate::lower::{INTRINSIC_MODULE, Intrinsic, LowerError, UnsupportedOp};
 
 /// The deepest chain of inlined calls below a kernel.
@@ -597,6 +598,17 @@ impl Detector<'_, '_> {
                             .map(ToString::to_string)
                             .collect::<Vec<_>>()
                             .join(", ")
+                    )));
+                }
+                return Ok(());
+            }
+            if let Some(math) = MathIntrinsic::from_import(module, name) {
+                let value = math.value_type().val_type();
+                let params = vec![value; math.arity()];
+                if ty.params() != params.as_slice() || ty.results() != [value] {
+                    return Err(LowerError::Invalid(format!(
+                        "the intrinsic `{INTRINSIC_MODULE}`.`{name}` is imported as {ty}; it \
+                         must be ({value}, {value}, {value}) -> {value}"
                     )));
                 }
                 return Ok(());
