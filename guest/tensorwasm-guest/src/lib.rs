@@ -23,6 +23,8 @@
 //! - [`tensor`]: the host's built-in tensor ops (GEMM, reductions, softmax,
 //!   layer norm, elementwise ops, transpose) on typed views of guest slices
 //!   or buffers, launched and waited for like kernels.
+//! - [`math`]: math functions for kernels (`expf`), Wasm arithmetic with no
+//!   stack frame or table, so the GPU and CPU give the same bits.
 //!
 //! Every [`Error`] carries the host's `last_error` text for the failed call.
 //!
@@ -52,6 +54,7 @@ extern crate alloc;
 pub mod atomic;
 pub mod block;
 pub mod kernel;
+pub mod math;
 pub mod result;
 pub mod sys;
 pub mod tensor;

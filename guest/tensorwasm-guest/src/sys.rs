@@ -339,3 +339,14 @@ unsafe extern "C" {
     /// 1 when `pred` is not 0 on every lane taking part, else 0.
     pub fn all(pred: i32) -> i32;
 }
+
+// Arithmetic Wasm's scalar instructions lack (`docs/kernels.md`, "Fused
+// multiply-add"): one instruction on a GPU; in the guest's own code the
+// host computes the same value.
+#[link(wasm_import_module = "tensorwasm_kernel")]
+unsafe extern "C" {
+    /// `a * b + c`, rounded once (IEEE 754 fusedMultiplyAdd).
+    pub fn fma_f32(a: f32, b: f32, c: f32) -> f32;
+    /// `a * b + c` in `f64`, rounded once.
+    pub fn fma_f64(a: f64, b: f64, c: f64) -> f64;
+}

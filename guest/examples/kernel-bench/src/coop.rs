@@ -14,6 +14,7 @@ use core::slice;
 use tensorwasm_guest::atomic::AtomicF32;
 use tensorwasm_guest::block::{self, SharedArray};
 use tensorwasm_guest::kernel;
+use tensorwasm_guest::math;
 use tensorwasm_guest::warp::{self, WARP_SIZE};
 
 /// `$body` once for each index, `$i` bound to it (a `usize`): a loop
@@ -144,7 +145,13 @@ const ROW_CACHE: usize = 32;
 /// combined over the warp by `shfl_xor`, then `y = e * (1 / sum)`. Longer
 /// rows take two passes over `x`: an online maximum and sum (the sum
 /// rescaled when the maximum grows), then `exp(x - max) / sum`. `exp` is
-/// `libm::expf`.
+/// [`math::expf_fast`]: no branch, table or division, about 35 Wasm
+/// instructions, within 1 ulp. libm's bits ([`math::expf`], some 250 PTX
+/// instructions with a dozen branches and a division) made the kernel
+/// compute-bound, and the built-in kernel's CUDA `expf` is not exact
+/// either (2 ulp, as CUDA documents it). Neither has a stack frame: the
+/// kernel keeps no shadow-stack window, so its loads and stores of `x` and
+/// `y` are not tested for one.
 ///
 /// # Safety
 /// `x` and `y` point at `rows * cols` `f32`s of guest memory, apart.
@@ -181,7 +188,7 @@ pub unsafe extern "C" fn softmax_rows(x: *const f32, y: *mut f32, rows: u32, col
         let mut sum = 0.0f32;
         unrolled!(u in 32 {
             if lane + u * (WARP_SIZE as usize) < cols {
-                v[u] = libm::expf(v[u] - max);
+                v[u] = math::expf_fast(v[u] - max);
                 sum += v[u];
             }
         });
@@ -196,15 +203,15 @@ pub unsafe extern "C" fn softmax_rows(x: *const f32, y: *mut f32, rows: u32, col
         for j in (lane..cols).step_by(WARP_SIZE as usize) {
             let e = x[j];
             if e > max {
-                sum *= libm::expf(max - e);
+                sum *= math::expf_fast(max - e);
                 max = e;
             }
-            sum += libm::expf(e - max);
+            sum += math::expf_fast(e - max);
         }
         let row_max = warp_max(max);
-        let inv = 1.0 / warp_sum(sum * libm::expf(max - row_max));
+        let inv = 1.0 / warp_sum(sum * math::expf_fast(max - row_max));
         for j in (lane..cols).step_by(WARP_SIZE as usize) {
-            y[j] = libm::expf(x[j] - row_max) * inv;
+            y[j] = math::expf_fast(x[j] - row_max) * inv;
         }
     }
 }
@@ -300,8 +307,9 @@ impl Tiles<'_> {
 /// 16`) owns the 8 x 8 elements at rows `2 ty + {0, 1} + 32 q` and columns
 /// `2 tx + {0, 1} + 32 p` (`p, q < 4`): every shared read is a `u64` (two
 /// columns or two rows), a half warp's `u64`s of B are 128 contiguous
-/// bytes and its A reads are one broadcast. `acc += a * b`, a product then
-/// a sum (Wasm has no fused multiply-add). Elements past A's and B's edges
+/// bytes and its A reads are one broadcast. `acc = fma(a, b, acc)`, one
+/// rounding and one instruction ([`math::fma`]; Wasm's own `a * b + c` is
+/// two of each). Elements past A's and B's edges
 /// load as 0.0; elements past C's are not written.
 ///
 /// # Safety
@@ -367,11 +375,14 @@ pub unsafe extern "C" fn sgemm_tiled(
             });
             a_at += A_ROW / 2;
             b_at += SGEMM_TILE / 2;
-            for (row, &x) in acc.iter_mut().zip(&af) {
-                for (e, &y) in row.iter_mut().zip(&bf) {
-                    *e += x * y;
-                }
-            }
+            // Unrolled by hand: LLVM does not unroll loops around an
+            // import's call, and `acc` indexed at run time would live in
+            // the stack frame.
+            unrolled!(i in 8 {
+                unrolled!(j in 8 {
+                    acc[i][j] = math::fma(af[i], bf[j], acc[i][j]);
+                });
+            });
         }
         if more {
             tiles.store(1 - stage, held, t);
