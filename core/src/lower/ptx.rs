@@ -56,11 +56,13 @@
 //!   declares `.extern .shared .align 16 .b8 __shmem[]` (sized by the
 //!   launch). One that reads `shared_base` (the generic address of
 //!   `__shmem`) keeps `mem_base` generic like a kernel with a stack slot,
-//!   and an access whose address is that base plus offsets is converted
-//!   once (`cvta.to.shared`): a whole value is one `ld.shared` /
-//!   `st.shared` (the translator checked alignment and bounds), any other
-//!   access (atomics, their compare-and-swap loops) the rule with
-//!   `.global.` made `.shared.`.
+//!   and an access whose address is that base plus offsets goes to shared
+//!   memory: a whole value at the base plus an `i32` offset is one
+//!   `ld.shared` / `st.shared` at the 32-bit address `__shmem + offset`
+//!   (the translator checked alignment and bounds; ptxas folds the
+//!   offset's constants into the access), any other access (atomics, their
+//!   compare-and-swap loops) is converted once (`cvta.to.shared`) and is
+//!   the rule with `.global.` made `.shared.`.
 //! - **NaNs.** PTX's float arithmetic returns its own NaN (`0x7FFFFFFF`),
 //!   not Wasm's canonical one, so the rules of the float arithmetic end by
 //!   replacing a NaN result (`table::CANONICAL_NAN`: two instructions,
@@ -510,6 +512,10 @@ struct Emitter<'a> {
 /// kernel with a stack window (above every rule's own scratch registers).
 const GLOBAL_ADDRESS: u32 = 15;
 
+/// The scratch `.b32` register that holds a whole-value shared access's
+/// 32-bit shared address (likewise above the rules' own).
+const SHARED_ADDRESS: u32 = 15;
+
 /// The hidden parameters' `.param` names, in [`KernelAbi`] order.
 const HIDDEN: [&str; KernelAbi::INTRINSICS] = [
     "mem_base",
@@ -801,6 +807,21 @@ impl Emitter<'_> {
             // A whole value at a constant, aligned offset of the stack
             // slot: local memory, no alignment check.
             self.line(&line);
+        } else if let (Some((_, addr)), Some(Root::Shared)) = (address, root)
+            && let Some(offset) = self.shared_offset32(addr)
+            && self.shared_access(inst, "")?.is_some()
+        {
+            // A whole value at the shared base plus a 32-bit offset (the
+            // translator checked bounds and alignment): a 32-bit shared
+            // address, `__shmem`'s plus the offset, so ptxas folds the
+            // offset's constants into the access.
+            let shared = self.scratch_reg(Class::B32, SHARED_ADDRESS);
+            let offset = self.reg(offset)?;
+            self.line(&format!("mov.u32 {shared}, __shmem;"));
+            self.line(&format!("add.u32 {shared}, {shared}, {offset};"));
+            if let Some(line) = self.shared_access(inst, &shared)? {
+                self.line(&line);
+            }
         } else if let (Some((slot, addr)), Some(Root::Shared)) = (address, root) {
             // Shared memory: the translator checked bounds and alignment.
             let shared = self.scratch_reg(Class::B64, GLOBAL_ADDRESS);
@@ -933,6 +954,29 @@ impl Emitter<'_> {
         } else {
             format!("st.shared.{kind} [{shared}+{off}], {reg};")
         }))
+    }
+
+    /// The 32-bit offset `x` of an address `shared_base + uextend(x)` (in
+    /// either order), as the translator computes every shared access's.
+    fn shared_offset32(&self, addr: Value) -> Option<Value> {
+        let dfg = &self.func.dfg;
+        let def = dfg.value_def(dfg.resolve_aliases(addr)).inst()?;
+        let (Opcode::Iadd, &[a, b]) = (dfg.insts[def].opcode(), dfg.inst_args(def)) else {
+            return None;
+        };
+        let (a, b) = (dfg.resolve_aliases(a), dfg.resolve_aliases(b));
+        let extended = if self.shared_bases.contains(&a) {
+            b
+        } else if self.shared_bases.contains(&b) {
+            a
+        } else {
+            return None;
+        };
+        let ext = dfg.value_def(extended).inst()?;
+        match (dfg.insts[ext].opcode(), dfg.inst_args(ext)) {
+            (Opcode::Uextend, &[x]) if dfg.value_type(x) == I32 => Some(x),
+            _ => None,
+        }
     }
 
     /// Where an address points, by the values it is computed from:

@@ -146,10 +146,21 @@ fn translate_once(
     // The block's shared memory, read once: every shared access adds a
     // checked offset to the base.
     let shared = cooperation.shared.then(|| {
-        [RuntimeCheck::SharedBase, RuntimeCheck::SharedSize].map(|check| {
+        let [base, size] = [RuntimeCheck::SharedBase, RuntimeCheck::SharedSize].map(|check| {
             let call = builder.ins().call(checks[check as usize], &[]);
             builder.inst_results(call)[0]
-        })
+        });
+        // For each access size, the least `i32` offset out of bounds:
+        // `max(size - bytes + 1, 0)` (0 when the block has less than
+        // `bytes`: every access traps).
+        let zero = builder.ins().iconst(I64, 0);
+        let bounds = SHARED_ACCESS_BYTES.map(|bytes| {
+            let bound = builder.ins().iadd_imm_s(size, 1 - i64::from(bytes));
+            let negative = builder.ins().icmp(IntCC::SignedLessThan, bound, zero);
+            let bound = builder.ins().select(negative, zero, bound);
+            builder.ins().ireduce(I32, bound)
+        });
+        Shared { base, size, bounds }
     });
     let hidden = Hidden {
         mem_base: values[abi.hidden(KernelAbi::MEM_BASE)],
@@ -159,7 +170,7 @@ fn translate_once(
         clock,
         checks,
         start,
-        shared: shared.map(|[base, size]| Shared { base, size }),
+        shared,
         cooperative: cooperation.cooperative,
     };
 
@@ -253,11 +264,17 @@ struct Hidden {
     cooperative: bool,
 }
 
-/// The block's shared memory: its address and size (`i64`s).
+/// The sizes of shared accesses, in bytes.
+const SHARED_ACCESS_BYTES: [u32; 4] = [1, 2, 4, 8];
+
+/// The block's shared memory: its address and size (`i64`s), and for each
+/// of [`SHARED_ACCESS_BYTES`] the least offset (`i32`, unsigned) at which
+/// an access of that size is out of bounds.
 #[derive(Clone, Copy)]
 struct Shared {
     base: Value,
     size: Value,
+    bounds: [Value; 4],
 }
 
 struct Translator<'m, 'a, 'f> {

@@ -126,7 +126,7 @@ impl Translator<'_, '_, '_> {
     /// (an `i32`, unsigned): traps `HeapMisaligned` unless `bytes` divides
     /// it, then `HeapOutOfBounds` unless `offset + bytes <= shared_size`.
     fn shared_offset(&mut self, offset: Value, bytes: u32) -> Result<Value, LowerError> {
-        let size = self.shared()?.size;
+        let shared = self.shared()?;
         let b = &mut self.builder;
         let ea = b.ins().uextend(I64, offset);
         // `bench-unsandboxed` (never for production: benchmarks only): no
@@ -134,15 +134,23 @@ impl Translator<'_, '_, '_> {
         if cfg!(feature = "bench-unsandboxed") {
             return Ok(ea);
         }
+        // (`translate::align` removes the tests it proves pass.)
         if bytes > 1 {
             let low = b.ins().band_imm_s(ea, i64::from(bytes - 1));
             let misaligned = b.ins().icmp_imm_u(IntCC::NotEqual, low, 0);
             b.ins()
                 .trapnz(misaligned, KernelTrap::HeapMisaligned.trap_code());
         }
-        // Below 2^32 + 8: no wrap.
-        let end = b.ins().iadd_imm_u(ea, i64::from(bytes));
-        let out = b.ins().icmp(IntCC::UnsignedGreaterThan, end, size);
+        // `offset + bytes > size`, in 32 bits against the bound worked
+        // out once at entry.
+        let bound = super::SHARED_ACCESS_BYTES
+            .iter()
+            .position(|&n| n == bytes)
+            .map(|i| shared.bounds[i])
+            .ok_or_else(|| internal("a shared access of an odd size"))?;
+        let out = b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, offset, bound);
         b.ins().trapnz(out, KernelTrap::HeapOutOfBounds.trap_code());
         Ok(ea)
     }
