@@ -1467,3 +1467,49 @@ fn address_roots_of_shared_operands_take_linear_time() {
         started.elapsed()
     );
 }
+
+/// A Wasm kernel's whole-value shared loads and stores use 32-bit shared
+/// addresses (`__shmem` plus the offset), a shared atomic the converted
+/// generic address; its `u64` offsets `i << 3` need no alignment test, its
+/// `i32` atomic at a parameter does. Written out for ptxas.
+#[test]
+fn shared_accesses_use_32_bit_shared_addresses() {
+    let wat = r#"(module
+  (import "tensorwasm_kernel" "shared_load_i64" (func $ld (param i32) (result i64)))
+  (import "tensorwasm_kernel" "shared_store_f32" (func $st (param i32 f32)))
+  (import "tensorwasm_kernel" "shared_atomic_add_i32" (func $add (param i32 i32) (result i32)))
+  (memory 1)
+  (func (export "shared_kernel") (param $i i32) (param $o i32)
+    (call $st (i32.shl (local.get $i) (i32.const 2)) (f32.const 1.5))
+    (drop (call $add (local.get $o) (i32.const 1)))
+    (i64.store (local.get $o) (call $ld (i32.add (i32.shl (local.get $i) (i32.const 3)) (i32.const 64))))))"#;
+    let wasm = wat::parse_str(wat).unwrap();
+    let k = translate_kernel(&wasm, 3).unwrap();
+    let misaligned = KernelTrap::HeapMisaligned.trap_code().to_string();
+    let tests = k
+        .function
+        .display()
+        .to_string()
+        .lines()
+        .filter(|l| l.contains("trapnz") && l.trim_end().ends_with(misaligned.as_str()))
+        .count();
+    assert_eq!(tests, 1, "only the atomic's offset may be misaligned");
+    for target in &TARGETS {
+        let ptx = target.lower(&k.name, &k.function, k.abi).unwrap();
+        for access in ["ld.shared.u64", "st.shared.f32"] {
+            let line = ptx
+                .lines()
+                .find(|l| l.contains(access))
+                .unwrap_or_else(|| panic!("no {access}:\n{ptx}"));
+            assert!(line.contains("[%tr15+0]"), "{line}");
+        }
+        assert_eq!(ptx.matches("mov.u32 %tr15, __shmem;").count(), 2, "{ptx}");
+        assert_eq!(
+            ptx.matches("cvta.to.shared.u64").count(),
+            1,
+            "the atomic:\n{ptx}"
+        );
+        let file = format!("shared_kernel.sm_{}{}.ptx", target.sm.0, target.sm.1);
+        std::fs::write(out_dir().join(file), &ptx).unwrap();
+    }
+}
