@@ -158,8 +158,9 @@ const ROW_CACHE: usize = 32;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn softmax_rows(x: *const f32, y: *mut f32, rows: u32, cols: u32) {
     let r = kernel::global_id_x() / WARP_SIZE;
-    // Whole warps leave: blocks are whole warps.
-    if r >= rows {
+    // Whole warps leave: blocks are whole warps. Rows of no columns have
+    // nothing to write.
+    if r >= rows || cols == 0 {
         return;
     }
     let lane = (kernel::thread_idx_x() % WARP_SIZE) as usize;
@@ -174,23 +175,26 @@ pub unsafe extern "C" fn softmax_rows(x: *const f32, y: *mut f32, rows: u32, col
         )
     };
     if cols <= ROW_CACHE * WARP_SIZE as usize {
+        // Columns past the row's end read its last element (no branch
+        // around the load) and count as -inf.
         let mut v = [f32::NEG_INFINITY; ROW_CACHE];
+        let last = cols - 1;
         unrolled!(u in 32 {
-            if let Some(&e) = x.get(lane + u * WARP_SIZE as usize) {
-                v[u] = e;
-            }
+            let j = lane + u * WARP_SIZE as usize;
+            // SAFETY: `min(j, last) <= cols - 1` (`cols >= 1`, above).
+            let e = unsafe { *x.get_unchecked(j.min(last)) };
+            v[u] = if j < cols { e } else { f32::NEG_INFINITY };
         });
         let mut max = f32::NEG_INFINITY;
         unrolled!(u in 32 {
             max = larger(max, v[u]);
         });
         let max = warp_max(max);
+        // exp(-inf - max) is 0: the columns past the end add nothing.
         let mut sum = 0.0f32;
         unrolled!(u in 32 {
-            if lane + u * (WARP_SIZE as usize) < cols {
-                v[u] = math::expf_fast(v[u] - max);
-                sum += v[u];
-            }
+            v[u] = math::expf_fast(v[u] - max);
+            sum += v[u];
         });
         let inv = 1.0 / warp_sum(sum);
         unrolled!(u in 32 {
