@@ -223,7 +223,7 @@ pub fn translate_kernel_within(
             ))),
         })
         .collect::<Result<_, _>>()?;
-    let (mut function, registers) = body::translate(
+    let (function, registers) = body::translate(
         &module,
         func_index,
         &params,
@@ -231,7 +231,6 @@ pub fn translate_kernel_within(
         detected.stack,
         detected.cooperation,
     )?;
-    align::drop_proven_alignment_tests(&mut function);
 
     #[cfg(debug_assertions)]
     {
