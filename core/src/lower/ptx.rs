@@ -984,8 +984,7 @@ impl Emitter<'_> {
     /// address), [`Root::Shared`] for a `shared_base` plus offsets,
     /// [`Root::Offset`] for an integer computed from no address,
     /// [`Root::Unknown`] for anything else (a `select`, `stack_addr`, two
-    /// addresses added). Values narrower than 64 bits, block parameters and
-    /// loaded values are offsets:
+    /// addresses added). Block parameters and loaded values are offsets:
     /// the translator computes each host address just before its access,
     /// and no Wasm value (locals, globals, memory) ever holds one. Each
     /// value's root is worked out once (`root_memo`), by an explicit stack:
@@ -1003,10 +1002,6 @@ impl Emitter<'_> {
                 Some(Root::Global)
             } else if self.shared_bases.contains(&v) {
                 Some(Root::Shared)
-            } else if dfg.value_type(v).bits() < 64 {
-                // Addresses are 64-bit: a narrower value (a Wasm `i32`, a
-                // `select` of two) is an offset.
-                Some(Root::Offset)
             } else {
                 match dfg.value_def(v).inst() {
                     None => Some(Root::Offset),

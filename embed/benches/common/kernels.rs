@@ -259,7 +259,7 @@ impl<D: KernelTarget> WasmKernel<D> {
     /// A launch of `grid` x `block` threads with `shared_bytes` of shared
     /// memory over `guest`, as `launch` queues it for a guest with the
     /// device to itself: one physical block per virtual block, the shared
-    /// bytes rounded up to 16 (at least 16), the default fuel, no time limit (every check
+    /// bytes rounded up to 16, the default fuel, no time limit (every check
     /// still runs).
     pub fn launch(
         &self,
@@ -287,7 +287,7 @@ impl<D: KernelTarget> WasmKernel<D> {
             config: LaunchConfig {
                 grid: one_block_each(grid),
                 block,
-                shared_mem_bytes: shared_bytes.max(16).next_multiple_of(16),
+                shared_mem_bytes: shared_bytes.next_multiple_of(16),
             },
             params,
         }

@@ -805,21 +805,19 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             }
             self.status_words()?;
             config.grid = self.physical_grid(grid, block)?;
-            // A block zeroes its shared memory 16 bytes at a time, and a
-            // shared load may be made at offset 0 before its bounds test
-            // fails (`docs/kernels.md`, "Shared memory"): the kernel sees
-            // the launch's bytes rounded up to a multiple of 16, and at
-            // least 16 (the driver checks the result against the device's
-            // limit).
-            config.shared_mem_bytes = shared_mem_bytes
-                .max(16)
-                .checked_next_multiple_of(16)
-                .ok_or_else(|| {
-                    AbiError::new(
-                        Errno::EINVAL,
-                        format!("{shared_mem_bytes} bytes of shared memory per block"),
-                    )
-                })?;
+            // A block zeroes its shared memory 16 bytes at a time
+            // (`docs/kernels.md`, "Shared memory"): the kernel sees the
+            // launch's bytes rounded up to a multiple of 16 (the driver
+            // checks the result against the device's limit).
+            config.shared_mem_bytes =
+                shared_mem_bytes
+                    .checked_next_multiple_of(16)
+                    .ok_or_else(|| {
+                        AbiError::new(
+                            Errno::EINVAL,
+                            format!("{shared_mem_bytes} bytes of shared memory per block"),
+                        )
+                    })?;
         }
         let kernel = function.kernel.as_ref().map(|k| k.name.clone());
         let is_kernel = kernel.is_some();

@@ -34,7 +34,6 @@ use crate::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck, U
 
 mod atomic;
 mod cooperative;
-mod defer;
 mod window;
 
 pub(super) use atomic::atomic_access;
@@ -206,7 +205,6 @@ fn translate_once(
         window_accesses: Vec::new(),
         spill_sites: 0,
         sites: 0,
-        deferred: Vec::new(),
     };
     let def = module
         .defined(func_index)
@@ -229,17 +227,12 @@ fn translate_once(
             .map(|results| results.is_some())
     })?;
     translator.builder.seal_all_blocks();
-    let (window, accesses, spill_sites, deferred) = (
+    let (window, accesses, spill_sites) = (
         translator.window.take(),
         core::mem::take(&mut translator.window_accesses),
         translator.spill_sites,
-        core::mem::take(&mut translator.deferred),
     );
     drop(translator);
-    // The alignment tests proven to pass go first: the others stop the
-    // bounds tests' move.
-    super::align::drop_proven_alignment_tests(&mut function);
-    defer::defer_bounds_tests(&mut function, &deferred);
     let placements = match &window {
         Some(window) => window::resolve_frame_accesses(&mut function, window, &accesses),
         None => Vec::new(),
@@ -302,9 +295,6 @@ struct Translator<'m, 'a, 'f> {
     spill_sites: usize,
     /// Warp operations emitted so far: each call site's number.
     sites: i32,
-    /// Shared loads made at a safe offset, each with its bounds test,
-    /// which [`defer::defer_bounds_tests`] moves later.
-    deferred: Vec<defer::Deferred>,
 }
 
 /// A thread's copy of a mutable global.

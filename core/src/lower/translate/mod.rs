@@ -223,7 +223,7 @@ pub fn translate_kernel_within(
             ))),
         })
         .collect::<Result<_, _>>()?;
-    let (function, registers) = body::translate(
+    let (mut function, registers) = body::translate(
         &module,
         func_index,
         &params,
@@ -231,6 +231,7 @@ pub fn translate_kernel_within(
         detected.stack,
         detected.cooperation,
     )?;
+    align::drop_proven_alignment_tests(&mut function);
 
     #[cfg(debug_assertions)]
     {

@@ -9,7 +9,7 @@
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32, I32, I64};
-use cranelift_codegen::ir::{Endianness, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{Endianness, InstBuilder, MemFlagsData, Value};
 
 use super::atomic::Atomic;
 use super::{FuncState, Translator, internal};
@@ -39,7 +39,11 @@ impl Translator<'_, '_, '_> {
                 let size = self.shared()?.size;
                 Some(self.builder.ins().ireduce(I32, size))
             }
-            CoopIntrinsic::SharedLoad(ty) => Some(self.shared_load(args[0], ty.clif_type())?),
+            CoopIntrinsic::SharedLoad(ty) => {
+                let ty = ty.clif_type();
+                let addr = self.shared_address(args[0], ty.bytes())?;
+                Some(self.builder.ins().load(ty, flags(), addr, 0))
+            }
             CoopIntrinsic::SharedStore(ty) => {
                 let addr = self.shared_address(args[0], ty.clif_type().bytes())?;
                 self.builder.ins().store(flags(), args[1], addr, 0);
@@ -122,74 +126,33 @@ impl Translator<'_, '_, '_> {
     /// (an `i32`, unsigned): traps `HeapMisaligned` unless `bytes` divides
     /// it, then `HeapOutOfBounds` unless `offset + bytes <= shared_size`.
     fn shared_offset(&mut self, offset: Value, bytes: u32) -> Result<Value, LowerError> {
-        let ea = self.builder.ins().uextend(I64, offset);
+        let shared = self.shared()?;
+        let b = &mut self.builder;
+        let ea = b.ins().uextend(I64, offset);
         // `bench-unsandboxed` (never for production: benchmarks only): no
         // checks, so a kernel can reach past its block's shared memory.
         if cfg!(feature = "bench-unsandboxed") {
             return Ok(ea);
         }
-        self.shared_alignment_test(ea, bytes);
-        let out = self.shared_out_of_bounds(offset, bytes)?;
-        self.builder
-            .ins()
-            .trapnz(out, KernelTrap::HeapOutOfBounds.trap_code());
-        Ok(ea)
-    }
-
-    /// A shared load of `ty` at `offset` (an `i32`, unsigned), checked as
-    /// [`Self::shared_offset`] says, but made before its bounds test: at
-    /// the offset when it is in bounds, at 0 when it is not (the block's
-    /// shared memory is at least 16 bytes), so it never faults; the test
-    /// follows it, and `defer` moves it later still.
-    fn shared_load(&mut self, offset: Value, ty: Type) -> Result<Value, LowerError> {
-        let bytes = ty.bytes();
-        let base = self.shared()?.base;
-        if cfg!(feature = "bench-unsandboxed") {
-            let ea = self.builder.ins().uextend(I64, offset);
-            let addr = self.builder.ins().iadd(base, ea);
-            return Ok(self.builder.ins().load(ty, flags(), addr, 0));
-        }
-        let ea = self.builder.ins().uextend(I64, offset);
-        self.shared_alignment_test(ea, bytes);
-        let out = self.shared_out_of_bounds(offset, bytes)?;
-        let b = &mut self.builder;
-        let zero = b.ins().iconst(I32, 0);
-        let safe = b.ins().select(out, zero, offset);
-        let ea = b.ins().uextend(I64, safe);
-        let addr = b.ins().iadd(base, ea);
-        let value = b.ins().load(ty, flags(), addr, 0);
-        let load = b.func.dfg.value_def(value).unwrap_inst();
-        let test = b.ins().trapnz(out, KernelTrap::HeapOutOfBounds.trap_code());
-        self.deferred.push(super::defer::Deferred { load, test });
-        Ok(value)
-    }
-
-    /// Traps `HeapMisaligned` unless `bytes` divides `ea` (`translate::align`
-    /// removes the tests it proves pass).
-    fn shared_alignment_test(&mut self, ea: Value, bytes: u32) {
+        // (`translate::align` removes the tests it proves pass.)
         if bytes > 1 {
-            let b = &mut self.builder;
             let low = b.ins().band_imm_s(ea, i64::from(bytes - 1));
             let misaligned = b.ins().icmp_imm_u(IntCC::NotEqual, low, 0);
             b.ins()
                 .trapnz(misaligned, KernelTrap::HeapMisaligned.trap_code());
         }
-    }
-
-    /// Whether an access of `bytes` at `offset` (an `i32`, unsigned) is out
-    /// of the block's shared memory: `offset + bytes > size`, as one 32-bit
-    /// comparison against the bound worked out at entry.
-    fn shared_out_of_bounds(&mut self, offset: Value, bytes: u32) -> Result<Value, LowerError> {
-        let shared = self.shared()?;
+        // `offset + bytes > size`, in 32 bits against the bound worked
+        // out once at entry.
         let bound = super::SHARED_ACCESS_BYTES
             .iter()
             .position(|&n| n == bytes)
             .map(|i| shared.bounds[i])
             .ok_or_else(|| internal("a shared access of an odd size"))?;
-        Ok(self
-            .builder
+        let out = b
             .ins()
-            .icmp(IntCC::UnsignedGreaterThanOrEqual, offset, bound))
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, offset, bound);
+        b.ins().trapnz(out, KernelTrap::HeapOutOfBounds.trap_code());
+        Ok(ea)
     }
 
     /// The host address of a checked shared access ([`Self::shared_offset`]).
