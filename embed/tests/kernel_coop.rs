@@ -316,6 +316,19 @@ const KERNELS: &[(&str, &str)] = &[
            (call $shared_load_i32 (select (call $shared_size) (i32.const 0)
              (i32.eq (local.get $t) (i32.const 3)))))",
     ),
+    // Thread 3 reads just past the block's shared memory with its first
+    // shared load when bit 0 of the word at a is set, with its second when
+    // bit 1 is; then every thread stores 1 + what it read.
+    (
+        "oob_loads",
+        "(local.set $o (select (i32.load (local.get $a)) (i32.const 0) (i32.eq (local.get $t) (i32.const 3))))
+         (local.set $v (call $shared_load_i32 (select (call $shared_size) (i32.const 0)
+           (i32.and (local.get $o) (i32.const 1)))))
+         (local.set $s (call $shared_load_i32 (select (call $shared_size) (i32.const 4)
+           (i32.and (local.get $o) (i32.const 2)))))
+         (i32.store (i32.add (local.get $b) (i32.shl (local.get $g) (i32.const 2)))
+           (i32.add (i32.add (local.get $v) (local.get $s)) (i32.const 1)))",
+    ),
     // Thread 3's shared atomic is at offset 2.
     (
         "shared_misaligned_atomic",
@@ -679,6 +692,33 @@ where
         KernelTrap::HeapOutOfBounds,
     );
     next_launch_works(&mut g, "an out-of-bounds shared access");
+
+    // A shared load's bounds test may run after later loads (`defer.rs`),
+    // but before the thread's next effect (each block's thread 3 stores
+    // nothing, the others store 1), and the first failing load's offset is the one
+    // reported (the first load's, which comes earlier in the code).
+    let trap_offset = |text: &str| {
+        let hex = text.rsplit("at offset 0x").next().unwrap_or_default();
+        let digits: String = hex.chars().take_while(char::is_ascii_hexdigit).collect();
+        u64::from_str_radix(&digits, 16).unwrap_or_else(|_| panic!("no offset in {text}"))
+    };
+    let mode = |g: &mut Guest<D>, bits: u32| {
+        g.memory()[IN as usize..IN as usize + 4].copy_from_slice(&bits.to_le_bytes());
+    };
+    mode(&mut g, 2);
+    g.run_trapping("oob_loads", 2, 64, 64, KernelTrap::HeapOutOfBounds);
+    let second = trap_offset(&g.last_error());
+    for gid in 0..128 {
+        assert_eq!(g.out_u32(gid), u32::from(gid % 64 != 3), "thread {gid}");
+    }
+    mode(&mut g, 3);
+    g.run_trapping("oob_loads", 2, 64, 64, KernelTrap::HeapOutOfBounds);
+    let first = trap_offset(&g.last_error());
+    assert!(
+        first < second,
+        "the first load's offset {first:#x}, not {second:#x}"
+    );
+    next_launch_works(&mut g, "out-of-bounds shared loads");
 
     g.run_trapping(
         "shared_misaligned_atomic",
