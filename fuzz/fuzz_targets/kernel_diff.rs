@@ -12,9 +12,10 @@
 //! reason: no module from the input, a translator refusal by operator, too
 //! large, failed instantiation, out of fuel), and, among the compared, how
 //! many had `call_indirect`, `global.set`, `memory.copy`, `memory.fill`,
-//! atomics, or calls of the cooperative intrinsics (shared memory, shared
-//! atomics, `barrier`, warp operations) in F's call graph, and how many
-//! called them (on wasmtime) and trapped in a shared access.
+//! atomics, calls of the cooperative intrinsics (shared memory, shared
+//! atomics, `barrier`, warp operations) or of the fused multiply-adds in
+//! F's call graph, and how many called the cooperative ones (on wasmtime)
+//! and trapped in a shared access.
 //!
 //! `KERNEL_DIFF_DEBUG=1` prints every compared run (and why each skipped
 //! one was skipped); `KERNEL_DIFF_WASM=path`

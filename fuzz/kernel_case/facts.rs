@@ -2,7 +2,7 @@
 //! functions, its imports (intrinsics), globals, tables' element segments
 //! and each body's calls. It changes nothing.
 
-use tensorwasm_core::lower::{Intrinsic, cooperative::CoopIntrinsic};
+use tensorwasm_core::lower::{Intrinsic, cooperative::CoopIntrinsic, math::MathIntrinsic};
 use wasmparser::{ElementItems, ElementKind, FuncType, Operator, Parser, Payload, ValType};
 
 use super::F_EXPORT;
@@ -36,6 +36,8 @@ pub enum Import {
     Position(Intrinsic),
     /// A cooperative intrinsic (shared memory, barrier, warp operations).
     Coop(CoopIntrinsic),
+    /// An arithmetic intrinsic (`fma_f32`, `fma_f64`).
+    Math(MathIntrinsic),
 }
 
 impl Import {
@@ -43,6 +45,7 @@ impl Import {
         Intrinsic::from_import(module, name)
             .map(Import::Position)
             .or_else(|| CoopIntrinsic::from_import(module, name).map(Import::Coop))
+            .or_else(|| MathIntrinsic::from_import(module, name).map(Import::Math))
     }
 }
 
@@ -57,9 +60,10 @@ pub struct Body {
 }
 
 /// Operators whose presence in a compared kernel the tally counts: what
-/// compilers emit and the translator gained; the last four are calls of
-/// cooperative intrinsics ([`coop_tracked`]).
-pub const TRACKED: [&str; 9] = [
+/// compilers emit and the translator gained; then four kinds of calls of
+/// cooperative intrinsics ([`coop_tracked`]), and calls of the fused
+/// multiply-adds.
+pub const TRACKED: [&str; 10] = [
     "call_indirect",
     "global.set",
     "memory.copy",
@@ -69,6 +73,7 @@ pub const TRACKED: [&str; 9] = [
     "shared atomics",
     "barrier",
     "warp operations",
+    "fused multiply-add",
 ];
 
 /// The tracked constructs a call of `which` uses: any shared access (the
@@ -182,10 +187,12 @@ impl Facts {
                         match op {
                             Operator::Call { function_index } => {
                                 calls.push(function_index);
-                                if let Some(&Import::Coop(c)) =
-                                    facts.imports.get(function_index as usize)
-                                {
-                                    uses.extend(coop_tracked(c).iter().copied());
+                                match facts.imports.get(function_index as usize) {
+                                    Some(&Import::Coop(c)) => {
+                                        uses.extend(coop_tracked(c).iter().copied());
+                                    }
+                                    Some(Import::Math(_)) => uses.push(TRACKED[9]),
+                                    _ => {}
                                 }
                             }
                             Operator::CallIndirect {

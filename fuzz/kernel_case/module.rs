@@ -8,7 +8,8 @@
 
 use arbitrary::{Result as ArbitraryResult, Unstructured};
 use tensorwasm_core::lower::{
-    INTRINSIC_MODULE, Intrinsic, cooperative::CoopIntrinsic, translate::WasmType,
+    INTRINSIC_MODULE, Intrinsic, cooperative::CoopIntrinsic, math::MathIntrinsic,
+    translate::WasmType,
 };
 use wasm_encoder::{BlockType, Instruction as I, MemArg};
 use wasmparser::{FuncType, Operator, Parser, Payload, ValType};
@@ -94,7 +95,8 @@ pub fn smith_config(
 
 /// The imports wasm-smith may use, and how many: the twelve position
 /// intrinsics, `() -> i32`, and with `coop` every cooperative intrinsic
-/// (`CoopIntrinsic::all()`, with its own type).
+/// (`CoopIntrinsic::all()`, with its own type) and the fused
+/// multiply-adds (`MathIntrinsic::ALL`).
 fn intrinsics_module(coop: bool) -> (usize, Vec<u8>) {
     let mut signatures: Vec<(Vec<WasmType>, Option<WasmType>)> = Vec::new();
     let mut type_of = |params: Vec<WasmType>, result: Option<WasmType>| -> u32 {
@@ -122,6 +124,13 @@ fn intrinsics_module(coop: bool) -> (usize, Vec<u8>) {
             let mut name = String::new();
             which.import_name(&mut name);
             entries.push((name, type_of(which.params(), which.result())));
+        }
+        for which in MathIntrinsic::ALL {
+            let t = which.value_type();
+            entries.push((
+                which.import_name().to_string(),
+                type_of(vec![t; which.arity()], Some(t)),
+            ));
         }
     }
     let mut types = wasm_encoder::TypeSection::new();

@@ -10,6 +10,7 @@ use tensorwasm_core::{
         INTRINSIC_MODULE, Intrinsic, KernelTrap,
         atomic::AtomicIntrinsic,
         cooperative::{CoopIntrinsic, Vote},
+        math::MathIntrinsic,
         translate::WasmType,
     },
 };
@@ -266,6 +267,22 @@ impl Reference {
                 )
                 .expect("a cooperative intrinsic");
         }
+        // The fused multiply-adds, as the host computes them in a guest's
+        // own code.
+        linker
+            .func_wrap(
+                INTRINSIC_MODULE,
+                MathIntrinsic::FmaF32.import_name(),
+                f32::mul_add,
+            )
+            .expect("fma_f32");
+        linker
+            .func_wrap(
+                INTRINSIC_MODULE,
+                MathIntrinsic::FmaF64.import_name(),
+                f64::mul_add,
+            )
+            .expect("fma_f64");
         let block = Block {
             shared: vec![0; launch.shared_bytes as usize],
             lane: launch.lane(),
