@@ -87,24 +87,27 @@ impl NanPlan {
             }
         }
         // What may hold PTX's NaN: the deferred results, then the
-        // parameters they reach, until nothing changes (each round marks
-        // at least one more parameter, so it ends).
+        // parameters they reach (a worklist over the edges, sorted by
+        // argument: each parameter is marked and followed once).
         let mut ptx_nan = alloc::vec![false; n];
+        let mut work: Vec<Value> = Vec::new();
         for v in dfg.values() {
-            if let ValueDef::Result(inst, 0) = dfg.value_def(v) {
-                ptx_nan[index(v)] = canonical_nan_rule(func, inst) && !keep[index(v)];
+            if let ValueDef::Result(inst, 0) = dfg.value_def(v)
+                && canonical_nan_rule(func, inst)
+                && !keep[index(v)]
+            {
+                ptx_nan[index(v)] = true;
+                work.push(v);
             }
         }
-        loop {
-            let mut changed = false;
-            for &(arg, param) in &edges {
-                if ptx_nan[index(arg)] && !ptx_nan[index(param)] {
+        edges.sort_unstable_by_key(|&(arg, _)| index(arg));
+        while let Some(v) = work.pop() {
+            let from = edges.partition_point(|&(arg, _)| index(arg) < index(v));
+            for &(_, param) in edges[from..].iter().take_while(|&&(arg, _)| arg == v) {
+                if !ptx_nan[index(param)] {
                     ptx_nan[index(param)] = true;
-                    changed = true;
+                    work.push(param);
                 }
-            }
-            if !changed {
-                break;
             }
         }
         let fix_before_use = dfg

@@ -16,7 +16,10 @@
 //! changes. Each round only lowers counts, so it ends; and what it ends on
 //! holds of every value any run computes (by induction over the run: the
 //! arguments know nothing, and every definition and branch keeps the
-//! counts), so a removed test could never have trapped.
+//! counts), so a removed test could never have trapped. A round is one
+//! pass over the kernel, and a guest's loops could make the rounds many:
+//! after [`MAX_ROUNDS`] without an end the pass removes nothing (every test
+//! stays, which is always sound).
 
 use alloc::vec::Vec;
 
@@ -28,7 +31,9 @@ use crate::lower::KernelTrap;
 /// Removes every `HeapMisaligned` test of `func` whose offset is known to
 /// be aligned; how many it removed.
 pub(super) fn drop_proven_alignment_tests(func: &mut Function) -> usize {
-    let zeros = known_zeros(func);
+    let Some(zeros) = known_zeros(func) else {
+        return 0;
+    };
     let mut proven: Vec<Inst> = Vec::new();
     for block in func.layout.blocks() {
         for inst in func.layout.block_insts(block) {
@@ -95,8 +100,14 @@ fn index(v: Value) -> usize {
     v.as_u32() as usize
 }
 
-/// By value number, how many low bits are known to be zero.
-fn known_zeros(func: &Function) -> Vec<u32> {
+/// Rounds [`known_zeros`] makes before it gives up: straight code and a
+/// loop nest settle in a few (a count falls through a loop's parameter
+/// once a round).
+const MAX_ROUNDS: usize = 32;
+
+/// By value number, how many low bits are known to be zero; `None` when
+/// the fixed point takes more than [`MAX_ROUNDS`] rounds.
+fn known_zeros(func: &Function) -> Option<Vec<u32>> {
     let dfg = &func.dfg;
     let mut zeros: Vec<u32> = dfg.values().map(|v| dfg.value_type(v).bits()).collect();
     if let Some(entry) = func.layout.entry_block() {
@@ -104,7 +115,7 @@ fn known_zeros(func: &Function) -> Vec<u32> {
             zeros[index(p)] = 0;
         }
     }
-    loop {
+    for _ in 0..MAX_ROUNDS {
         let mut changed = false;
         let mut lower = |zeros: &mut Vec<u32>, v: Value, to: u32| {
             let slot = &mut zeros[index(v)];
@@ -134,9 +145,10 @@ fn known_zeros(func: &Function) -> Vec<u32> {
             }
         }
         if !changed {
-            return zeros;
+            return Some(zeros);
         }
     }
+    None
 }
 
 /// The low zero bits `inst`'s (first) result has, given its operands'.
