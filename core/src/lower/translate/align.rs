@@ -190,8 +190,8 @@ fn defined_zeros(func: &Function, inst: Inst, zeros: &[u32]) -> u32 {
     }
 }
 
-/// The value of an `iconst`, if `v` is one.
-fn constant(func: &Function, v: Value) -> Option<i64> {
+/// The value of an `iconst`, if `v` is one (as its immediate holds it).
+pub(in crate::lower::translate) fn constant(func: &Function, v: Value) -> Option<i64> {
     let dfg = &func.dfg;
     match dfg.insts[dfg.value_def(dfg.resolve_aliases(v)).inst()?] {
         InstructionData::UnaryImm {

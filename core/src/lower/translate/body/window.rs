@@ -12,8 +12,8 @@ use alloc::vec::Vec;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32, F64, I32, I64};
 use cranelift_codegen::ir::{
-    Block, Endianness, Function, Inst, InstBuilder, InstructionData, MemFlagsData, Opcode,
-    StackSlot, StackSlotData, StackSlotKind, Type, Value,
+    Block, Endianness, Function, Inst, InstBuilder, MemFlagsData, Opcode, StackSlot, StackSlotData,
+    StackSlotKind, Type, Value,
 };
 use cranelift_frontend::{FunctionBuilder, Variable};
 
@@ -677,15 +677,8 @@ impl SpOffsets {
         let Some(inst) = func.dfg.value_def(value).inst() else {
             return SpOffset::Unknown;
         };
-        let constant = |v: Value| match func.dfg.value_def(func.dfg.resolve_aliases(v)).inst() {
-            Some(i) => match func.dfg.insts[i] {
-                InstructionData::UnaryImm {
-                    opcode: Opcode::Iconst,
-                    imm,
-                } => Some(i64::from(imm.bits() as i32)),
-                _ => None,
-            },
-            None => None,
+        let constant = |v: Value| {
+            crate::lower::translate::align::constant(func, v).map(|c| i64::from(c as i32))
         };
         let args = func.dfg.inst_args(inst);
         let (sign, base, c) = match (func.dfg.insts[inst].opcode(), args) {
