@@ -8,7 +8,6 @@ use tensorwasm_core::{
     DeviceMemory, Dim3, GpuDriver, KernelParam, LaunchConfig,
     lower::{
         INTRINSIC_MODULE, Intrinsic, KernelTrap,
-        atomic::AtomicIntrinsic,
         cooperative::{CoopIntrinsic, Vote},
         math::MathIntrinsic,
         translate::WasmType,
@@ -411,7 +410,7 @@ impl Block {
                 let at = self.access(arg(0), size_of(ty))?;
                 let old = self.read(at, size_of(ty));
                 let operands: Vec<u64> = (1..args.len()).map(arg).collect();
-                self.write(at, size_of(ty), atomic_new(a, old, &operands));
+                self.write(at, size_of(ty), a.new_value(old, &operands, f32_add));
                 Some(Arg(value_type(ty), old).val())
             }
             CoopIntrinsic::Barrier => None,
@@ -454,36 +453,6 @@ impl Block {
     fn write(&mut self, at: usize, bytes: usize, bits: u64) {
         self.shared[at..at + bytes].copy_from_slice(&bits.to_le_bytes()[..bytes]);
     }
-}
-
-/// The value atomic `a` leaves in place of `old`, given its operands (the
-/// value, or a compare-and-swap's expected value and replacement).
-fn atomic_new(a: AtomicIntrinsic, old: u64, operands: &[u64]) -> u64 {
-    use AtomicIntrinsic as A;
-    let (old32, v32) = (old as u32, operands[0] as u32);
-    let new32 = match a {
-        A::AddI32 => old32.wrapping_add(v32),
-        A::SubI32 => old32.wrapping_sub(v32),
-        A::AndI32 => old32 & v32,
-        A::OrI32 => old32 | v32,
-        A::XorI32 => old32 ^ v32,
-        A::XchgI32 => v32,
-        A::MinI32 => (old32 as i32).min(v32 as i32) as u32,
-        A::MaxI32 => (old32 as i32).max(v32 as i32) as u32,
-        A::MinU32 => old32.min(v32),
-        A::MaxU32 => old32.max(v32),
-        A::CasI32 => {
-            if old32 == v32 {
-                operands[1] as u32
-            } else {
-                old32
-            }
-        }
-        A::AddF32 => f32_add(old32, v32),
-        A::AddI64 => return old.wrapping_add(operands[0]),
-        A::CasI64 => return if old == operands[0] { operands[1] } else { old },
-    };
-    u64::from(new32)
 }
 
 /// `old + v` as x86's `addss old, v` computes it, the CPU kernel's `fadd`

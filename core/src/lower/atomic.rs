@@ -129,6 +129,36 @@ impl AtomicIntrinsic {
         }
     }
 
+    /// The value it leaves in memory in place of `old` (the word's bits,
+    /// zero-extended), given its value operands (the value, or a
+    /// compare-and-swap's expected value and replacement); `add_f32` is
+    /// the float add of the memory it acts on ([`add_f32_bits`] for the
+    /// guest's memory). What every reference of the intrinsics computes.
+    pub fn new_value(self, old: u64, operands: &[u64], add_f32: impl Fn(u32, u32) -> u32) -> u64 {
+        use AtomicIntrinsic as A;
+        let v = operands.first().copied().unwrap_or(0);
+        let (old32, v32) = (old as u32, v as u32);
+        let new32 = match self {
+            A::AddI32 => old32.wrapping_add(v32),
+            A::SubI32 => old32.wrapping_sub(v32),
+            A::AndI32 => old32 & v32,
+            A::OrI32 => old32 | v32,
+            A::XorI32 => old32 ^ v32,
+            A::XchgI32 => v32,
+            A::MinI32 => (old32 as i32).min(v32 as i32) as u32,
+            A::MaxI32 => (old32 as i32).max(v32 as i32) as u32,
+            A::MinU32 => old32.min(v32),
+            A::MaxU32 => old32.max(v32),
+            A::CasI32 if old32 == v32 => operands.get(1).copied().unwrap_or(0) as u32,
+            A::CasI32 => old32,
+            A::AddF32 => add_f32(old32, v32),
+            A::AddI64 => return old.wrapping_add(v),
+            A::CasI64 if old == v => return operands.get(1).copied().unwrap_or(0),
+            A::CasI64 => return old,
+        };
+        u64::from(new32)
+    }
+
     /// The type of its value operands and result.
     pub const fn value_type(self) -> WasmType {
         match self {
@@ -173,7 +203,30 @@ fn flush(bits: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::add_f32_bits;
+    use super::{AtomicIntrinsic as A, add_f32_bits};
+
+    #[test]
+    fn new_values_are_the_operations_on_the_word() {
+        let minus_one = u64::from(u32::MAX);
+        assert_eq!(
+            A::MinI32.new_value(3, &[minus_one], add_f32_bits),
+            minus_one
+        );
+        assert_eq!(A::MinU32.new_value(3, &[minus_one], add_f32_bits), 3);
+        assert_eq!(A::AddI32.new_value(minus_one, &[2], add_f32_bits), 1);
+        assert_eq!(A::CasI32.new_value(5, &[5, 9], add_f32_bits), 9);
+        assert_eq!(A::CasI32.new_value(5, &[6, 9], add_f32_bits), 5);
+        assert_eq!(
+            A::CasI64.new_value(u64::MAX, &[u64::MAX, 1], add_f32_bits),
+            1
+        );
+        assert_eq!(A::AddI64.new_value(u64::MAX, &[2], add_f32_bits), 1);
+        let (one, half) = (u64::from(1f32.to_bits()), u64::from(0.5f32.to_bits()));
+        assert_eq!(
+            A::AddF32.new_value(one, &[half], add_f32_bits),
+            u64::from(1.5f32.to_bits())
+        );
+    }
 
     #[test]
     fn float_add_flushes_subnormals() {

@@ -7,7 +7,7 @@
 //! the translator lowers the same imports (`core::lower::atomic`).
 
 use tensorwasm_core::lower::INTRINSIC_MODULE;
-use tensorwasm_core::lower::atomic::{AtomicIntrinsic, AtomicOp, add_f32_bits};
+use tensorwasm_core::lower::atomic::{AtomicIntrinsic, add_f32_bits};
 use tensorwasm_core::lower::translate::WasmType;
 use wasmtime::{Caller, Extern, FuncType, Linker, Trap, Val, ValType};
 
@@ -68,54 +68,20 @@ fn apply(which: AtomicIntrinsic, memory: &mut [u8], params: &[Val]) -> wasmtime:
         .iter()
         .rev()
         .fold(0u64, |v, b| v << 8 | u64::from(*b));
-    let operand = |i: usize| match params[i] {
-        Val::I32(v) => u64::from(v.cast_unsigned()),
-        Val::I64(v) => v.cast_unsigned(),
-        Val::F32(bits) => u64::from(bits),
-        _ => 0,
-    };
-    let new = match which.op() {
-        AtomicOp::Rmw(op) => rmw(op, old, operand(1), size),
-        AtomicOp::Cmpxchg if old == operand(1) => operand(2),
-        AtomicOp::Cmpxchg => old,
-        AtomicOp::FloatAdd => u64::from(add_f32_bits(old as u32, operand(1) as u32)),
-        AtomicOp::Load | AtomicOp::Store => old,
-    };
+    let operands: Vec<u64> = params[1..]
+        .iter()
+        .map(|p| match *p {
+            Val::I32(v) => u64::from(v.cast_unsigned()),
+            Val::I64(v) => v.cast_unsigned(),
+            Val::F32(bits) => u64::from(bits),
+            _ => 0,
+        })
+        .collect();
+    let new = which.new_value(old, &operands, add_f32_bits);
     memory[at].copy_from_slice(&new.to_le_bytes()[..size as usize]);
     Ok(match which.value_type() {
         WasmType::I64 => Val::I64(old.cast_signed()),
         WasmType::F32 => Val::F32(old as u32),
         _ => Val::I32((old as u32).cast_signed()),
     })
-}
-
-/// `old op v` on `size`-byte integers.
-fn rmw(op: cranelift_codegen::ir::AtomicRmwOp, old: u64, v: u64, size: u64) -> u64 {
-    use cranelift_codegen::ir::AtomicRmwOp as Op;
-    let signed = |x: u64| {
-        if size == 4 {
-            i64::from(x as u32 as i32)
-        } else {
-            x.cast_signed()
-        }
-    };
-    let mask = if size == 4 {
-        u64::from(u32::MAX)
-    } else {
-        u64::MAX
-    };
-    let r = match op {
-        Op::Add => old.wrapping_add(v),
-        Op::Sub => old.wrapping_sub(v),
-        Op::And => old & v,
-        Op::Or => old | v,
-        Op::Xor => old ^ v,
-        Op::Xchg => v,
-        Op::Nand => !(old & v),
-        Op::Smin => signed(old).min(signed(v)).cast_unsigned(),
-        Op::Smax => signed(old).max(signed(v)).cast_unsigned(),
-        Op::Umin => old.min(v),
-        Op::Umax => old.max(v),
-    };
-    r & mask
 }
