@@ -2683,3 +2683,68 @@ fn shared_alignment_tests_only_where_the_offset_may_be_misaligned() {
     let odd = "(call $ld (i32.add (i32.shl (local.get $i) (i32.const 3)) (i32.const 4)))";
     assert_eq!(count(odd), (1, 2), "(i << 3) + 4");
 }
+
+/// The bounds tests of a run of loads with nothing observable between
+/// them become one test per base behind one branch to a cold block that
+/// makes the loads' own tests in order and ends in a trap: shared loads at
+/// `i << 3` plus 0, 8, 16, 24 (one base) and `j << 3` plus 0 and 8
+/// (another); guest loads at one address with offsets 0, 8 and 16 (one);
+/// a store's own test joins the run it ends. A store between two loads
+/// ends a run.
+#[test]
+fn bounds_tests_merge_per_base_within_a_run() {
+    let bounds = KernelTrap::HeapOutOfBounds.trap_code().to_string();
+    let shape = |body: &str| {
+        // `$i` and `$j` scaled once (as a compiler's common subexpressions).
+        let wat = format!(
+            r#"(module
+  (import "tensorwasm_kernel" "shared_load_i64" (func $ld (param i32) (result i64)))
+  (memory 1)
+  (func (export "kernel") (param $i i32) (param $j i32) (param $o i32)
+    (local.set $i (i32.shl (local.get $i) (i32.const 3)))
+    (local.set $j (i32.shl (local.get $j) (i32.const 3)))
+    {body}))"#
+        );
+        let wasm = wat::parse_str(&wat).unwrap();
+        let clif = translate(&wasm).function.display().to_string();
+        let count = |what: &dyn Fn(&str) -> bool| clif.lines().filter(|l| what(l.trim())).count();
+        (
+            // Cold blocks (one per merged run), and the `bor`s of their
+            // groups' tests.
+            count(&|l| l.ends_with(&format!("trap {bounds}"))),
+            count(&|l| l.contains(" = bor ")),
+            // Conditional bounds traps: the cold blocks' and lone tests.
+            count(&|l| l.contains("trapnz ") && l.ends_with(&format!(", {bounds}"))),
+        )
+    };
+    let ld = |base: &str, plus: u32| {
+        format!("(call $ld (i32.add (local.get {base}) (i32.const {plus})))")
+    };
+    let sum = format!(
+        "(i64.store (local.get $o) (i64.add (i64.add (i64.add {} {}) (i64.add {} {})) (i64.add {} {})))",
+        ld("$i", 0),
+        ld("$j", 0),
+        ld("$i", 8),
+        ld("$j", 8),
+        ld("$i", 16),
+        ld("$i", 24)
+    );
+    // One run: two shared groups and the store's test, seven tests in the
+    // cold block.
+    assert_eq!(shape(&sum), (1, 2, 7), "six shared loads, two bases");
+    let split = format!(
+        "(i64.store (local.get $o) (i64.add {} {})) (i64.store (local.get $o) (i64.add {} {}))",
+        ld("$i", 0),
+        ld("$i", 8),
+        ld("$i", 16),
+        ld("$i", 24)
+    );
+    assert_eq!(shape(&split), (2, 2, 6), "a store between two runs");
+    let guest = "(i64.store (local.get $o) (i64.add (i64.add
+        (i64.load offset=0 (local.get $j)) (i64.load offset=8 (local.get $j)))
+        (i64.load offset=16 (local.get $j))))";
+    // One run: the loads' group and the store's test (another address).
+    assert_eq!(shape(guest), (1, 1, 4), "three guest loads, one address");
+    let alone = "(i64.store (local.get $o) (i64.const 1))";
+    assert_eq!(shape(alone), (0, 0, 1), "a lone store");
+}

@@ -329,6 +329,19 @@ const KERNELS: &[(&str, &str)] = &[
          (i32.store (i32.add (local.get $b) (i32.shl (local.get $g) (i32.const 2)))
            (i32.add (i32.add (local.get $v) (local.get $s)) (i32.const 1)))",
     ),
+    // Thread 3 reads two words of shared memory at the offset in the word
+    // at a (rounded down to a multiple of 4: no alignment test between
+    // the loads) and 4 bytes past it (one base: one merged bounds test),
+    // the others at 0 and 4; then every thread stores 1 + what it read.
+    (
+        "oob_same_base",
+        "(local.set $o (select (i32.and (i32.load (local.get $a)) (i32.const -4)) (i32.const 0)
+           (i32.eq (local.get $t) (i32.const 3))))
+         (local.set $v (call $shared_load_i32 (local.get $o)))
+         (local.set $s (call $shared_load_i32 (i32.add (local.get $o) (i32.const 4))))
+         (i32.store (i32.add (local.get $b) (i32.shl (local.get $g) (i32.const 2)))
+           (i32.add (i32.add (local.get $v) (local.get $s)) (i32.const 1)))",
+    ),
     // Thread 3's shared atomic is at offset 2.
     (
         "shared_misaligned_atomic",
@@ -693,10 +706,11 @@ where
     );
     next_launch_works(&mut g, "an out-of-bounds shared access");
 
-    // A shared load's bounds test may run after later loads (`defer.rs`),
-    // but before the thread's next effect (each block's thread 3 stores
-    // nothing, the others store 1), and the first failing load's offset is the one
-    // reported (the first load's, which comes earlier in the code).
+    // Shared loads' bounds tests are merged (`translate/merge.rs`), but a
+    // failing load traps before the thread's next effect (each block's
+    // thread 3 stores nothing, the others store 1), and the first failing
+    // load's offset is the one reported (the first load's, which comes
+    // earlier in the code).
     let trap_offset = |text: &str| {
         let hex = text.rsplit("at offset 0x").next().unwrap_or_default();
         let digits: String = hex.chars().take_while(char::is_ascii_hexdigit).collect();
@@ -719,6 +733,30 @@ where
         "the first load's offset {first:#x}, not {second:#x}"
     );
     next_launch_works(&mut g, "out-of-bounds shared loads");
+
+    // The same of two loads at one base, 4 bytes apart (64 bytes of
+    // shared memory): at 60 only the second fails; at 64 both do, and
+    // the first is reported; at 2^32 - 4 the second wraps to 0 and only
+    // the first fails. At 56 neither does.
+    let at = |g: &mut Guest<D>, offset: u32| {
+        g.memory()[IN as usize..IN as usize + 4].copy_from_slice(&offset.to_le_bytes());
+    };
+    at(&mut g, 60);
+    g.run_trapping("oob_same_base", 2, 64, 64, KernelTrap::HeapOutOfBounds);
+    let second = trap_offset(&g.last_error());
+    for gid in 0..128 {
+        assert_eq!(g.out_u32(gid), u32::from(gid % 64 != 3), "thread {gid}");
+    }
+    at(&mut g, 64);
+    g.run_trapping("oob_same_base", 2, 64, 64, KernelTrap::HeapOutOfBounds);
+    let first = trap_offset(&g.last_error());
+    assert!(first < second, "at 64: {first:#x}, not {second:#x}");
+    at(&mut g, u32::MAX - 3);
+    g.run_trapping("oob_same_base", 2, 64, 64, KernelTrap::HeapOutOfBounds);
+    assert_eq!(trap_offset(&g.last_error()), first, "at 2^32 - 4");
+    at(&mut g, 56);
+    g.run("oob_same_base", 2, 64, 64);
+    next_launch_works(&mut g, "out-of-bounds shared loads at one base");
 
     g.run_trapping(
         "shared_misaligned_atomic",

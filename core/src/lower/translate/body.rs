@@ -50,8 +50,10 @@ fn internal(what: &str) -> LowerError {
 /// detector, its call graph validated) into the kernel's CLIF function.
 /// A kernel with a small shadow-stack window is translated twice: the
 /// first translation finds its frame accesses at constant offsets, the
-/// second keeps the window in registers (`window`). Returns the function
-/// and whether its window lives in registers.
+/// second keeps the window in registers (`window`). Returns the function,
+/// whether its window lives in registers, and the shared-memory bounds its
+/// tests compare against ([`SHARED_ACCESS_BYTES`] order), if it has shared
+/// memory.
 pub(super) fn translate(
     module: &ModuleInfo<'_>,
     func_index: u32,
@@ -59,8 +61,8 @@ pub(super) fn translate(
     globals: &[KernelGlobal],
     stack: Option<(u32, u64)>,
     cooperation: Cooperation,
-) -> Result<(Function, bool), LowerError> {
-    let (function, plan, spill_sites) = translate_once(
+) -> Result<(Function, bool, Option<[Value; 4]>), LowerError> {
+    let (function, plan, spill_sites, bounds) = translate_once(
         module,
         func_index,
         params,
@@ -79,16 +81,16 @@ pub(super) fn translate(
             cooperation,
             Some(&plan),
         )
-        .map(|(f, _, _)| (f, true)),
-        _ => Ok((function, false)),
+        .map(|(f, _, _, bounds)| (f, true, bounds)),
+        _ => Ok((function, false, bounds)),
     }
 }
 
 /// One translation; with `plan` (the first translation's placements of
 /// the loads and stores), the window lives in registers. Returns the
-/// function, the placements it found (without `plan`), and how many other
+/// function, the placements it found (without `plan`), how many other
 /// operations reach the window by address (atomics, bulk memory: each
-/// spills and reloads a promoted window).
+/// spills and reloads a promoted window), and the shared bounds.
 fn translate_once(
     module: &ModuleInfo<'_>,
     func_index: u32,
@@ -97,7 +99,7 @@ fn translate_once(
     stack: Option<(u32, u64)>,
     cooperation: Cooperation,
     plan: Option<&[Placement]>,
-) -> Result<(Function, Vec<Placement>, usize), LowerError> {
+) -> Result<(Function, Vec<Placement>, usize, Option<[Value; 4]>), LowerError> {
     let abi = KernelAbi {
         wasm_params: params.len() + globals.len(),
     };
@@ -241,7 +243,7 @@ fn translate_once(
     // `PointerWidth`, which no_std Cranelift does not re-export, and it only
     // adds debug checks (the verifier's, stricter, run in `translate_kernel`)
     // and stack maps (a kernel has no GC values).
-    Ok((function, placements, spill_sites))
+    Ok((function, placements, spill_sites, shared.map(|s| s.bounds)))
 }
 
 /// The kernel's hidden parameters the translator reads, and the runtime
@@ -265,7 +267,7 @@ struct Hidden {
 }
 
 /// The sizes of shared accesses, in bytes.
-const SHARED_ACCESS_BYTES: [u32; 4] = [1, 2, 4, 8];
+pub(super) const SHARED_ACCESS_BYTES: [u32; 4] = [1, 2, 4, 8];
 
 /// The block's shared memory: its address and size (`i64`s), and for each
 /// of [`SHARED_ACCESS_BYTES`] the least offset (`i32`, unsigned) at which

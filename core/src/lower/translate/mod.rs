@@ -8,6 +8,7 @@
 mod align;
 mod body;
 mod detect;
+mod merge;
 mod module;
 
 pub use detect::MAX_STACK_WINDOW;
@@ -223,7 +224,7 @@ pub fn translate_kernel_within(
             ))),
         })
         .collect::<Result<_, _>>()?;
-    let (mut function, registers) = body::translate(
+    let (mut function, registers, shared_bounds) = body::translate(
         &module,
         func_index,
         &params,
@@ -232,6 +233,7 @@ pub fn translate_kernel_within(
         detected.cooperation,
     )?;
     align::drop_proven_alignment_tests(&mut function);
+    merge::merge_bounds_tests(&mut function, shared_bounds.as_ref());
 
     #[cfg(debug_assertions)]
     {

@@ -1,0 +1,492 @@
+//! Bounds tests merged. Every access to guest or shared memory is preceded
+//! by its own test (a guest access: `trapnz(icmp ugt (uextend(addr) + k),
+//! mem_len)`, `k` its offset and size; a shared one: `trapnz(icmp uge
+//! offset, bound)`, `bound` the least out-of-bounds offset for its size,
+//! worked out at entry), and a tiled kernel makes many accesses close to
+//! one another: SGEMM's inner loop reads shared `a + 0, a + 128, a + 256,
+//! a + 384` and the same of `b`; its tile loads read guest memory at one
+//! address with offsets 0, 4, 8, 12. This pass replaces each run of such
+//! tests by one test per base, without changing which trap a kernel
+//! reports.
+//!
+//! A *run* is a stretch of a block from one bounds test to the next
+//! instruction that has an effect or can trap (a store, call, branch,
+//! other trap): only quiet code (arithmetic, loads, each behind its own
+//! test) lies between its tests, so nothing observable happens between the
+//! first and the last. Each test's address is written as a sum of *leaves*
+//! (values available at the run's first test) and a constant, through the
+//! `iadd`s and constants the run itself computes; a test whose address is
+//! not such a sum ends the run. Tests of the same kind and leaves form a
+//! *group*:
+//!
+//! - guest accesses at one `i32` address (same leaves and constant) with
+//!   ends `k_i`: the group's test is the member's of largest `k` (the
+//!   `i64` sums cannot wrap), which passes only if every member's does;
+//! - shared accesses at offsets `y + d_i` (`y` the leaves' sum plus the
+//!   least constant, `d_i >= 0`): with `*` the member of largest `d +
+//!   bytes`, the group's test is `y >= max(bound(bytes*) - d*, 0)`. When it
+//!   passes, `y + d* + bytes* <= size`, so every member's `y + d_i +
+//!   bytes_i <= size` (no wrap: a block's shared memory is far below
+//!   2^31). When it fails, some member fails: `*` when `y + d*` does not
+//!   wrap, else the member at `d = 0` (its offset `y` is then near 2^32).
+//!
+//! At the run's first test the block branches, when any group's test
+//! fails, to a cold block that makes the run's tests one by one in their
+//! order (each with its own source location) and so traps exactly where
+//! the kernel did; the run's own tests are removed. A run of one test is
+//! left as it is.
+
+use alloc::vec::Vec;
+
+use cranelift_codegen::cursor::{Cursor, FuncCursor};
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{I32, I64};
+use cranelift_codegen::ir::{
+    Block, Function, Inst, InstBuilder, InstructionData, Opcode, SourceLoc, Value,
+};
+
+use super::align::constant;
+use super::body::SHARED_ACCESS_BYTES;
+use crate::lower::KernelTrap;
+
+/// The most leaves an address may have.
+const MAX_LEAVES: usize = 4;
+
+/// The deepest nest of `iadd`s an address is summed through.
+const MAX_DEPTH: usize = 8;
+
+/// The largest distance `d` between a shared group's members (larger: the
+/// members are tested alone).
+const MAX_DISTANCE: i64 = 1 << 24;
+
+/// What a test compares its `i32` address against.
+#[derive(Clone, Copy, PartialEq)]
+enum Limit {
+    /// Shared memory: out when `address >= bounds[size]` (`size` indexes
+    /// [`SHARED_ACCESS_BYTES`]).
+    Shared { size: usize },
+    /// Guest memory: out when `uextend(address) + end > len`.
+    Guest { end: i64, len: Value },
+}
+
+/// One bounds test of a run.
+struct Test {
+    inst: Inst,
+    /// The address: the sum of `leaves` (sorted) and `constant` (mod 2^32).
+    leaves: Vec<Value>,
+    constant: i32,
+    limit: Limit,
+    srcloc: SourceLoc,
+}
+
+/// A test to emit: `leaves + constant` against `against`.
+struct Check<'t> {
+    leaves: &'t [Value],
+    constant: i32,
+    against: Against,
+}
+
+/// [`Check`]'s comparison.
+#[derive(Clone, Copy)]
+enum Against {
+    /// Out when the address (unsigned) `>=` the value.
+    Below(Value),
+    /// Out when `uextend(address) + end > len`.
+    Past { end: i64, len: Value },
+}
+
+/// Merges the bounds tests of `func` run by run (module docs). `shared`
+/// are the function's shared bounds in [`SHARED_ACCESS_BYTES`] order,
+/// defined in the entry block, if it has shared memory. Returns how many
+/// tests the merged tests replaced.
+pub(super) fn merge_bounds_tests(func: &mut Function, shared: Option<&[Value; 4]>) -> usize {
+    let blocks: Vec<Block> = func.layout.blocks().collect();
+    let mut replaced = 0;
+    // Shared bounds `max(bound - d, 0)` already made, by (size, d).
+    let mut made: Vec<(usize, i64, Value)> = Vec::new();
+    for block in blocks {
+        for run in runs(func, block, shared) {
+            replaced += run.len();
+            rewrite(func, &run, shared, &mut made);
+        }
+    }
+    replaced
+}
+
+/// The runs of `block` with at least two tests.
+fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<Vec<Test>> {
+    let mut runs = Vec::new();
+    let mut run: Vec<Test> = Vec::new();
+    // Instructions of the current run after its first test: their results
+    // are summed through; anything else is a leaf.
+    let mut inside: Vec<Inst> = Vec::new();
+    let mut close = |run: &mut Vec<Test>, inside: &mut Vec<Inst>| {
+        if run.len() > 1 {
+            runs.push(core::mem::take(run));
+        }
+        run.clear();
+        inside.clear();
+    };
+    for inst in func.layout.block_insts(block) {
+        if let Some((address, limit)) = bounds_test(func, inst, shared) {
+            let form = if run.is_empty() {
+                None
+            } else {
+                sum(func, address, &inside)
+            };
+            let (leaves, constant) = match form {
+                Some(form) => form,
+                None => {
+                    // A new run starts here: every value is available.
+                    close(&mut run, &mut inside);
+                    sum(func, address, &[]).unwrap_or_else(|| (alloc::vec![address], 0))
+                }
+            };
+            run.push(Test {
+                inst,
+                leaves,
+                constant,
+                limit,
+                srcloc: func.srcloc(inst),
+            });
+        } else if quiet(func, inst) {
+            if !run.is_empty() {
+                inside.push(inst);
+            }
+        } else {
+            close(&mut run, &mut inside);
+        }
+    }
+    close(&mut run, &mut inside);
+    runs
+}
+
+/// `(address, limit)` when `inst` is a bounds test with code
+/// `HeapOutOfBounds`: a shared one, `trapnz(icmp uge address, bound)` with
+/// `bound` one of `shared`, or a guest one, `trapnz(icmp ugt (uextend(address)
+/// + k...), len)` with constant `k`s.
+fn bounds_test(func: &Function, inst: Inst, shared: Option<&[Value; 4]>) -> Option<(Value, Limit)> {
+    let dfg = &func.dfg;
+    let InstructionData::CondTrap {
+        opcode: Opcode::Trapnz,
+        arg,
+        code,
+    } = dfg.insts[inst]
+    else {
+        return None;
+    };
+    if KernelTrap::from_trap_code(code) != Some(KernelTrap::HeapOutOfBounds) {
+        return None;
+    }
+    let compare = dfg.value_def(dfg.resolve_aliases(arg)).inst()?;
+    let InstructionData::IntCompare {
+        opcode: Opcode::Icmp,
+        cond,
+        args: [x, y],
+    } = dfg.insts[compare]
+    else {
+        return None;
+    };
+    let (x, y) = (dfg.resolve_aliases(x), dfg.resolve_aliases(y));
+    let (address, limit) = match cond {
+        IntCC::UnsignedGreaterThanOrEqual => {
+            let size = shared?.iter().position(|&b| b == y)?;
+            (x, Limit::Shared { size })
+        }
+        IntCC::UnsignedGreaterThan => {
+            // `x = uextend(address) + k + ...`.
+            let (mut at, mut end) = (x, 0i64);
+            while let Some(def) = dfg.value_def(at).inst() {
+                match dfg.insts[def] {
+                    InstructionData::Binary {
+                        opcode: Opcode::Iadd,
+                        args: [a, b],
+                    } => {
+                        let k = constant(func, b)?;
+                        end = end.checked_add(k).filter(|e| (0..1 << 33).contains(e))?;
+                        at = dfg.resolve_aliases(a);
+                    }
+                    InstructionData::Unary {
+                        opcode: Opcode::Uextend,
+                        arg,
+                    } if dfg.value_type(at) == I64 => {
+                        return (dfg.value_type(arg) == I32).then(|| {
+                            let len = y;
+                            (dfg.resolve_aliases(arg), Limit::Guest { end, len })
+                        });
+                    }
+                    _ => return None,
+                }
+            }
+            return None;
+        }
+        _ => return None,
+    };
+    (dfg.value_type(address) == I32).then_some((address, limit))
+}
+
+/// Whether `inst` has no effect and cannot trap (cranelift's own test of
+/// a removable instruction, but for loads): it may lie inside a run. Every
+/// load the translator makes follows its own bounds test, so none traps,
+/// and a load has no effect.
+fn quiet(func: &Function, inst: Inst) -> bool {
+    let op = func.dfg.insts[inst].opcode();
+    let load = PLAIN_LOADS.contains(&op);
+    let effect = op.is_call()
+        || op.is_branch()
+        || op.is_terminator()
+        || op.is_return()
+        || op.other_side_effects()
+        || op.can_store()
+        || (op.can_trap() && !load);
+    !effect && (!op.can_load() || load)
+}
+
+/// The loads of one scalar the translator makes (atomic ones have effects).
+const PLAIN_LOADS: [Opcode; 7] = [
+    Opcode::Load,
+    Opcode::Uload8,
+    Opcode::Sload8,
+    Opcode::Uload16,
+    Opcode::Sload16,
+    Opcode::Uload32,
+    Opcode::Sload32,
+];
+
+/// `value` as a sum of leaves and a constant, summing through the `iadd`s
+/// of `inside` (the run's instructions after its first test) and the
+/// constants added elsewhere; `None` when an instruction of `inside` other
+/// than an `iadd` defines a term. A value defined elsewhere is available
+/// at the run's first test, so it may stand as a leaf (and does where its
+/// terms are too many).
+fn sum(func: &Function, value: Value, inside: &[Inst]) -> Option<(Vec<Value>, i32)> {
+    let (mut leaves, total) = terms(func, value, inside, 0)?;
+    leaves.sort_unstable();
+    Some((leaves, total))
+}
+
+/// [`sum`]'s terms of `value`, `depth` `iadd`s down.
+fn terms(
+    func: &Function,
+    value: Value,
+    inside: &[Inst],
+    depth: usize,
+) -> Option<(Vec<Value>, i32)> {
+    let dfg = &func.dfg;
+    let v = dfg.resolve_aliases(value);
+    if let Some(c) = constant(func, v) {
+        return Some((Vec::new(), c as i32));
+    }
+    let def = dfg.value_def(v).inst();
+    let within = def.is_some_and(|d| inside.contains(&d));
+    let split = match def.map(|d| &dfg.insts[d]) {
+        // Outside the run, only constants are taken off: the sum itself is
+        // the leaf (the address the kernel computed, not its terms again).
+        Some(&InstructionData::Binary {
+            opcode: Opcode::Iadd,
+            args: [x, y],
+        }) if depth < MAX_DEPTH
+            && (within || constant(func, x).is_some() || constant(func, y).is_some()) =>
+        {
+            terms(func, x, inside, depth + 1).and_then(|(mut l, a)| {
+                let (r, b) = terms(func, y, inside, depth + 1)?;
+                l.extend(r);
+                (l.len() <= MAX_LEAVES).then_some((l, a.wrapping_add(b)))
+            })
+        }
+        _ => None,
+    };
+    match split {
+        Some(form) => Some(form),
+        None if within => None,
+        None => Some((alloc::vec![v], 0)),
+    }
+}
+
+/// The groups' tests of `run` (module docs): the guest tests at one
+/// address as their farthest, the shared tests of the same leaves as one
+/// (a set too far apart: each alone). Shared bounds come from `made`.
+fn group_checks<'r>(
+    func: &mut Function,
+    run: &'r [Test],
+    shared: Option<&[Value; 4]>,
+    made: &mut Vec<(usize, i64, Value)>,
+) -> Vec<Check<'r>> {
+    let mut checks: Vec<Check<'r>> = Vec::new();
+    let mut done = alloc::vec![false; run.len()];
+    for (i, test) in run.iter().enumerate() {
+        if done[i] {
+            continue;
+        }
+        let same = |t: &Test| match (t.limit, test.limit) {
+            (Limit::Guest { len: a, .. }, Limit::Guest { len: b, .. }) => {
+                a == b && t.leaves == test.leaves && t.constant == test.constant
+            }
+            (Limit::Shared { .. }, Limit::Shared { .. }) => t.leaves == test.leaves,
+            _ => false,
+        };
+        let members: Vec<usize> = (i..run.len())
+            .filter(|&j| !done[j] && same(&run[j]))
+            .collect();
+        for &j in &members {
+            done[j] = true;
+        }
+        match test.limit {
+            Limit::Guest { len, .. } => {
+                let end = members
+                    .iter()
+                    .map(|&j| match run[j].limit {
+                        Limit::Guest { end, .. } => end,
+                        Limit::Shared { .. } => 0,
+                    })
+                    .max()
+                    .unwrap_or(0);
+                checks.push(Check {
+                    leaves: &test.leaves,
+                    constant: test.constant,
+                    against: Against::Past { end, len },
+                });
+            }
+            Limit::Shared { .. } => {
+                let Some(bounds) = shared else { continue };
+                let size = |t: &Test| match t.limit {
+                    Limit::Shared { size } => size,
+                    Limit::Guest { .. } => 0,
+                };
+                let least = members.iter().map(|&j| run[j].constant).min().unwrap_or(0);
+                let reach = |t: &Test| i64::from(t.constant) - i64::from(least);
+                if members.iter().all(|&j| reach(&run[j]) < MAX_DISTANCE) {
+                    let far = members
+                        .iter()
+                        .map(|&j| &run[j])
+                        .max_by_key(|t| reach(t) + i64::from(SHARED_ACCESS_BYTES[size(t)]))
+                        .unwrap_or(test);
+                    let bound = bound_minus(func, bounds, size(far), reach(far), made);
+                    checks.push(Check {
+                        leaves: &test.leaves,
+                        constant: least,
+                        against: Against::Below(bound),
+                    });
+                } else {
+                    checks.extend(members.iter().map(|&j| Check {
+                        leaves: &run[j].leaves,
+                        constant: run[j].constant,
+                        against: Against::Below(bounds[size(&run[j])]),
+                    }));
+                }
+            }
+        }
+    }
+    checks
+}
+
+/// Rewrites one run: the groups' tests and the branch to the cold block
+/// at its first test, the cold block at the function's end, and the run's
+/// own tests removed.
+fn rewrite(
+    func: &mut Function,
+    run: &[Test],
+    shared: Option<&[Value; 4]>,
+    made: &mut Vec<(usize, i64, Value)>,
+) {
+    let first = run[0].inst;
+    let checks = group_checks(func, run, shared, made);
+
+    // The hot path: the groups' tests, in the run's first test's place.
+    let block = func.layout.inst_block(first).expect("a test in the layout");
+    let rest = func.dfg.make_block();
+    let cold = func.dfg.make_block();
+    func.layout.split_block(rest, first);
+    let mut pos = FuncCursor::new(func)
+        .at_bottom(block)
+        .with_srcloc(run[0].srcloc);
+    let mut any: Option<Value> = None;
+    for check in &checks {
+        let out = emit(&mut pos, check);
+        any = Some(match any {
+            Some(a) => pos.ins().bor(a, out),
+            None => out,
+        });
+    }
+    let any = any.expect("a run has tests");
+    pos.ins().brif(any, cold, &[], rest, &[]);
+
+    // The cold path: the run's tests in order; the last (a group's test
+    // failed, so one of them traps) never falls through.
+    pos.func.layout.append_block(cold);
+    pos.goto_bottom(cold);
+    for test in run {
+        pos.set_srcloc(test.srcloc);
+        let against = match test.limit {
+            Limit::Shared { size } => match shared {
+                Some(bounds) => Against::Below(bounds[size]),
+                None => continue,
+            },
+            Limit::Guest { end, len } => Against::Past { end, len },
+        };
+        let check = Check {
+            leaves: &test.leaves,
+            constant: test.constant,
+            against,
+        };
+        let out = emit(&mut pos, &check);
+        pos.ins()
+            .trapnz(out, KernelTrap::HeapOutOfBounds.trap_code());
+    }
+    pos.ins().trap(KernelTrap::HeapOutOfBounds.trap_code());
+
+    for test in run {
+        pos.func.layout.remove_inst(test.inst);
+    }
+}
+
+/// `check`'s comparison at `pos`: an `i8`, nonzero when out of bounds.
+fn emit(pos: &mut FuncCursor<'_>, check: &Check<'_>) -> Value {
+    let mut address = match check.leaves.split_first() {
+        Some((&first, rest)) => rest.iter().fold(first, |s, &l| pos.ins().iadd(s, l)),
+        None => pos.ins().iconst(I32, 0),
+    };
+    if check.constant != 0 {
+        address = pos.ins().iadd_imm_s(address, i64::from(check.constant));
+    }
+    match check.against {
+        Against::Below(bound) => pos
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, address, bound),
+        Against::Past { end, len } => {
+            let ea = pos.ins().uextend(I64, address);
+            let end = pos.ins().iadd_imm_u(ea, end);
+            pos.ins().icmp(IntCC::UnsignedGreaterThan, end, len)
+        }
+    }
+}
+
+/// `max(bounds[size] - distance, 0)` (`i32`), defined in the entry block
+/// just after `bounds[size]`; made once per `(size, distance)`.
+fn bound_minus(
+    func: &mut Function,
+    bounds: &[Value; 4],
+    size: usize,
+    distance: i64,
+    made: &mut Vec<(usize, i64, Value)>,
+) -> Value {
+    if distance == 0 {
+        return bounds[size];
+    }
+    if let Some(&(_, _, v)) = made.iter().find(|m| m.0 == size && m.1 == distance) {
+        return v;
+    }
+    let def = func
+        .dfg
+        .value_def(bounds[size])
+        .inst()
+        .expect("a shared bound is an instruction's result");
+    let mut pos = FuncCursor::new(func).after_inst(def);
+    // `bound < 2^31` and `distance < 2^24`: the signed difference is exact.
+    let less = pos.ins().iadd_imm_s(bounds[size], -distance);
+    let zero = pos.ins().iconst(I32, 0);
+    let negative = pos.ins().icmp(IntCC::SignedLessThan, less, zero);
+    let v = pos.ins().select(negative, zero, less);
+    made.push((size, distance, v));
+    v
+}
