@@ -498,6 +498,57 @@ fn softmax(b: &mut Bench<'_>) -> BenchResult<Vec<Value>> {
     Ok(ratios)
 }
 
+/// `sgemm_tiled` at a shape that is no multiple of its tiles, each entry
+/// of C checked (the timed shape takes only the inner tiles' path): blocks
+/// inside C and past its edges, and a depth that ends within a step.
+fn sgemm_edges(b: &Bench<'_>, kernel: &WasmKernel<CudaDriver>) -> BenchResult<()> {
+    let (m, n, k) = (300, 280, 44);
+    let (a_at, b_at, c_at) = (DATA, DATA + m * k * 4, DATA + (m * k + k * n) * 4);
+    let a: Vec<f32> = (0..m * k)
+        .map(|i| uniform(b.seed, 12, i, -1.0, 1.0))
+        .collect();
+    let bm: Vec<f32> = (0..k * n)
+        .map(|i| uniform(b.seed, 13, i, -1.0, 1.0))
+        .collect();
+    b.guest.write_f32s(b.d, a_at, &a)?;
+    b.guest.write_f32s(b.d, b_at, &bm)?;
+    // C's words past its end are checked too: none may be written.
+    let c_words = m * n + 64;
+    b.guest.write_f32s(b.d, c_at, &vec![-7.0; c_words])?;
+    let launch = kernel.launch(
+        &b.guest,
+        &[a_at, b_at, c_at, m, n, k].map(|v| KernelParam::I32(v as i32)),
+        Dim3 {
+            x: (n as u32).div_ceil(SGEMM_TILE),
+            y: (m as u32).div_ceil(SGEMM_TILE),
+            z: 1,
+        },
+        Dim3::linear(BLOCK),
+        SGEMM_SHARED,
+    );
+    run_once(b.d, &b.stream, &launch)?;
+    b.guest.check_status(b.d, "sgemm_tiled 300x280x44")?;
+    let c = b.guest.read_f32s(b.d, c_at, c_words)?;
+    for i in 0..m {
+        for j in 0..n {
+            let want: f64 = (0..k)
+                .map(|l| f64::from(a[i * k + l]) * f64::from(bm[l * n + j]))
+                .sum();
+            let got = f64::from(c[i * n + j]);
+            if (got - want).abs() > 1e-4 {
+                return Err(format!(
+                    "sgemm_tiled 300x280x44: C[{i}][{j}] = {got}, not {want}"
+                ));
+            }
+        }
+    }
+    if c[m * n..].iter().any(|&v| v != -7.0) {
+        return Err("sgemm_tiled 300x280x44 wrote past C".into());
+    }
+    println!("  sgemm_tiled at 300 x 280 x 44 (edges): every entry within 1e-4");
+    Ok(())
+}
+
 fn sgemm(b: &mut Bench<'_>) -> BenchResult<Value> {
     let n = GEMM;
     let (a_at, b_at, c_at) = (DATA, DATA + n * n * 4, DATA + 2 * n * n * 4);
@@ -574,6 +625,7 @@ fn sgemm(b: &mut Bench<'_>) -> BenchResult<Value> {
         ("TFLOP/s", &tflops),
     )?;
     let kernel = b.wasm_kernel("sgemm_tiled")?;
+    sgemm_edges(b, &kernel)?;
     let tiles = (n as u32).div_ceil(SGEMM_TILE);
     let launch = kernel.launch(
         &b.guest,
