@@ -1641,6 +1641,69 @@ fn fuel_is_spent_once_per_loop_header() {
     }
 }
 
+/// A loop run a constant number of times (counted down from 5, as LLVM
+/// makes one) is charged its 5 fuel on entry: its header neither tests
+/// fuel nor reads the clock; with 5 fuel (plus the first loop's 1) it
+/// runs, with less it traps out of fuel at its header before its first
+/// iteration. A loop counted from a parameter keeps its checks.
+#[test]
+fn a_counted_loop_is_charged_on_entry() {
+    let counted = r#"(module (memory (export "memory") 1)
+      (func (export "kernel") (param $n i32) (local $c i32)
+        (loop $once)
+        (local.set $c (i32.const 5))
+        (loop $again
+          (i32.store (i32.shl (local.get $c) (i32.const 2)) (local.get $c))
+          (local.set $c (i32.sub (local.get $c) (i32.const 1)))
+          (br_if $again (local.get $c)))
+        (i32.store (i32.const 40) (i32.const 9))))"#;
+    let clif = translate(&wat::parse_str(counted).unwrap())
+        .function
+        .display()
+        .to_string();
+    let count = |trap: &str, code: KernelTrap| {
+        let code = code.trap_code().to_string();
+        clif.lines()
+            .filter(|l| l.contains(trap) && l.trim_end().ends_with(&format!(", {code}")))
+            .count()
+    };
+    // The first loop's fuel test and the counted loop's entry check; the
+    // virtual block's and the first loop's time checks.
+    assert_eq!(count("trapz", KernelTrap::OutOfFuel), 1, "{clif}");
+    assert_eq!(count("trapnz", KernelTrap::OutOfFuel), 1, "{clif}");
+    assert_eq!(count("trapnz", KernelTrap::TimeLimit), 2, "{clif}");
+    let (_, enough, memory, _) = run_alone(counted, &[Arg(I32, 0)], 6);
+    assert_eq!(enough, Outcome::Returned);
+    for c in 1..=5u8 {
+        assert_eq!(memory[4 * usize::from(c)], c, "iteration {c}");
+    }
+    assert_eq!(memory[40], 9);
+    let (wasm, short, memory, _) = run_alone(counted, &[Arg(I32, 0)], 5);
+    let offset = offset_of(&wasm, 1, |op| matches!(op, Operator::Loop { .. }));
+    assert_eq!(
+        short,
+        Outcome::Trapped {
+            trap: KernelTrap::OutOfFuel,
+            offset
+        }
+    );
+    assert_eq!(memory[20], 0x80 | 20, "no iteration ran");
+
+    let from_a_parameter = counted.replace("(i32.const 5))", "(local.get $n))");
+    let clif = translate(&wat::parse_str(&from_a_parameter).unwrap())
+        .function
+        .display()
+        .to_string();
+    let time_checks = clif
+        .lines()
+        .filter(|l| {
+            l.trim_end()
+                .ends_with(&format!(", {}", KernelTrap::TimeLimit.trap_code()))
+        })
+        .count();
+    assert_eq!(time_checks, 3, "{clif}");
+}
+
 /// The byte offset of the module's only function body: where a trap of the
 /// kernel's entry check points.
 fn body_offset(wasm: &[u8]) -> u32 {
@@ -2686,11 +2749,12 @@ fn shared_alignment_tests_only_where_the_offset_may_be_misaligned() {
 
 /// The bounds tests of a run of loads with nothing observable between
 /// them become one test per base behind one branch to a cold block that
-/// makes the loads' own tests in order and ends in a trap: shared loads at
+/// makes the run's own tests in order and ends in a trap: shared loads at
 /// `i << 3` plus 0, 8, 16, 24 (one base) and `j << 3` plus 0 and 8
-/// (another); guest loads at one address with offsets 0, 8 and 16 (one);
-/// a store's own test joins the run it ends. A store between two loads
-/// ends a run.
+/// (another); guest loads at one address with offsets 0, 8 and 16 (one).
+/// A test of no group (a store's, at another address) stays in its place;
+/// a run without a group is left as it is. A store between two loads ends
+/// a run.
 #[test]
 fn bounds_tests_merge_per_base_within_a_run() {
     let bounds = KernelTrap::HeapOutOfBounds.trap_code().to_string();
@@ -2713,7 +2777,7 @@ fn bounds_tests_merge_per_base_within_a_run() {
             // groups' tests.
             count(&|l| l.ends_with(&format!("trap {bounds}"))),
             count(&|l| l.contains(" = bor ")),
-            // Conditional bounds traps: the cold blocks' and lone tests.
+            // Conditional bounds traps: the cold blocks' and those in place.
             count(&|l| l.contains("trapnz ") && l.ends_with(&format!(", {bounds}"))),
         )
     };
@@ -2729,9 +2793,9 @@ fn bounds_tests_merge_per_base_within_a_run() {
         ld("$i", 16),
         ld("$i", 24)
     );
-    // One run: two shared groups and the store's test, seven tests in the
-    // cold block.
-    assert_eq!(shape(&sum), (1, 2, 7), "six shared loads, two bases");
+    // One run: two shared groups; the store's test stays in its place;
+    // seven tests in the cold block.
+    assert_eq!(shape(&sum), (1, 1, 8), "six shared loads, two bases");
     let split = format!(
         "(i64.store (local.get $o) (i64.add {} {})) (i64.store (local.get $o) (i64.add {} {}))",
         ld("$i", 0),
@@ -2739,12 +2803,15 @@ fn bounds_tests_merge_per_base_within_a_run() {
         ld("$i", 16),
         ld("$i", 24)
     );
-    assert_eq!(shape(&split), (2, 2, 6), "a store between two runs");
+    assert_eq!(shape(&split), (2, 0, 8), "a store between two runs");
     let guest = "(i64.store (local.get $o) (i64.add (i64.add
         (i64.load offset=0 (local.get $j)) (i64.load offset=8 (local.get $j)))
         (i64.load offset=16 (local.get $j))))";
-    // One run: the loads' group and the store's test (another address).
-    assert_eq!(shape(guest), (1, 1, 4), "three guest loads, one address");
+    // One run: the loads' group; the store's test (another address) stays.
+    assert_eq!(shape(guest), (1, 0, 5), "three guest loads, one address");
+    let apart = "(i64.store (local.get $o) (i64.add
+        (i64.load (local.get $i)) (i64.load (local.get $j))))";
+    assert_eq!(shape(apart), (0, 0, 3), "no two tests at one address");
     let alone = "(i64.store (local.get $o) (i64.const 1))";
     assert_eq!(shape(alone), (0, 0, 1), "a lone store");
 }

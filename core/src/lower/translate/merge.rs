@@ -33,8 +33,10 @@
 //! At the run's first test the block branches, when any group's test
 //! fails, to a cold block that makes the run's tests one by one in their
 //! order (each with its own source location) and so traps exactly where
-//! the kernel did; the run's own tests are removed. A run of one test is
-//! left as it is.
+//! the kernel did; the grouped tests are removed. A test in no group stays
+//! in its place (and the cold block makes it in its turn); a run without a
+//! group of two or more is left as it is (merging would only move its
+//! tests: a grid-stride loop's four loads at four addresses).
 
 use alloc::vec::Vec;
 
@@ -106,8 +108,7 @@ pub(super) fn merge_bounds_tests(func: &mut Function, shared: Option<&[Value; 4]
     let mut made: Vec<(usize, i64, Value)> = Vec::new();
     for block in blocks {
         for run in runs(func, block, shared) {
-            replaced += run.len();
-            rewrite(func, &run, shared, &mut made);
+            replaced += rewrite(func, &run, shared, &mut made);
         }
     }
     replaced
@@ -303,16 +304,11 @@ fn terms(
     }
 }
 
-/// The groups' tests of `run` (module docs): the guest tests at one
-/// address as their farthest, the shared tests of the same leaves as one
-/// (a set too far apart: each alone). Shared bounds come from `made`.
-fn group_checks<'r>(
-    func: &mut Function,
-    run: &'r [Test],
-    shared: Option<&[Value; 4]>,
-    made: &mut Vec<(usize, i64, Value)>,
-) -> Vec<Check<'r>> {
-    let mut checks: Vec<Check<'r>> = Vec::new();
+/// The groups of `run` (module docs) of two or more members, as indices
+/// into `run`: guest tests at one address, shared tests of the same leaves
+/// within [`MAX_DISTANCE`] of the least (a set farther apart is no group).
+fn groups(run: &[Test]) -> Vec<Vec<usize>> {
+    let mut groups = Vec::new();
     let mut done = alloc::vec![false; run.len()];
     for (i, test) in run.iter().enumerate() {
         if done[i] {
@@ -331,66 +327,85 @@ fn group_checks<'r>(
         for &j in &members {
             done[j] = true;
         }
-        match test.limit {
-            Limit::Guest { len, .. } => {
-                let end = members
-                    .iter()
-                    .map(|&j| match run[j].limit {
-                        Limit::Guest { end, .. } => end,
-                        Limit::Shared { .. } => 0,
-                    })
-                    .max()
-                    .unwrap_or(0);
-                checks.push(Check {
-                    leaves: &test.leaves,
-                    constant: test.constant,
-                    against: Against::Past { end, len },
-                });
-            }
-            Limit::Shared { .. } => {
-                let Some(bounds) = shared else { continue };
-                let size = |t: &Test| match t.limit {
-                    Limit::Shared { size } => size,
-                    Limit::Guest { .. } => 0,
-                };
-                let least = members.iter().map(|&j| run[j].constant).min().unwrap_or(0);
-                let reach = |t: &Test| i64::from(t.constant) - i64::from(least);
-                if members.iter().all(|&j| reach(&run[j]) < MAX_DISTANCE) {
-                    let far = members
-                        .iter()
-                        .map(|&j| &run[j])
-                        .max_by_key(|t| reach(t) + i64::from(SHARED_ACCESS_BYTES[size(t)]))
-                        .unwrap_or(test);
-                    let bound = bound_minus(func, bounds, size(far), reach(far), made);
-                    checks.push(Check {
-                        leaves: &test.leaves,
-                        constant: least,
-                        against: Against::Below(bound),
-                    });
-                } else {
-                    checks.extend(members.iter().map(|&j| Check {
-                        leaves: &run[j].leaves,
-                        constant: run[j].constant,
-                        against: Against::Below(bounds[size(&run[j])]),
-                    }));
-                }
-            }
+        let least = members.iter().map(|&j| run[j].constant).min().unwrap_or(0);
+        let near = members
+            .iter()
+            .all(|&j| i64::from(run[j].constant) - i64::from(least) < MAX_DISTANCE);
+        if members.len() > 1 && near {
+            groups.push(members);
         }
     }
-    checks
+    groups
 }
 
-/// Rewrites one run: the groups' tests and the branch to the cold block
-/// at its first test, the cold block at the function's end, and the run's
-/// own tests removed.
+/// The test of `group` (module docs): for guest tests at one address,
+/// their farthest; for shared tests, the least offset against the bound
+/// of the member of largest `d + bytes` less its `d` (from `made`).
+fn group_check<'r>(
+    func: &mut Function,
+    run: &'r [Test],
+    group: &[usize],
+    shared: Option<&[Value; 4]>,
+    made: &mut Vec<(usize, i64, Value)>,
+) -> Option<Check<'r>> {
+    let first = &run[*group.first()?];
+    let members = || group.iter().map(|&j| &run[j]);
+    match first.limit {
+        Limit::Guest { len, .. } => {
+            let end = members()
+                .filter_map(|t| match t.limit {
+                    Limit::Guest { end, .. } => Some(end),
+                    Limit::Shared { .. } => None,
+                })
+                .max()?;
+            Some(Check {
+                leaves: &first.leaves,
+                constant: first.constant,
+                against: Against::Past { end, len },
+            })
+        }
+        Limit::Shared { .. } => {
+            let bounds = shared?;
+            let size = |t: &Test| match t.limit {
+                Limit::Shared { size } => size,
+                Limit::Guest { .. } => 0,
+            };
+            let least = members().map(|t| t.constant).min()?;
+            let reach = |t: &Test| i64::from(t.constant) - i64::from(least);
+            let far =
+                members().max_by_key(|t| reach(t) + i64::from(SHARED_ACCESS_BYTES[size(t)]))?;
+            let bound = bound_minus(func, bounds, size(far), reach(far), made);
+            Some(Check {
+                leaves: &first.leaves,
+                constant: least,
+                against: Against::Below(bound),
+            })
+        }
+    }
+}
+
+/// Rewrites one run whose tests form at least one group: the groups'
+/// tests and the branch to the cold block at its first test, the cold
+/// block at the function's end, and the grouped tests removed (a test in
+/// no group stays where it is; the cold block makes it too, in its turn).
 fn rewrite(
     func: &mut Function,
     run: &[Test],
     shared: Option<&[Value; 4]>,
     made: &mut Vec<(usize, i64, Value)>,
-) {
+) -> usize {
+    let groups = groups(run);
+    if groups.is_empty() {
+        return 0;
+    }
     let first = run[0].inst;
-    let checks = group_checks(func, run, shared, made);
+    let checks: Vec<Check<'_>> = groups
+        .iter()
+        .filter_map(|g| group_check(func, run, g, shared, made))
+        .collect();
+    if checks.len() != groups.len() {
+        return 0;
+    }
 
     // The hot path: the groups' tests, in the run's first test's place.
     let block = func.layout.inst_block(first).expect("a test in the layout");
@@ -435,9 +450,11 @@ fn rewrite(
     }
     pos.ins().trap(KernelTrap::HeapOutOfBounds.trap_code());
 
-    for test in run {
-        pos.func.layout.remove_inst(test.inst);
+    let grouped: Vec<usize> = groups.into_iter().flatten().collect();
+    for &j in &grouped {
+        pos.func.layout.remove_inst(run[j].inst);
     }
+    grouped.len()
 }
 
 /// `check`'s comparison at `pos`: an `i8`, nonzero when out of bounds.

@@ -7,6 +7,7 @@
 
 mod align;
 mod body;
+mod counted;
 mod detect;
 mod merge;
 mod module;
@@ -234,6 +235,7 @@ pub fn translate_kernel_within(
     )?;
     align::drop_proven_alignment_tests(&mut function);
     merge::merge_bounds_tests(&mut function, shared_bounds.as_ref());
+    counted::charge_counted_loops(&mut function);
 
     #[cfg(debug_assertions)]
     {

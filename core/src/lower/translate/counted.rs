@@ -1,0 +1,227 @@
+//! Counted loops: fuel charged on entry, no checks per iteration. Every
+//! Wasm `loop` header spends one fuel (`trapz fuel, OutOfFuel` then
+//! `fuel - 1`) and reads the thread's clock (`TimeLimit`). For an
+//! innermost loop that runs a constant number of times, both are known in
+//! advance: the fuel the loop will spend and that the loop ends. Compilers
+//! make such loops of fixed trip counts (a tile's depth, an unrolled
+//! remainder): LLVM counts them down, `c = N` on entry, `c - 1` to the
+//! header while it is nonzero.
+//!
+//! A loop qualifies when its header has
+//!
+//! - a *counter* parameter that every entry edge (a `jump`) sets to a
+//!   constant `N` in `1 ..= MAX_TRIPS` and the loop's one back edge sets to
+//!   `c - 1`, taken (a `brif` to the header) only when `c - 1` is nonzero:
+//!   the header runs at most `N` times an entry;
+//! - the fuel parameter, tested and decreased by one in the header and
+//!   passed to the back edge decreased: nothing else in the loop spends
+//!   fuel (no inner loop), so the header sees `f, f - 1, ...`.
+//!
+//! Then each entry edge traps `OutOfFuel` (at the header's location)
+//! unless its fuel is at least `N`, the header's fuel test is removed (it
+//! cannot fail: the header runs at most `N` times, so its fuel is at least
+//! `f - N + 1 >= 1`) and so is its time check: the loop's `N` iterations
+//! of a body without loops are bounded work, and the enclosing loop's
+//! header (or the virtual block's start) checks the clock. The fuel the
+//! loop leaves is what it left before; only a loop that would have run
+//! out of fuel now traps on entry instead of in its `f`-th iteration.
+
+use alloc::vec::Vec;
+
+use cranelift_codegen::cursor::{Cursor, FuncCursor};
+use cranelift_codegen::dominator_tree::DominatorTree;
+use cranelift_codegen::flowgraph::ControlFlowGraph;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::I64;
+use cranelift_codegen::ir::{
+    Block, Function, Inst, InstBuilder, InstructionData, Opcode, SourceLoc, Value,
+};
+use cranelift_codegen::loop_analysis::LoopAnalysis;
+
+use super::align::constant;
+use crate::lower::KernelTrap;
+
+/// The largest trip count a loop may have to be charged on entry: between
+/// two time checks a thread runs at most this many iterations of a body
+/// without loops.
+pub(super) const MAX_TRIPS: i64 = 4096;
+
+/// A counted loop found, and what to change.
+struct Counted {
+    /// The header's fuel test (`trapz`) and its location.
+    fuel_test: Inst,
+    srcloc: SourceLoc,
+    /// The header's time check, its `trapnz` first, then what computes it.
+    time_check: [Inst; 4],
+    /// The entry `jump`s, each with its fuel argument and trip count.
+    entries: Vec<(Inst, Value, i64)>,
+}
+
+/// Charges `func`'s counted loops on entry (module docs); how many.
+pub(super) fn charge_counted_loops(func: &mut Function) -> usize {
+    let cfg = ControlFlowGraph::with_function(func);
+    let domtree = DominatorTree::with_function(func, &cfg);
+    let mut loops = LoopAnalysis::new();
+    loops.compute(func, &cfg, &domtree);
+    let found: Vec<Counted> = loops
+        .loops()
+        .filter(|&lp| {
+            !loops
+                .loops()
+                .any(|inner| loops.loop_parent(inner) == Some(lp))
+        })
+        .filter_map(|lp| {
+            let header = loops.loop_header(lp);
+            counted(func, &cfg, header, |b| loops.is_in_loop(b, lp))
+        })
+        .collect();
+    for loop_ in &found {
+        for &(jump, fuel, trips) in &loop_.entries {
+            let mut pos = FuncCursor::new(func)
+                .at_inst(jump)
+                .with_srcloc(loop_.srcloc);
+            let trips = pos.ins().iconst(I64, trips);
+            let short = pos.ins().icmp(IntCC::UnsignedLessThan, fuel, trips);
+            pos.ins().trapnz(short, KernelTrap::OutOfFuel.trap_code());
+        }
+        func.layout.remove_inst(loop_.fuel_test);
+        for &inst in &loop_.time_check {
+            func.layout.remove_inst(inst);
+        }
+    }
+    found.len()
+}
+
+/// The loop at `header` (its blocks: `inside`) if it is counted.
+fn counted(
+    func: &Function,
+    cfg: &ControlFlowGraph,
+    header: Block,
+    inside: impl Fn(Block) -> bool,
+) -> Option<Counted> {
+    let dfg = &func.dfg;
+    let params = dfg.block_params(header);
+    let param_index = |v: Value| params.iter().position(|&p| p == dfg.resolve_aliases(v));
+    let mut fuel_test = None;
+    let mut time_check = None;
+    for inst in func.layout.block_insts(header) {
+        match dfg.insts[inst] {
+            InstructionData::CondTrap {
+                opcode: Opcode::Trapz,
+                arg,
+                code,
+            } if KernelTrap::from_trap_code(code) == Some(KernelTrap::OutOfFuel)
+                && fuel_test.is_none() =>
+            {
+                fuel_test = Some((inst, param_index(arg)?));
+            }
+            InstructionData::CondTrap {
+                opcode: Opcode::Trapnz,
+                arg,
+                code,
+            } if KernelTrap::from_trap_code(code) == Some(KernelTrap::TimeLimit)
+                && time_check.is_none() =>
+            {
+                time_check = Some(clock_chain(func, inst, arg)?);
+            }
+            _ => {}
+        }
+    }
+    let ((fuel_test, fuel), time_check) = (fuel_test?, time_check?);
+
+    // The one back edge: `brif c - 1, header(..), exit`, passing `c - 1`
+    // as the counter and `fuel - 1` as the fuel.
+    let mut back = cfg.pred_iter(header).filter(|p| inside(p.block));
+    let latch = back.next()?;
+    if back.next().is_some() {
+        return None;
+    }
+    let InstructionData::Brif {
+        arg: condition,
+        blocks: [taken, other],
+        ..
+    } = dfg.insts[latch.inst]
+    else {
+        return None;
+    };
+    if taken.block(&dfg.value_lists) != header || other.block(&dfg.value_lists) == header {
+        return None;
+    }
+    let args: Vec<Value> = taken
+        .args(&dfg.value_lists)
+        .map(|a| a.as_value().map(|v| dfg.resolve_aliases(v)))
+        .collect::<Option<_>>()?;
+    let condition = dfg.resolve_aliases(condition);
+    let counter = args.iter().position(|&a| a == condition)?;
+    if counter == fuel
+        || minus_one(func, condition) != Some(params[counter])
+        || minus_one(func, args[fuel]) != Some(params[fuel])
+    {
+        return None;
+    }
+
+    // Every entry: `jump header(..)` with a constant count.
+    let mut entries = Vec::new();
+    for entry in cfg.pred_iter(header).filter(|p| !inside(p.block)) {
+        let InstructionData::Jump { destination, .. } = dfg.insts[entry.inst] else {
+            return None;
+        };
+        let args: Vec<Value> = destination
+            .args(&dfg.value_lists)
+            .map(|a| a.as_value())
+            .collect::<Option<_>>()?;
+        let trips = constant(func, args[counter]).filter(|n| (1..=MAX_TRIPS).contains(n))?;
+        entries.push((entry.inst, args[fuel], trips));
+    }
+    Some(Counted {
+        fuel_test,
+        srcloc: func.srcloc(fuel_test),
+        time_check,
+        entries,
+    })
+}
+
+/// `x` when `v` is `iadd x, -1` or `isub x, 1`.
+fn minus_one(func: &Function, v: Value) -> Option<Value> {
+    let dfg = &func.dfg;
+    let InstructionData::Binary {
+        opcode,
+        args: [x, y],
+    } = dfg.insts[dfg.value_def(dfg.resolve_aliases(v)).inst()?]
+    else {
+        return None;
+    };
+    let width = dfg.value_type(x).bits();
+    let c = constant(func, y)?;
+    // An `i32`'s -1 may be held as its 32 bits.
+    let minus = c == -1 || (width == 32 && c == 0xffff_ffff);
+    let one = (opcode == Opcode::Iadd && minus) || (opcode == Opcode::Isub && c == 1);
+    one.then(|| dfg.resolve_aliases(x))
+}
+
+/// The time check ending in `trapnz` of `arg`: `[trapnz, icmp, isub,
+/// call]` (`icmp ugt (isub (call clock) start) limit`), or `None` when it
+/// has another shape.
+fn clock_chain(func: &Function, trapnz: Inst, arg: Value) -> Option<[Inst; 4]> {
+    let dfg = &func.dfg;
+    let def = |v: Value| dfg.value_def(dfg.resolve_aliases(v)).inst();
+    let compare = def(arg)?;
+    let InstructionData::IntCompare {
+        opcode: Opcode::Icmp,
+        args: [elapsed, _],
+        ..
+    } = dfg.insts[compare]
+    else {
+        return None;
+    };
+    let sub = def(elapsed)?;
+    let InstructionData::Binary {
+        opcode: Opcode::Isub,
+        args: [now, _],
+    } = dfg.insts[sub]
+    else {
+        return None;
+    };
+    let call = def(now)?;
+    (dfg.insts[call].opcode() == Opcode::Call).then_some([trapnz, compare, sub, call])
+}
