@@ -62,7 +62,7 @@ pub(super) fn translate(
     stack: Option<(u32, u64)>,
     cooperation: Cooperation,
 ) -> Result<(Function, bool, Option<[Value; 4]>), LowerError> {
-    let (function, plan, spill_sites, bounds) = translate_once(
+    let first = translate_once(
         module,
         func_index,
         params,
@@ -72,18 +72,31 @@ pub(super) fn translate(
         None,
     )?;
     match stack {
-        Some((_, bytes)) if window::promotable(bytes, &plan, spill_sites) => translate_once(
-            module,
-            func_index,
-            params,
-            globals,
-            stack,
-            cooperation,
-            Some(&plan),
-        )
-        .map(|(f, _, _, bounds)| (f, true, bounds)),
-        _ => Ok((function, false, bounds)),
+        Some((_, bytes)) if window::promotable(bytes, &first.placements, first.spill_sites) => {
+            translate_once(
+                module,
+                func_index,
+                params,
+                globals,
+                stack,
+                cooperation,
+                Some(&first.placements),
+            )
+            .map(|t| (t.function, true, t.shared_bounds))
+        }
+        _ => Ok((first.function, false, first.shared_bounds)),
     }
+}
+
+/// What [`translate_once`] gives.
+struct Translation {
+    function: Function,
+    /// The placements of the loads and stores it found (without a plan).
+    placements: Vec<Placement>,
+    /// How many other operations reach the window by address.
+    spill_sites: usize,
+    /// The shared bounds its tests compare against, if it has shared memory.
+    shared_bounds: Option<[Value; 4]>,
 }
 
 /// One translation; with `plan` (the first translation's placements of
@@ -99,7 +112,7 @@ fn translate_once(
     stack: Option<(u32, u64)>,
     cooperation: Cooperation,
     plan: Option<&[Placement]>,
-) -> Result<(Function, Vec<Placement>, usize, Option<[Value; 4]>), LowerError> {
+) -> Result<Translation, LowerError> {
     let abi = KernelAbi {
         wasm_params: params.len() + globals.len(),
     };
@@ -243,7 +256,12 @@ fn translate_once(
     // `PointerWidth`, which no_std Cranelift does not re-export, and it only
     // adds debug checks (the verifier's, stricter, run in `translate_kernel`)
     // and stack maps (a kernel has no GC values).
-    Ok((function, placements, spill_sites, shared.map(|s| s.bounds)))
+    Ok(Translation {
+        function,
+        placements,
+        spill_sites,
+        shared_bounds: shared.map(|s| s.bounds),
+    })
 }
 
 /// The kernel's hidden parameters the translator reads, and the runtime
