@@ -776,6 +776,26 @@ fn translate(wasm: &[u8]) -> TranslatedKernel {
     kernel
 }
 
+/// The CLIF text of `wat`'s kernel.
+fn clif_of(wat: &str) -> String {
+    let wasm = wat::parse_str(wat).expect("wat");
+    translate(&wasm).function.display().to_string()
+}
+
+/// How many of `clif`'s `op` instructions (`trapz`, `trapnz`, with or
+/// without a type suffix) have `trap`'s code.
+fn traps(clif: &str, op: &str, trap: KernelTrap) -> usize {
+    let code = format!(", {}", trap.trap_code());
+    let typed = format!("{op}.");
+    clif.lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .any(|w| w == op || w.starts_with(&typed))
+                && l.trim_end().ends_with(&code)
+        })
+        .count()
+}
+
 // ---------------------------------------------------------------------------
 // Differential cases
 // ---------------------------------------------------------------------------
@@ -1657,21 +1677,12 @@ fn a_counted_loop_is_charged_on_entry() {
           (local.set $c (i32.sub (local.get $c) (i32.const 1)))
           (br_if $again (local.get $c)))
         (i32.store (i32.const 40) (i32.const 9))))"#;
-    let clif = translate(&wat::parse_str(counted).unwrap())
-        .function
-        .display()
-        .to_string();
-    let count = |trap: &str, code: KernelTrap| {
-        let code = code.trap_code().to_string();
-        clif.lines()
-            .filter(|l| l.contains(trap) && l.trim_end().ends_with(&format!(", {code}")))
-            .count()
-    };
+    let clif = clif_of(counted);
     // The first loop's fuel test and the counted loop's entry check; the
     // virtual block's and the first loop's time checks.
-    assert_eq!(count("trapz", KernelTrap::OutOfFuel), 1, "{clif}");
-    assert_eq!(count("trapnz", KernelTrap::OutOfFuel), 1, "{clif}");
-    assert_eq!(count("trapnz", KernelTrap::TimeLimit), 2, "{clif}");
+    assert_eq!(traps(&clif, "trapz", KernelTrap::OutOfFuel), 1, "{clif}");
+    assert_eq!(traps(&clif, "trapnz", KernelTrap::OutOfFuel), 1, "{clif}");
+    assert_eq!(traps(&clif, "trapnz", KernelTrap::TimeLimit), 2, "{clif}");
     let (_, enough, memory, _) = run_alone(counted, &[Arg(I32, 0)], 6);
     assert_eq!(enough, Outcome::Returned);
     for c in 1..=5u8 {
@@ -1690,18 +1701,8 @@ fn a_counted_loop_is_charged_on_entry() {
     assert_eq!(memory[20], 0x80 | 20, "no iteration ran");
 
     let from_a_parameter = counted.replace("(i32.const 5))", "(local.get $n))");
-    let clif = translate(&wat::parse_str(&from_a_parameter).unwrap())
-        .function
-        .display()
-        .to_string();
-    let time_checks = clif
-        .lines()
-        .filter(|l| {
-            l.trim_end()
-                .ends_with(&format!(", {}", KernelTrap::TimeLimit.trap_code()))
-        })
-        .count();
-    assert_eq!(time_checks, 3, "{clif}");
+    let clif = clif_of(&from_a_parameter);
+    assert_eq!(traps(&clif, "trapnz", KernelTrap::TimeLimit), 3, "{clif}");
 }
 
 /// The byte offset of the module's only function body: where a trap of the
@@ -2713,8 +2714,6 @@ fn dispatch_over_a_large_table_counts_toward_the_size_limits() {
 /// and the result's store).
 #[test]
 fn shared_alignment_tests_only_where_the_offset_may_be_misaligned() {
-    let misaligned = KernelTrap::HeapMisaligned.trap_code().to_string();
-    let bounds = KernelTrap::HeapOutOfBounds.trap_code().to_string();
     let count = |body: &str| {
         let wat = format!(
             r#"(module
@@ -2723,14 +2722,11 @@ fn shared_alignment_tests_only_where_the_offset_may_be_misaligned() {
   (func (export "kernel") (param $i i32) (param $o i32)
     (i64.store (local.get $o) {body})))"#
         );
-        let wasm = wat::parse_str(&wat).unwrap();
-        let clif = translate(&wasm).function.display().to_string();
-        let traps = |code: &str| {
-            clif.lines()
-                .filter(|l| l.contains("trapnz") && l.trim_end().ends_with(code))
-                .count()
-        };
-        (traps(&misaligned), traps(&bounds))
+        let clif = clif_of(&wat);
+        (
+            traps(&clif, "trapnz", KernelTrap::HeapMisaligned),
+            traps(&clif, "trapnz", KernelTrap::HeapOutOfBounds),
+        )
     };
     let shifted = "(call $ld (i32.shl (local.get $i) (i32.const 3)))";
     assert_eq!(count(shifted), (0, 2), "i << 3");
@@ -2769,8 +2765,7 @@ fn bounds_tests_merge_per_base_within_a_run() {
     (local.set $j (i32.shl (local.get $j) (i32.const 3)))
     {body}))"#
         );
-        let wasm = wat::parse_str(&wat).unwrap();
-        let clif = translate(&wasm).function.display().to_string();
+        let clif = clif_of(&wat);
         let count = |what: &dyn Fn(&str) -> bool| clif.lines().filter(|l| what(l.trim())).count();
         (
             // Cold blocks (one per merged run), and the `bor`s of their
@@ -2778,7 +2773,7 @@ fn bounds_tests_merge_per_base_within_a_run() {
             count(&|l| l.ends_with(&format!("trap {bounds}"))),
             count(&|l| l.contains(" = bor ")),
             // Conditional bounds traps: the cold blocks' and those in place.
-            count(&|l| l.contains("trapnz ") && l.ends_with(&format!(", {bounds}"))),
+            traps(&clif, "trapnz", KernelTrap::HeapOutOfBounds),
         )
     };
     let ld = |base: &str, plus: u32| {

@@ -498,24 +498,26 @@ fn softmax(b: &mut Bench<'_>) -> BenchResult<Vec<Value>> {
     Ok(ratios)
 }
 
-/// `sgemm_tiled` at a shape that is no multiple of its tiles (its
-/// matrices where the timed ones go: run it first), each entry of C checked (the timed shape takes only the inner tiles' path): blocks
-/// inside C and past its edges, and a depth that ends within a step.
-fn sgemm_edges(b: &Bench<'_>, kernel: &WasmKernel<CudaDriver>) -> BenchResult<()> {
-    let (m, n, k) = (300, 280, 44);
-    let (a_at, b_at, c_at) = (DATA, DATA + m * k * 4, DATA + (m * k + k * n) * 4);
-    let a: Vec<f32> = (0..m * k)
-        .map(|i| uniform(b.seed, 12, i, -1.0, 1.0))
+/// `len` random `f32`s in `[-1, 1)` (stream `stream` of the bench's seed),
+/// written to the guest's memory at `at`.
+fn random_f32s(b: &Bench<'_>, at: usize, len: usize, stream: u64) -> BenchResult<Vec<f32>> {
+    let v: Vec<f32> = (0..len)
+        .map(|i| uniform(b.seed, stream, i, -1.0, 1.0))
         .collect();
-    let bm: Vec<f32> = (0..k * n)
-        .map(|i| uniform(b.seed, 13, i, -1.0, 1.0))
-        .collect();
-    b.guest.write_f32s(b.d, a_at, &a)?;
-    b.guest.write_f32s(b.d, b_at, &bm)?;
-    // C's words past its end are checked too: none may be written.
-    let c_words = m * n + 64;
-    b.guest.write_f32s(b.d, c_at, &vec![-7.0; c_words])?;
-    let launch = kernel.launch(
+    b.guest.write_f32s(b.d, at, &v)?;
+    Ok(v)
+}
+
+/// `sgemm_tiled`'s launch for `C [m, n] = A [m, k] @ B [k, n]` at guest
+/// addresses `[a, b, c]`: a block per 128 x 128 tile of C.
+fn sgemm_launch<'k>(
+    b: &Bench<'_>,
+    kernel: &'k WasmKernel<CudaDriver>,
+    at: [usize; 3],
+    [m, n, k]: [usize; 3],
+) -> Launch<'k, CudaDriver> {
+    let [a_at, b_at, c_at] = at;
+    kernel.launch(
         &b.guest,
         &[a_at, b_at, c_at, m, n, k].map(|v| KernelParam::I32(v as i32)),
         Dim3 {
@@ -525,7 +527,22 @@ fn sgemm_edges(b: &Bench<'_>, kernel: &WasmKernel<CudaDriver>) -> BenchResult<()
         },
         Dim3::linear(BLOCK),
         SGEMM_SHARED,
-    );
+    )
+}
+
+/// `sgemm_tiled` at a shape that is no multiple of its tiles, each entry
+/// of C checked (the timed shape takes only the inner tiles' path):
+/// blocks inside C and past its edges, and a depth that ends within a
+/// step. Its matrices lie where the timed ones go: run it first.
+fn sgemm_edges(b: &Bench<'_>, kernel: &WasmKernel<CudaDriver>) -> BenchResult<()> {
+    let (m, n, k) = (300, 280, 44);
+    let (a_at, b_at, c_at) = (DATA, DATA + m * k * 4, DATA + (m * k + k * n) * 4);
+    let a = random_f32s(b, a_at, m * k, 12)?;
+    let bm = random_f32s(b, b_at, k * n, 13)?;
+    // C's words past its end are checked too: none may be written.
+    let c_words = m * n + 64;
+    b.guest.write_f32s(b.d, c_at, &vec![-7.0; c_words])?;
+    let launch = sgemm_launch(b, kernel, [a_at, b_at, c_at], [m, n, k]);
     run_once(b.d, &b.stream, &launch)?;
     b.guest.check_status(b.d, "sgemm_tiled 300x280x44")?;
     let c = b.guest.read_f32s(b.d, c_at, c_words)?;
@@ -555,14 +572,8 @@ fn sgemm(b: &mut Bench<'_>) -> BenchResult<Value> {
     sgemm_edges(b, &kernel)?;
     let n = GEMM;
     let (a_at, b_at, c_at) = (DATA, DATA + n * n * 4, DATA + 2 * n * n * 4);
-    let a: Vec<f32> = (0..n * n)
-        .map(|i| uniform(b.seed, 10, i, -1.0, 1.0))
-        .collect();
-    let bm: Vec<f32> = (0..n * n)
-        .map(|i| uniform(b.seed, 11, i, -1.0, 1.0))
-        .collect();
-    b.guest.write_f32s(b.d, a_at, &a)?;
-    b.guest.write_f32s(b.d, b_at, &bm)?;
+    let a = random_f32s(b, a_at, n * n, 10)?;
+    let bm = random_f32s(b, b_at, n * n, 11)?;
     let picks: Vec<(usize, usize)> = (0..GEMM_CHECKED)
         .map(|s| {
             let r = mix(b.seed ^ mix(0xc0de ^ s as u64));
@@ -627,25 +638,7 @@ fn sgemm(b: &mut Bench<'_>) -> BenchResult<Value> {
         check,
         ("TFLOP/s", &tflops),
     )?;
-    let tiles = (n as u32).div_ceil(SGEMM_TILE);
-    let launch = kernel.launch(
-        &b.guest,
-        &[
-            KernelParam::I32(a_at as i32),
-            KernelParam::I32(b_at as i32),
-            KernelParam::I32(c_at as i32),
-            KernelParam::I32(n as i32),
-            KernelParam::I32(n as i32),
-            KernelParam::I32(n as i32),
-        ],
-        Dim3 {
-            x: tiles,
-            y: tiles,
-            z: 1,
-        },
-        Dim3::linear(BLOCK),
-        SGEMM_SHARED,
-    );
+    let launch = sgemm_launch(b, &kernel, [a_at, b_at, c_at], [n, n, n]);
     b.guest.zero(b.d, c_at, n * n * 4)?;
     let rust = b.measure(
         &section,

@@ -709,52 +709,46 @@ where
     // Shared loads' bounds tests are merged (`translate/merge.rs`), but a
     // failing load traps before the thread's next effect (each block's
     // thread 3 stores nothing, the others store 1), and the first failing
-    // load's offset is the one reported (the first load's, which comes
-    // earlier in the code).
-    let trap_offset = |text: &str| {
+    // load's offset is the one reported. `trapped` runs `kernel` with
+    // `word` at IN, checks the stores and gives the trap's offset.
+    let trapped = |g: &mut Guest<D>, kernel: &str, word: u32| {
+        g.memory()[IN as usize..IN as usize + 4].copy_from_slice(&word.to_le_bytes());
+        g.run_trapping(kernel, 2, 64, 64, KernelTrap::HeapOutOfBounds);
+        for gid in 0..128 {
+            assert_eq!(
+                g.out_u32(gid),
+                u32::from(gid % 64 != 3),
+                "{kernel}, thread {gid}"
+            );
+        }
+        let text = g.last_error();
         let hex = text.rsplit("at offset 0x").next().unwrap_or_default();
         let digits: String = hex.chars().take_while(char::is_ascii_hexdigit).collect();
         u64::from_str_radix(&digits, 16).unwrap_or_else(|_| panic!("no offset in {text}"))
     };
-    let mode = |g: &mut Guest<D>, bits: u32| {
-        g.memory()[IN as usize..IN as usize + 4].copy_from_slice(&bits.to_le_bytes());
-    };
-    mode(&mut g, 2);
-    g.run_trapping("oob_loads", 2, 64, 64, KernelTrap::HeapOutOfBounds);
-    let second = trap_offset(&g.last_error());
-    for gid in 0..128 {
-        assert_eq!(g.out_u32(gid), u32::from(gid % 64 != 3), "thread {gid}");
-    }
-    mode(&mut g, 3);
-    g.run_trapping("oob_loads", 2, 64, 64, KernelTrap::HeapOutOfBounds);
-    let first = trap_offset(&g.last_error());
+    // Two loads at two bases: the second fails (word 2), both do (3; the
+    // first comes earlier in the code).
+    let second = trapped(&mut g, "oob_loads", 2);
+    let first = trapped(&mut g, "oob_loads", 3);
     assert!(
         first < second,
         "the first load's offset {first:#x}, not {second:#x}"
     );
     next_launch_works(&mut g, "out-of-bounds shared loads");
 
-    // The same of two loads at one base, 4 bytes apart (64 bytes of
-    // shared memory): at 60 only the second fails; at 64 both do, and
-    // the first is reported; at 2^32 - 4 the second wraps to 0 and only
-    // the first fails. At 56 neither does.
-    let at = |g: &mut Guest<D>, offset: u32| {
-        g.memory()[IN as usize..IN as usize + 4].copy_from_slice(&offset.to_le_bytes());
-    };
-    at(&mut g, 60);
-    g.run_trapping("oob_same_base", 2, 64, 64, KernelTrap::HeapOutOfBounds);
-    let second = trap_offset(&g.last_error());
-    for gid in 0..128 {
-        assert_eq!(g.out_u32(gid), u32::from(gid % 64 != 3), "thread {gid}");
-    }
-    at(&mut g, 64);
-    g.run_trapping("oob_same_base", 2, 64, 64, KernelTrap::HeapOutOfBounds);
-    let first = trap_offset(&g.last_error());
+    // Two loads at one base, 4 bytes apart (64 bytes of shared memory): at
+    // 60 only the second fails; at 64 both do, and the first is reported;
+    // at 2^32 - 4 the second wraps to 0 and only the first fails. At 56
+    // neither does.
+    let second = trapped(&mut g, "oob_same_base", 60);
+    let first = trapped(&mut g, "oob_same_base", 64);
     assert!(first < second, "at 64: {first:#x}, not {second:#x}");
-    at(&mut g, u32::MAX - 3);
-    g.run_trapping("oob_same_base", 2, 64, 64, KernelTrap::HeapOutOfBounds);
-    assert_eq!(trap_offset(&g.last_error()), first, "at 2^32 - 4");
-    at(&mut g, 56);
+    assert_eq!(
+        trapped(&mut g, "oob_same_base", u32::MAX - 3),
+        first,
+        "at 2^32 - 4"
+    );
+    g.memory()[IN as usize..IN as usize + 4].copy_from_slice(&56u32.to_le_bytes());
     g.run("oob_same_base", 2, 64, 64);
     next_launch_works(&mut g, "out-of-bounds shared loads at one base");
 

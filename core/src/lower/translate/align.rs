@@ -48,9 +48,13 @@ pub(super) fn drop_proven_alignment_tests(func: &mut Function) -> usize {
     proven.len()
 }
 
-/// `(ea, k)` when `inst` is `trapnz(icmp ne (band ea, 2^k - 1), 0)`
-/// with code `HeapMisaligned`.
-fn misalignment_test(func: &Function, inst: Inst) -> Option<(Value, u32)> {
+/// `(cond, x, y)` when `inst` is `trapnz(icmp cond x, y)` with code
+/// `trap` (the shape of the translator's memory tests).
+pub(in crate::lower::translate) fn compare_trap(
+    func: &Function,
+    inst: Inst,
+    trap: KernelTrap,
+) -> Option<(IntCC, Value, Value)> {
     let dfg = &func.dfg;
     let InstructionData::CondTrap {
         opcode: Opcode::Trapnz,
@@ -60,16 +64,26 @@ fn misalignment_test(func: &Function, inst: Inst) -> Option<(Value, u32)> {
     else {
         return None;
     };
-    if KernelTrap::from_trap_code(code) != Some(KernelTrap::HeapMisaligned) {
+    if KernelTrap::from_trap_code(code) != Some(trap) {
         return None;
     }
     let compare = dfg.value_def(dfg.resolve_aliases(arg)).inst()?;
     let InstructionData::IntCompare {
         opcode: Opcode::Icmp,
-        cond: IntCC::NotEqual,
-        args: [low, zero],
+        cond,
+        args: [x, y],
     } = dfg.insts[compare]
     else {
+        return None;
+    };
+    Some((cond, dfg.resolve_aliases(x), dfg.resolve_aliases(y)))
+}
+
+/// `(ea, k)` when `inst` is `trapnz(icmp ne (band ea, 2^k - 1), 0)`
+/// with code `HeapMisaligned`.
+fn misalignment_test(func: &Function, inst: Inst) -> Option<(Value, u32)> {
+    let dfg = &func.dfg;
+    let (IntCC::NotEqual, low, zero) = compare_trap(func, inst, KernelTrap::HeapMisaligned)? else {
         return None;
     };
     if constant(func, zero) != Some(0) {

@@ -47,7 +47,7 @@ use cranelift_codegen::ir::{
     Block, Function, Inst, InstBuilder, InstructionData, Opcode, SourceLoc, Value,
 };
 
-use super::align::constant;
+use super::align::{compare_trap, constant};
 use super::body::SHARED_ACCESS_BYTES;
 use crate::lower::KernelTrap;
 
@@ -168,27 +168,7 @@ fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<Vec<T
 /// + k...), len)` with constant `k`s.
 fn bounds_test(func: &Function, inst: Inst, shared: Option<&[Value; 4]>) -> Option<(Value, Limit)> {
     let dfg = &func.dfg;
-    let InstructionData::CondTrap {
-        opcode: Opcode::Trapnz,
-        arg,
-        code,
-    } = dfg.insts[inst]
-    else {
-        return None;
-    };
-    if KernelTrap::from_trap_code(code) != Some(KernelTrap::HeapOutOfBounds) {
-        return None;
-    }
-    let compare = dfg.value_def(dfg.resolve_aliases(arg)).inst()?;
-    let InstructionData::IntCompare {
-        opcode: Opcode::Icmp,
-        cond,
-        args: [x, y],
-    } = dfg.insts[compare]
-    else {
-        return None;
-    };
-    let (x, y) = (dfg.resolve_aliases(x), dfg.resolve_aliases(y));
+    let (cond, x, y) = compare_trap(func, inst, KernelTrap::HeapOutOfBounds)?;
     let (address, limit) = match cond {
         IntCC::UnsignedGreaterThanOrEqual => {
             let size = shared?.iter().position(|&b| b == y)?;
