@@ -3,7 +3,7 @@
 //! arguments, then makes the thin-layer calls.
 
 use std::{
-    ffi::{c_uint, c_void},
+    ffi::{CString, c_uint, c_void},
     sync::Arc,
 };
 
@@ -16,6 +16,7 @@ use tensorwasm_core::{
 use crate::{
     context::{self, Context},
     error::CudaError,
+    jit::{self, JitCache},
     memory::{self, CudaBuffer},
     module::{CudaFunction, CudaModule},
     result,
@@ -29,6 +30,8 @@ use crate::{
 #[derive(Clone)]
 pub struct CudaDriver {
     pub(crate) ctx: Arc<Context>,
+    /// Where [`GpuDriver::load_ptx`] keeps compiled PTX (`jit.rs`).
+    jit_cache: Option<JitCache>,
 }
 
 impl std::fmt::Debug for CudaDriver {
@@ -40,11 +43,27 @@ impl std::fmt::Debug for CudaDriver {
 }
 
 impl CudaDriver {
-    /// Loads `libcuda` and retains device `ordinal`'s primary context.
+    /// Loads `libcuda` and retains device `ordinal`'s primary context. PTX
+    /// it loads is compiled once and kept in the JIT cache the environment
+    /// names ([`JitCache::from_env`]; [`CudaDriver::with_jit_cache`] picks
+    /// another or none).
     pub fn new(ordinal: u32) -> Result<CudaDriver, CudaError> {
         Ok(CudaDriver {
             ctx: Context::open(ordinal)?,
+            jit_cache: JitCache::from_env(),
         })
+    }
+
+    /// This driver with `cache` as its JIT cache (`None`: every PTX load
+    /// compiles).
+    pub fn with_jit_cache(mut self, cache: Option<JitCache>) -> CudaDriver {
+        self.jit_cache = cache;
+        self
+    }
+
+    /// The JIT cache, if any.
+    pub fn jit_cache(&self) -> Option<&JitCache> {
+        self.jit_cache.as_ref()
     }
 
     /// Lists every CUDA device without retaining any context: the typed error
@@ -309,7 +328,10 @@ impl GpuDriver for CudaDriver {
     }
 
     fn load_ptx(&self, ptx: &str) -> Result<CudaModule, CudaError> {
-        CudaModule::from_ptx(&self.ctx, ptx)
+        let text = CString::new(ptx)
+            .map_err(|_| CudaError::invalid("load_ptx", "PTX text contains a NUL byte"))?;
+        let cubin = jit::cubin(&self.ctx, self.jit_cache.as_ref(), &text)?;
+        CudaModule::from_cubin(&self.ctx, &cubin)
     }
 
     fn load_cubin(&self, image: &[u8]) -> Result<CudaModule, CudaError> {

@@ -25,6 +25,7 @@ pub mod sys;
 
 mod context;
 mod driver;
+mod jit;
 mod managed;
 mod memory;
 mod module;
@@ -35,6 +36,7 @@ mod vm;
 pub use context::{DEFAULT_LIBCUDA, LIBCUDA_ENV};
 pub use driver::CudaDriver;
 pub use error::{CudaError, MIN_DRIVER_VERSION};
+pub use jit::{JIT_CACHE_ENV, JitCache};
 pub use managed::CudaRegion;
 pub use memory::CudaBuffer;
 pub use module::{CudaFunction, CudaModule};

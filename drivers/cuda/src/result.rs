@@ -340,6 +340,69 @@ pub(crate) unsafe fn cuModuleLoadDataEx(
     Err(driver_error(lib, "cuModuleLoadDataEx", status, Some(log)))
 }
 
+/// Starts a JIT link with `options`/`values` (pairs, as `cuModuleLoadDataEx`
+/// takes them); buffers they point to must outlive the state.
+pub(crate) unsafe fn cuLinkCreate_v2(
+    lib: &sys::CudaLib,
+    options: &mut [sys::CUjit_option],
+    values: &mut [*mut c_void],
+) -> Result<sys::CUlinkState, CudaError> {
+    debug_assert_eq!(options.len(), values.len());
+    let mut state = ptr::null_mut();
+    call!(
+        lib,
+        cuLinkCreate_v2(
+            options.len() as c_uint,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+            &mut state
+        )
+    )?;
+    Ok(state)
+}
+
+/// Adds NUL-terminated PTX text, named `name` in the JIT's messages.
+pub(crate) unsafe fn cuLinkAddData_v2(
+    lib: &sys::CudaLib,
+    state: sys::CUlinkState,
+    ptx: &CStr,
+    name: &CStr,
+) -> Result<(), CudaError> {
+    let bytes = ptx.to_bytes_with_nul();
+    call!(
+        lib,
+        cuLinkAddData_v2(
+            state,
+            sys::CUjitInputType::CU_JIT_INPUT_PTX,
+            bytes.as_ptr().cast_mut().cast(),
+            bytes.len(),
+            name.as_ptr(),
+            0,
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
+    )
+}
+
+/// Completes the link: the cubin's address and size, owned by `state`
+/// (valid until `cuLinkDestroy`).
+pub(crate) unsafe fn cuLinkComplete(
+    lib: &sys::CudaLib,
+    state: sys::CUlinkState,
+) -> Result<(*const c_void, usize), CudaError> {
+    let mut cubin = ptr::null_mut();
+    let mut size = 0usize;
+    call!(lib, cuLinkComplete(state, &mut cubin, &mut size))?;
+    Ok((cubin.cast_const(), size))
+}
+
+pub(crate) unsafe fn cuLinkDestroy(
+    lib: &sys::CudaLib,
+    state: sys::CUlinkState,
+) -> Result<(), CudaError> {
+    call!(lib, cuLinkDestroy(state))
+}
+
 pub(crate) unsafe fn cuModuleUnload(
     lib: &sys::CudaLib,
     module: sys::CUmodule,

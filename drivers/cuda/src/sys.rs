@@ -470,6 +470,25 @@ impl CUjit_option_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUjit_option_enum(pub ::std::os::raw::c_uint);
 pub use self::CUjit_option_enum as CUjit_option;
+impl CUjitInputType_enum {
+    pub const CU_JIT_INPUT_CUBIN: CUjitInputType_enum = CUjitInputType_enum(0);
+    pub const CU_JIT_INPUT_PTX: CUjitInputType_enum = CUjitInputType_enum(1);
+    pub const CU_JIT_INPUT_FATBINARY: CUjitInputType_enum = CUjitInputType_enum(2);
+    pub const CU_JIT_INPUT_OBJECT: CUjitInputType_enum = CUjitInputType_enum(3);
+    pub const CU_JIT_INPUT_LIBRARY: CUjitInputType_enum = CUjitInputType_enum(4);
+    pub const CU_JIT_INPUT_NVVM: CUjitInputType_enum = CUjitInputType_enum(5);
+    pub const CU_JIT_NUM_INPUT_TYPES: CUjitInputType_enum = CUjitInputType_enum(6);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUjitInputType_enum(pub ::std::os::raw::c_uint);
+pub use self::CUjitInputType_enum as CUjitInputType;
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUlinkState_st {
+    _unused: [u8; 0],
+}
+pub type CUlinkState = *mut CUlinkState_st;
 pub type CUhostFn =
     ::std::option::Option<unsafe extern "C" fn(userData: *mut ::std::os::raw::c_void)>;
 impl cudaError_enum {
@@ -783,6 +802,38 @@ pub struct CudaLib {
         ) -> CUresult,
         ::libloading::Error,
     >,
+    pub cuLinkCreate_v2: Result<
+        unsafe extern "C" fn(
+            numOptions: ::std::os::raw::c_uint,
+            options: *mut CUjit_option,
+            optionValues: *mut *mut ::std::os::raw::c_void,
+            stateOut: *mut CUlinkState,
+        ) -> CUresult,
+        ::libloading::Error,
+    >,
+    pub cuLinkAddData_v2: Result<
+        unsafe extern "C" fn(
+            state: CUlinkState,
+            type_: CUjitInputType,
+            data: *mut ::std::os::raw::c_void,
+            size: usize,
+            name: *const ::std::os::raw::c_char,
+            numOptions: ::std::os::raw::c_uint,
+            options: *mut CUjit_option,
+            optionValues: *mut *mut ::std::os::raw::c_void,
+        ) -> CUresult,
+        ::libloading::Error,
+    >,
+    pub cuLinkComplete: Result<
+        unsafe extern "C" fn(
+            state: CUlinkState,
+            cubinOut: *mut *mut ::std::os::raw::c_void,
+            sizeOut: *mut usize,
+        ) -> CUresult,
+        ::libloading::Error,
+    >,
+    pub cuLinkDestroy:
+        Result<unsafe extern "C" fn(state: CUlinkState) -> CUresult, ::libloading::Error>,
     pub cuMemGetInfo_v2: Result<
         unsafe extern "C" fn(free: *mut usize, total: *mut usize) -> CUresult,
         ::libloading::Error,
@@ -1046,6 +1097,10 @@ impl CudaLib {
         let cuModuleUnload = unsafe { __library.get(b"cuModuleUnload\0") }.map(|sym| *sym);
         let cuModuleGetFunction =
             unsafe { __library.get(b"cuModuleGetFunction\0") }.map(|sym| *sym);
+        let cuLinkCreate_v2 = unsafe { __library.get(b"cuLinkCreate_v2\0") }.map(|sym| *sym);
+        let cuLinkAddData_v2 = unsafe { __library.get(b"cuLinkAddData_v2\0") }.map(|sym| *sym);
+        let cuLinkComplete = unsafe { __library.get(b"cuLinkComplete\0") }.map(|sym| *sym);
+        let cuLinkDestroy = unsafe { __library.get(b"cuLinkDestroy\0") }.map(|sym| *sym);
         let cuMemGetInfo_v2 = unsafe { __library.get(b"cuMemGetInfo_v2\0") }.map(|sym| *sym);
         let cuMemAlloc_v2 = unsafe { __library.get(b"cuMemAlloc_v2\0") }.map(|sym| *sym);
         let cuMemFree_v2 = unsafe { __library.get(b"cuMemFree_v2\0") }.map(|sym| *sym);
@@ -1106,6 +1161,10 @@ impl CudaLib {
             cuModuleLoadDataEx,
             cuModuleUnload,
             cuModuleGetFunction,
+            cuLinkCreate_v2,
+            cuLinkAddData_v2,
+            cuLinkComplete,
+            cuLinkDestroy,
             cuMemGetInfo_v2,
             cuMemAlloc_v2,
             cuMemFree_v2,
@@ -1313,6 +1372,73 @@ impl CudaLib {
                 .cuModuleGetFunction
                 .as_ref()
                 .expect("Expected function, got error."))(hfunc, hmod, name)
+        }
+    }
+    pub unsafe fn cuLinkCreate_v2(
+        &self,
+        numOptions: ::std::os::raw::c_uint,
+        options: *mut CUjit_option,
+        optionValues: *mut *mut ::std::os::raw::c_void,
+        stateOut: *mut CUlinkState,
+    ) -> CUresult {
+        unsafe {
+            (self
+                .cuLinkCreate_v2
+                .as_ref()
+                .expect("Expected function, got error."))(
+                numOptions,
+                options,
+                optionValues,
+                stateOut,
+            )
+        }
+    }
+    pub unsafe fn cuLinkAddData_v2(
+        &self,
+        state: CUlinkState,
+        type_: CUjitInputType,
+        data: *mut ::std::os::raw::c_void,
+        size: usize,
+        name: *const ::std::os::raw::c_char,
+        numOptions: ::std::os::raw::c_uint,
+        options: *mut CUjit_option,
+        optionValues: *mut *mut ::std::os::raw::c_void,
+    ) -> CUresult {
+        unsafe {
+            (self
+                .cuLinkAddData_v2
+                .as_ref()
+                .expect("Expected function, got error."))(
+                state,
+                type_,
+                data,
+                size,
+                name,
+                numOptions,
+                options,
+                optionValues,
+            )
+        }
+    }
+    pub unsafe fn cuLinkComplete(
+        &self,
+        state: CUlinkState,
+        cubinOut: *mut *mut ::std::os::raw::c_void,
+        sizeOut: *mut usize,
+    ) -> CUresult {
+        unsafe {
+            (self
+                .cuLinkComplete
+                .as_ref()
+                .expect("Expected function, got error."))(state, cubinOut, sizeOut)
+        }
+    }
+    pub unsafe fn cuLinkDestroy(&self, state: CUlinkState) -> CUresult {
+        unsafe {
+            (self
+                .cuLinkDestroy
+                .as_ref()
+                .expect("Expected function, got error."))(state)
         }
     }
     pub unsafe fn cuMemGetInfo_v2(&self, free: *mut usize, total: *mut usize) -> CUresult {

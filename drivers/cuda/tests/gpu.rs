@@ -3,7 +3,7 @@
 mod common;
 
 use tensorwasm_core::{DeviceMemory, DriverError, ErrorKind, GpuDriver, KernelParam, LaunchConfig};
-use tensorwasm_cuda::CudaDriver;
+use tensorwasm_cuda::{CudaDriver, JitCache};
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
@@ -18,10 +18,68 @@ fn bad_ptx_reports_invalid_ptx_with_the_jit_log() {
     let log = err.jit_log().expect("JIT log");
     assert!(!log.is_empty(), "empty JIT log");
     println!("JIT log: {log}");
-    assert!(err.to_string().contains("cuModuleLoadDataEx"));
+    // PTX is compiled by the driver's linker (`jit.rs`).
+    assert!(err.to_string().contains("cuLinkAddData_v2"), "{err}");
     // The context is still healthy.
     let f = common::vadd(&d);
     assert_eq!(f.param_sizes(), Some(&[8, 8, 8, 4][..]));
+}
+
+/// PTX is compiled once: a second driver (as a new process would) loads
+/// the cubin the first stored, and not the PTX. Shown by swapping the
+/// vector add's entry for another kernel's: the vector add's PTX then
+/// loads a module without `vadd`. A damaged entry is compiled again.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ptx_is_compiled_once_then_loaded_from_the_jit_cache() {
+    let dir = std::env::temp_dir().join(format!("tensorwasm-jit-gpu-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cached = || common::driver().with_jit_cache(Some(JitCache::at(&dir)));
+    let entries = || {
+        let mut v: Vec<_> = std::fs::read_dir(&dir)
+            .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        v.retain(|p| p.extension().is_some_and(|x| x == "cubin"));
+        v.sort();
+        v
+    };
+    let other = ".version 7.0\n.target sm_70\n.address_size 64\n\
+                 .visible .entry other() {\n  ret;\n}\n";
+
+    let d = cached();
+    let f = common::vadd(&d);
+    assert_eq!(f.param_sizes(), Some(&[8, 8, 8, 4][..]));
+    let vadd_entry = entries();
+    assert_eq!(vadd_entry.len(), 1, "one entry after one compile");
+    let m = d.load_ptx(other).unwrap_or_else(|e| panic!("{e}"));
+    d.function(&m, "other").unwrap_or_else(|e| panic!("{e}"));
+    let both = entries();
+    assert_eq!(both.len(), 2);
+    let other_entry = both.iter().find(|p| **p != vadd_entry[0]).unwrap();
+
+    std::fs::copy(other_entry, &vadd_entry[0]).unwrap();
+    let d = cached();
+    let m = d
+        .load_ptx(common::VECTOR_ADD_PTX)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        d.function(&m, "vadd").is_err(),
+        "the cached cubin, not the PTX"
+    );
+    d.function(&m, "other").unwrap_or_else(|e| panic!("{e}"));
+
+    // Damaged: refused, removed, compiled again.
+    let mut bytes = std::fs::read(&vadd_entry[0]).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x55;
+    std::fs::write(&vadd_entry[0], &bytes).unwrap();
+    let f = common::vadd(&cached());
+    assert_eq!(f.param_sizes(), Some(&[8, 8, 8, 4][..]));
+    // Without a cache, nothing is read or written.
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = common::vadd(&common::driver().with_jit_cache(None));
+    assert_eq!(f.param_sizes(), Some(&[8, 8, 8, 4][..]));
+    assert!(!dir.exists());
 }
 
 #[test]
