@@ -1,10 +1,10 @@
 //! Modules (`cuModuleLoadDataEx` of a cubin or fatbin; PTX is compiled to
-//! a cubin first, `jit.rs`) and their kernel functions, with each kernel's
-//! parameter layout read from the driver so a launch with the wrong
-//! parameters is refused instead of run.
+//! a cubin first, `jit.rs`, where the driver can) and their kernel
+//! functions, with each kernel's parameter layout read from the driver so a
+//! launch with the wrong parameters is refused instead of run.
 
 use std::{
-    ffi::{CString, c_void},
+    ffi::{CStr, CString, c_void},
     sync::Arc,
 };
 
@@ -38,6 +38,14 @@ impl Drop for ModuleHandle {
 pub struct CudaModule(Arc<ModuleHandle>);
 
 impl CudaModule {
+    /// Loads PTX text, compiled by the driver as it loads it (the fallback
+    /// of a driver without the linker's calls); the error of a rejected
+    /// image carries the JIT log.
+    pub(crate) fn from_ptx(ctx: &Arc<Context>, ptx: &CStr) -> Result<Self, CudaError> {
+        // SAFETY: `ptx` is NUL-terminated and lives across the call.
+        unsafe { Self::load(ctx, ptx.as_ptr().cast()) }
+    }
+
     /// Loads a cubin or fatbin image after checking that every table it
     /// declares lies inside `image` (the driver trusts those sizes).
     pub(crate) fn from_cubin(ctx: &Arc<Context>, image: &[u8]) -> Result<Self, CudaError> {
@@ -53,8 +61,8 @@ impl CudaModule {
     }
 
     /// # Safety
-    /// `image` must point to a self-consistent cubin/fatbin that stays
-    /// valid for the call.
+    /// `image` must point to a NUL-terminated PTX text or a self-consistent
+    /// cubin/fatbin that stays valid for the call.
     unsafe fn load(ctx: &Arc<Context>, image: *const c_void) -> Result<Self, CudaError> {
         ctx.bind()?;
         // SAFETY: forwarded from this function's contract.
