@@ -5,8 +5,10 @@
 //!    raw `cuLaunchKernel` (and `cuLaunchKernel` + `cuLaunchHostFunc`, which
 //!    is what the guest's launch queues), empty kernel;
 //! 2. latency from launch to the wait returning, guest `launch` + `wait`
-//!    against three raw ways to wait, on an empty and on a 10 ms kernel, with
-//!    the process's CPU use while it waits;
+//!    (the default, adaptive wait; always spinning up to 50 µs first; never
+//!    spinning) against three raw ways to wait, on an empty and on a 10 ms
+//!    kernel, with the process's CPU use while it waits; and the CPU of 64
+//!    guests waiting at once, each on a 10 ms kernel;
 //! 3. vector-add bandwidth over the guest's linear memory (managed memory)
 //!    against three `cuMemAlloc` buffers.
 //!
@@ -39,6 +41,7 @@ use tensorwasm_core::{
 };
 use tensorwasm_cuda::{CudaDriver, DEFAULT_LIBCUDA, LIBCUDA_ENV, sys};
 use tensorwasm_embed::runtime::{GuestRuntime, GuestState};
+use tensorwasm_embed::wasi_cuda::WaitPolicy;
 use wasmtime::{Memory, Store, TypedFunc};
 
 /// The bench guest (thin exports over the `wasi_cuda` imports).
@@ -132,7 +135,9 @@ fn run(driver: CudaDriver) -> BenchResult<()> {
         println!("measuring launch overhead...");
         rows.extend(launch_overhead(&mut raw, &mut guest).await?);
         println!("measuring wait latency...");
-        rows.extend(wait_latency(&mut raw, &mut guest).await?);
+        rows.extend(wait_latency(&mut raw, &mut guest, &runtime).await?);
+        println!("measuring {MANY_GUESTS} guests waiting at once...");
+        rows.push(many_waiting(&runtime).await?);
         println!("measuring vector-add bandwidth...");
         rows.extend(bandwidth(&mut raw, &mut guest, seed).await?);
         BenchResult::Ok(rows)
@@ -807,7 +812,8 @@ async fn launch_overhead(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Ve
 /// How a round trip waits for its launch.
 #[derive(Clone, Copy)]
 enum Wait {
-    /// The guest's `launch` + `wait`, one export call.
+    /// The guest's `launch` + `wait`, one export call, with the default
+    /// wait policy (`WaitPolicy::Adaptive`).
     Guest,
     /// `cuEventRecord`, then `cuEventQuery` in a busy loop.
     Spin,
@@ -815,20 +821,24 @@ enum Wait {
     StreamSync,
     /// `cuEventRecord`, then `cuEventQuery` with a sleep between queries.
     SleepPoll,
-    /// The guest's `launch` + `wait` with a spin budget
-    /// (`WasiCudaCtx::set_wait_spin`) before the completion callback.
+    /// The guest's `launch` + `wait` with a spin budget every time
+    /// (`WaitPolicy::Spin`) before the completion callback.
     GuestSpin,
+    /// The guest's `launch` + `wait` that never spins
+    /// (`WaitPolicy::Suspend`: the callback only).
+    GuestSuspend,
 }
 
 /// The spin budget of [`Wait::GuestSpin`].
 const GUEST_WAIT_SPIN: Duration = Duration::from_micros(50);
 
-const WAITS: [Wait; 5] = [
+const WAITS: [Wait; 6] = [
     Wait::Guest,
     Wait::Spin,
     Wait::StreamSync,
     Wait::SleepPoll,
     Wait::GuestSpin,
+    Wait::GuestSuspend,
 ];
 
 impl Wait {
@@ -839,6 +849,7 @@ impl Wait {
             Wait::StreamSync => "raw_stream_sync",
             Wait::SleepPoll => "raw_sleep_poll",
             Wait::GuestSpin => "guest_spin50",
+            Wait::GuestSuspend => "guest_suspend",
         }
     }
 
@@ -849,9 +860,15 @@ impl Wait {
             Wait::StreamSync => "raw launch + cuStreamSynchronize",
             Wait::SleepPoll => "raw launch + cuEventQuery/sleep(50us)",
             Wait::GuestSpin => "guest launch+wait, spin <= 50us first",
+            Wait::GuestSuspend => "guest launch+wait, callback only",
         }
     }
 }
+
+/// The guests of the guest rows, each with its own store, stream and wait
+/// policy, and its copy of the kernel a case launches: `[default, spin,
+/// suspend]`.
+type PolicyGuests<'g> = [(&'g mut Guest, GuestKernel); 3];
 
 /// One round trip: wall time from before the launch to the wait's return,
 /// and the process's CPU time over the same span.
@@ -859,17 +876,17 @@ async fn round_trip(
     wait: Wait,
     raw: &RawCuda,
     raw_kernel: &mut RawKernel,
-    guest: &mut Guest,
-    guest_kernel: GuestKernel,
+    guests: &mut PolicyGuests<'_>,
 ) -> BenchResult<(Duration, Option<Duration>)> {
     let cpu_before = process_cpu_time();
     let elapsed = match wait {
-        Wait::Guest => guest.launch_wait(guest_kernel).await?,
-        Wait::GuestSpin => {
-            guest.store.data_mut().cuda.set_wait_spin(GUEST_WAIT_SPIN);
-            let elapsed = guest.launch_wait(guest_kernel).await;
-            guest.store.data_mut().cuda.set_wait_spin(Duration::ZERO);
-            elapsed?
+        Wait::Guest | Wait::GuestSpin | Wait::GuestSuspend => {
+            let (guest, kernel) = &mut guests[match wait {
+                Wait::Guest => 0,
+                Wait::GuestSpin => 1,
+                _ => 2,
+            }];
+            guest.launch_wait(*kernel).await?
         }
         Wait::Spin | Wait::StreamSync | Wait::SleepPoll => {
             let start = Instant::now();
@@ -906,17 +923,35 @@ struct WaitSamples {
 }
 
 /// (2) Launch-to-wait latency, empty kernel then the 10 ms spin kernel; the
-/// four methods take turns round trip by round trip.
-async fn wait_latency(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Vec<Row>> {
+/// methods take turns round trip by round trip. The default-policy rows
+/// are `guest`'s; the fixed policies get guests of their own (so the
+/// adaptive wait's state is its own stream's).
+async fn wait_latency(
+    raw: &mut RawCuda,
+    guest: &mut Guest,
+    runtime: &GuestRuntime<CudaDriver>,
+) -> BenchResult<Vec<Row>> {
     let mut raw_empty = RawKernel::new(raw.load(EMPTY_PTX, "empty")?, &[]);
-    let guest_empty = guest
-        .load(EMPTY_PTX, "empty", GUEST_ARGS_EMPTY, &[])
-        .await?;
     let mut raw_spin = RawKernel::new(raw.load(SPIN_PTX, "spin")?, &[SPIN_NS]);
     let spin_arg = [ArgDescriptor::i64(SPIN_NS as i64)];
-    let guest_spin = guest
-        .load(SPIN_PTX, "spin", GUEST_ARGS_SPIN, &spin_arg)
-        .await?;
+    let mut spinning = Guest::new(runtime).await?;
+    spinning
+        .store
+        .data_mut()
+        .cuda
+        .set_wait_policy(WaitPolicy::Spin(GUEST_WAIT_SPIN));
+    let mut suspending = Guest::new(runtime).await?;
+    suspending
+        .store
+        .data_mut()
+        .cuda
+        .set_wait_policy(WaitPolicy::Suspend);
+    let mut kernels = Vec::new();
+    for g in [&mut *guest, &mut spinning, &mut suspending] {
+        let empty = g.load(EMPTY_PTX, "empty", GUEST_ARGS_EMPTY, &[]).await?;
+        let spin = g.load(SPIN_PTX, "spin", GUEST_ARGS_SPIN, &spin_arg).await?;
+        kernels.push((empty, spin));
+    }
 
     // What entering and leaving the guest costs by itself: `call_async` of
     // an export that returns at once (part of every guest row below).
@@ -936,14 +971,14 @@ async fn wait_latency(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Vec<R
         )
         .with_p99(),
     ];
-    let cases: [(&str, &str, usize, usize, &mut RawKernel, GuestKernel); 2] = [
+    let cases: [(&str, &str, usize, usize, &mut RawKernel, bool); 2] = [
         (
             "empty",
             "empty kernel",
             LATENCY_WARMUP,
             LATENCY_ITERS,
             &mut raw_empty,
-            guest_empty,
+            false,
         ),
         (
             "spin_10ms",
@@ -951,15 +986,20 @@ async fn wait_latency(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Vec<R
             SPIN_WARMUP,
             SPIN_ITERS,
             &mut raw_spin,
-            guest_spin,
+            true,
         ),
     ];
-    for (case, label, warmup, iters, raw_kernel, guest_kernel) in cases {
-        let mut samples: [WaitSamples; 5] = Default::default();
+    for (case, label, warmup, iters, raw_kernel, long) in cases {
+        let pick = |k: &(GuestKernel, GuestKernel)| if long { k.1 } else { k.0 };
+        let mut guests: PolicyGuests<'_> = [
+            (&mut *guest, pick(&kernels[0])),
+            (&mut spinning, pick(&kernels[1])),
+            (&mut suspending, pick(&kernels[2])),
+        ];
+        let mut samples: [WaitSamples; 6] = Default::default();
         for i in 0..warmup + iters {
             for (wait, s) in WAITS.iter().zip(samples.iter_mut()) {
-                let (elapsed, cpu) =
-                    round_trip(*wait, raw, raw_kernel, guest, guest_kernel).await?;
+                let (elapsed, cpu) = round_trip(*wait, raw, raw_kernel, &mut guests).await?;
                 if i >= warmup {
                     s.latency_us.push(elapsed.as_secs_f64() * 1e6);
                     if let Some(cpu) = cpu {
@@ -986,17 +1026,65 @@ async fn wait_latency(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Vec<R
             if !matches!(wait, Wait::Spin) {
                 row = row.ratio_to(&spin_id, spin_median);
             }
-            if matches!(wait, Wait::Guest | Wait::GuestSpin) {
+            if matches!(wait, Wait::Guest) && case == "empty" {
+                row = row.target("<= 1.5x spin", latency / spin_median <= 1.5);
+            }
+            if matches!(wait, Wait::GuestSpin) {
                 row = row.target("<= 1.2x spin", latency / spin_median <= 1.2);
-                if case == "spin_10ms" {
-                    let met = cpu_percent.is_some_and(|c| c < 10.0);
-                    row = row.target("CPU < 10% of a core", met);
-                }
+            }
+            if matches!(wait, Wait::Guest | Wait::GuestSpin) && case == "spin_10ms" {
+                let met = cpu_percent.is_some_and(|c| c < 10.0);
+                row = row.target("CPU < 10% of a core", met);
             }
             rows.push(row);
         }
     }
     Ok(rows)
+}
+
+/// Guests waiting at once in [`many_waiting`].
+const MANY_GUESTS: usize = 64;
+/// Timed rounds of [`many_waiting`] (after one untimed).
+const MANY_ROUNDS: usize = 5;
+
+/// (2b) `MANY_GUESTS` guests, each with its own stream and the default wait
+/// policy, each launch the 10 ms kernel and wait, all at once on this one
+/// thread; per round, the process's CPU time over the round's wall time
+/// (in cores).
+async fn many_waiting(runtime: &GuestRuntime<CudaDriver>) -> BenchResult<Row> {
+    let spin_arg = [ArgDescriptor::i64(SPIN_NS as i64)];
+    let mut guests = Vec::with_capacity(MANY_GUESTS);
+    for _ in 0..MANY_GUESTS {
+        let mut g = Guest::new(runtime).await?;
+        let kernel = g.load(SPIN_PTX, "spin", GUEST_ARGS_SPIN, &spin_arg).await?;
+        guests.push((g, kernel));
+    }
+    let mut cores = Vec::new();
+    for round in 0..=MANY_ROUNDS {
+        let cpu_before = process_cpu_time();
+        let start = Instant::now();
+        let waits = guests.iter_mut().map(|(g, k)| g.launch_wait(*k));
+        for result in futures::future::join_all(waits).await {
+            result?;
+        }
+        let wall = start.elapsed();
+        let cpu = cpu_before
+            .zip(process_cpu_time())
+            .map(|(a, b)| b.saturating_sub(a));
+        if round > 0
+            && let Some(cpu) = cpu
+        {
+            cores.push(cpu.as_secs_f64() / wall.as_secs_f64());
+        }
+    }
+    let met = !cores.is_empty() && median(&cores) < 1.0;
+    Ok(Row::new(
+        "many_waiting.cores".to_string(),
+        format!("{MANY_GUESTS} guests waiting at once, 10 ms kernel each: CPU"),
+        "cores",
+        cores,
+    )
+    .target("< 1 core", met))
 }
 
 /// Random floats in [1, 2) (never zero), little-endian bytes.

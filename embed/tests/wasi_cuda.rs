@@ -1830,6 +1830,65 @@ fn sixteen_guests_share_one_executor() {
     assert_eq!(driver.mem_info().expect("mem_info").free, free);
 }
 
+/// The default wait is adaptive ([`WaitPolicy::Adaptive`]): it spins first
+/// while waits end within its budget, stops after one that outlasts it (a
+/// 4M-element vector add on the CPU driver, against a 2 ms budget here),
+/// probes again after [`PROBE_EVERY`] waits that did not spin, and spins
+/// again after a short wait; results are right throughout.
+#[test]
+fn the_adaptive_wait_spins_only_while_waits_are_short() {
+    use std::time::Duration;
+    use tensorwasm_embed::wasi_cuda::{DEFAULT_WAIT_SPIN, PROBE_EVERY, WaitPolicy};
+    let driver = tensorwasm_cpu::CpuDriver::with_capacity(1 << 30).unwrap();
+    tensorwasm_embed::twins::register(&driver);
+    let rt = tensorwasm_embed::runtime::GuestRuntime::new(driver, 64 << 20).unwrap();
+    let module = rt
+        .compile(include_str!("../../examples/vector_add.wat"))
+        .unwrap();
+    let mut store = rt.store().unwrap();
+    assert_eq!(
+        store.data().cuda.wait_policy(),
+        WaitPolicy::Adaptive(DEFAULT_WAIT_SPIN),
+        "the default"
+    );
+    let budget = Duration::from_millis(2);
+    store
+        .data_mut()
+        .cuda
+        .set_wait_policy(WaitPolicy::Adaptive(budget));
+    assert!(store.data().cuda.spins_before_next_wait());
+    let instance = futures::executor::block_on(rt.instantiate(&mut store, &module)).unwrap();
+    let run = instance
+        .get_typed_func::<i32, i32>(&mut store, "run")
+        .unwrap();
+    let run = |store: &mut wasmtime::Store<_>, n: i32| {
+        let started = std::time::Instant::now();
+        let status = futures::executor::block_on(run.call_async(&mut *store, n)).unwrap();
+        assert_eq!(status, 0, "n {n}");
+        started.elapsed()
+    };
+    let spins = |store: &wasmtime::Store<tensorwasm_embed::runtime::GuestState<_>>| {
+        store.data().cuda.spins_before_next_wait()
+    };
+    let long = 4 << 20;
+    let took = run(&mut store, long);
+    assert!(took > budget * 3, "the long run took only {took:?}");
+    assert!(!spins(&store), "a wait past the budget stops the spinning");
+    for i in 1..PROBE_EVERY {
+        run(&mut store, long);
+        assert!(!spins(&store), "long run {i}");
+    }
+    run(&mut store, long);
+    assert!(spins(&store), "after {PROBE_EVERY} waits without, a probe");
+    run(&mut store, long);
+    assert!(!spins(&store), "the probe found the kernel still long");
+    run(&mut store, 1);
+    assert!(spins(&store), "a short wait brings the spinning back");
+    store.data_mut().cuda.set_wait_policy(WaitPolicy::Suspend);
+    assert!(!spins(&store));
+    run(&mut store, 4097);
+}
+
 /// With a spin budget, `wait` keeps asking the driver for a while before it
 /// suspends; results are the same, and a failure is still reported.
 #[test]

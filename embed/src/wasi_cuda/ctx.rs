@@ -195,6 +195,43 @@ impl GuestMem<'_> {
     }
 }
 
+/// How a guest's `wait` (and every call that waits for its stream) waits
+/// for the work it queued: asking the driver (`stream_query`) in a loop
+/// holds the executor thread and a core but answers within a microsecond
+/// of the work's end; suspending the guest on the driver's completion
+/// callback costs no CPU but ~20 µs of latency (`docs/benchmarks/`,
+/// `guest_overhead`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitPolicy {
+    /// One non-blocking query, then the completion callback.
+    Suspend,
+    /// Ask for up to this long, every wait, then the callback.
+    Spin(Duration),
+    /// Ask for up to this long while the stream's waits end within it;
+    /// after a wait that outlasted it, suspend at once until a wait ends
+    /// within it again (one that suspends still notes when it ended). A
+    /// stream of short kernels gets the spin's latency; a stream of long
+    /// ones costs one budget of CPU when it turns long, then none.
+    Adaptive(Duration),
+}
+
+/// [`WaitPolicy::Adaptive`]: after this many waits in a row that did not
+/// spin, one spins again (a probe: at most one budget of CPU per this many
+/// waits on a stream of long kernels).
+pub const PROBE_EVERY: u32 = 16;
+
+/// [`WaitPolicy::Adaptive`]'s default budget: a little more than an empty
+/// kernel's launch-to-completion time on an H100 (~10 µs), so short
+/// kernels end within it.
+pub const DEFAULT_WAIT_SPIN: Duration = Duration::from_micros(50);
+
+impl Default for WaitPolicy {
+    /// [`WaitPolicy::Adaptive`] with [`DEFAULT_WAIT_SPIN`].
+    fn default() -> Self {
+        WaitPolicy::Adaptive(DEFAULT_WAIT_SPIN)
+    }
+}
+
 /// The state behind one guest's `wasi_cuda` imports. The embedder owns it
 /// (in the store's data) and hands [`add_to_linker`](super::add_to_linker)
 /// a function that reaches it.
@@ -208,8 +245,16 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     modules: HandleTable<Arc<Charged<Arc<D::Module>>>>,
     functions: HandleTable<Arc<FunctionEntry<D>>>,
     pub(crate) launches: HandleTable<LaunchEntry<D>>,
-    /// How long `wait` may spin on the stream's status before it suspends.
-    wait_spin: Duration,
+    /// How `wait` waits.
+    wait_policy: WaitPolicy,
+    /// [`WaitPolicy::Adaptive`]: whether the stream's last wait ended
+    /// within the spin budget (so this one spins first).
+    spin_pays: bool,
+    /// [`WaitPolicy::Adaptive`]: waits that suspended at once since the
+    /// last that spun.
+    unspun: u32,
+    /// When the current wait began.
+    wait_began: Option<Instant>,
     /// The guest module's Wasm, for `kernel_get`.
     kernel_source: Option<KernelSource>,
     /// Kernels the guest named by export or function pointer, resolved.
@@ -316,7 +361,10 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             modules: HandleTable::new(owner, HandleKind::Module, limits.modules),
             functions: HandleTable::new(owner, HandleKind::Function, limits.functions),
             launches: HandleTable::new(owner, HandleKind::Launch, limits.launches),
-            wait_spin: Duration::ZERO,
+            wait_policy: WaitPolicy::default(),
+            spin_pays: true,
+            unspun: 0,
+            wait_began: None,
             kernel_source: None,
             kernel_names: ResolvedNames::default(),
             kernels: Arc::default(),
@@ -1010,49 +1058,81 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         ))
     }
 
-    /// Where the guest's stream stands, without blocking: `Ok(true)` when
-    /// every piece of work queued so far has finished, `Ok(false)` while some
-    /// still runs, `Err` (`ELAUNCH`) once work on it has failed. With a spin
-    /// budget set ([`WasiCudaCtx::set_wait_spin`]), keeps asking for up to
-    /// that long before answering "still running".
+    /// Where the guest's stream stands at the start of a wait: `Ok(true)`
+    /// when every piece of work queued so far has finished, `Ok(false)`
+    /// while some still runs (the caller then suspends on
+    /// [`Self::completion`] and calls [`Self::launch_status`]), `Err`
+    /// (`ELAUNCH`) once work on it has failed. Keeps asking for as long as
+    /// the [`WaitPolicy`] lets it spin before answering "still running".
     pub(crate) fn settle(&mut self) -> Result<bool, AbiError> {
-        let start = (!self.wait_spin.is_zero()).then(Instant::now);
+        let start = Instant::now();
+        self.wait_began = Some(start);
+        let budget = match self.wait_policy {
+            WaitPolicy::Suspend => Duration::ZERO,
+            WaitPolicy::Spin(spin) => spin,
+            WaitPolicy::Adaptive(spin) if self.spin_pays || self.unspun >= PROBE_EVERY => {
+                self.unspun = 0;
+                spin
+            }
+            WaitPolicy::Adaptive(_) => {
+                self.unspun += 1;
+                Duration::ZERO
+            }
+        };
         loop {
             match self.driver.stream_query(&self.stream) {
-                Ok(true) => return Ok(true),
+                Ok(true) => {
+                    self.wait_ended(Instant::now());
+                    return Ok(true);
+                }
                 Ok(false) => {}
                 Err(e) => return Err(launch_failed(e)),
             }
-            match start {
-                Some(t) if t.elapsed() < self.wait_spin => std::hint::spin_loop(),
-                _ => return Ok(false),
+            if budget.is_zero() || start.elapsed() >= budget {
+                return Ok(false);
             }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Notes when the wait that began in [`Self::settle`] saw its work
+    /// done (`done`: the query that said so, or the completion callback's
+    /// call): under [`WaitPolicy::Adaptive`], the next wait spins only if
+    /// this one ended within the budget (and every [`PROBE_EVERY`]-th
+    /// after that anyway, to find the stream's kernels short again when
+    /// the callback's own latency keeps its waits past the budget).
+    fn wait_ended(&mut self, done: Instant) {
+        if let (WaitPolicy::Adaptive(spin), Some(began)) =
+            (self.wait_policy, self.wait_began.take())
+        {
+            self.spin_pays = done.saturating_duration_since(began) <= spin;
         }
     }
 
     /// A future that completes from the driver's completion callback once
-    /// the work queued so far has finished. Should queueing the callback
+    /// the work queued so far has finished, with the time of the call. Should queueing the callback
     /// fail, waits here instead, so a waiter is never left hanging.
-    pub(crate) fn completion(&self) -> DispatchFuture<()> {
+    pub(crate) fn completion(&self) -> DispatchFuture<Instant> {
         let (completer, done) = dispatch();
         let on_done = completer.clone();
         let queued = self.driver.on_complete(
             &self.stream,
             Box::new(move || {
-                let _ = on_done.complete(());
+                let _ = on_done.complete(Instant::now());
             }),
         );
         if queued.is_err() {
             let _ = self.driver.stream_synchronize(&self.stream);
-            let _ = completer.complete(());
+            let _ = completer.complete(Instant::now());
         }
         done
     }
 
-    /// After a completion callback fired: did the work fail? (`Ok(false)`
-    /// is success here: the callback itself counts as stream work until it
-    /// has returned.)
-    pub(crate) fn launch_status(&mut self) -> Result<(), AbiError> {
+    /// After a completion callback fired (at `done`): did the work fail?
+    /// (`Ok(false)` is success here: the callback itself counts as stream
+    /// work until it has returned.)
+    pub(crate) fn launch_status(&mut self, done: Instant) -> Result<(), AbiError> {
+        self.wait_ended(done);
         self.driver
             .stream_query(&self.stream)
             .map(drop)
@@ -1060,12 +1140,39 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     }
 
     /// Lets `wait` keep asking the driver for up to `spin` before it
-    /// suspends the guest on a completion callback. Zero (the default) means
-    /// one non-blocking query, then the callback: no CPU spent while a
-    /// kernel runs. A short spin trades CPU for latency on short kernels; it
-    /// holds the executor thread while it spins.
+    /// suspends the guest on a completion callback, every time
+    /// ([`WaitPolicy::Spin`]; zero: [`WaitPolicy::Suspend`]).
     pub fn set_wait_spin(&mut self, spin: Duration) {
-        self.wait_spin = spin;
+        self.set_wait_policy(if spin.is_zero() {
+            WaitPolicy::Suspend
+        } else {
+            WaitPolicy::Spin(spin)
+        });
+    }
+
+    /// How `wait` waits from now on ([`WaitPolicy`]).
+    pub fn set_wait_policy(&mut self, policy: WaitPolicy) {
+        self.wait_policy = policy;
+        self.spin_pays = true;
+        self.unspun = 0;
+    }
+
+    /// How `wait` waits.
+    pub fn wait_policy(&self) -> WaitPolicy {
+        self.wait_policy
+    }
+
+    /// Whether the next wait asks the driver in a loop before it suspends
+    /// (under [`WaitPolicy::Adaptive`]: whether the last wait ended within
+    /// the budget, or the next is a probe).
+    pub fn spins_before_next_wait(&self) -> bool {
+        match self.wait_policy {
+            WaitPolicy::Suspend => false,
+            WaitPolicy::Spin(spin) => !spin.is_zero(),
+            WaitPolicy::Adaptive(spin) => {
+                (self.spin_pays || self.unspun >= PROBE_EVERY) && !spin.is_zero()
+            }
+        }
     }
 
     pub(crate) fn prefetch(

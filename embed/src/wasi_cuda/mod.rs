@@ -10,7 +10,9 @@ mod ctx;
 mod kernel_names;
 
 pub(crate) use ctx::FunctionEntry;
-pub use ctx::{TenantPolicy, WasiCudaCtx, WasiCudaLimits};
+pub use ctx::{
+    DEFAULT_WAIT_SPIN, PROBE_EVERY, TenantPolicy, WaitPolicy, WasiCudaCtx, WasiCudaLimits,
+};
 
 use ctx::{GuestMem, KernelGet};
 use kernel_names::KernelName;
@@ -77,9 +79,9 @@ async fn quiesce<T, D: GpuDriver>(
         Err(e) => return Err(ctx.fail(call, e)),
     }
     let done = ctx.completion();
-    done.await;
+    let fired = done.await;
     let ctx = get(caller.data_mut());
-    ctx.launch_status().map_err(|e| ctx.fail(call, e))
+    ctx.launch_status(fired).map_err(|e| ctx.fail(call, e))
 }
 
 /// `kernel_get` and its siblings: makes (or finds) the kernel of the
