@@ -1830,6 +1830,21 @@ fn sixteen_guests_share_one_executor() {
     assert_eq!(driver.mem_info().expect("mem_info").free, free);
 }
 
+/// A runtime on the CPU driver (with the PTX twins) and the vector-add
+/// example guest compiled for it.
+fn vector_add_on_the_cpu_driver() -> (
+    tensorwasm_embed::runtime::GuestRuntime<tensorwasm_cpu::CpuDriver>,
+    tensorwasm_embed::kernel::GuestModule,
+) {
+    let driver = tensorwasm_cpu::CpuDriver::with_capacity(1 << 30).unwrap();
+    tensorwasm_embed::twins::register(&driver);
+    let rt = tensorwasm_embed::runtime::GuestRuntime::new(driver, 64 << 20).unwrap();
+    let module = rt
+        .compile(include_str!("../../examples/vector_add.wat"))
+        .unwrap();
+    (rt, module)
+}
+
 /// The default wait is adaptive ([`WaitPolicy::Adaptive`]): it spins first
 /// while waits end within its budget, stops after one that outlasts it (a
 /// 4M-element vector add on the CPU driver, against a 2 ms budget here),
@@ -1839,12 +1854,7 @@ fn sixteen_guests_share_one_executor() {
 fn the_adaptive_wait_spins_only_while_waits_are_short() {
     use std::time::Duration;
     use tensorwasm_embed::wasi_cuda::{DEFAULT_WAIT_SPIN, PROBE_EVERY, WaitPolicy};
-    let driver = tensorwasm_cpu::CpuDriver::with_capacity(1 << 30).unwrap();
-    tensorwasm_embed::twins::register(&driver);
-    let rt = tensorwasm_embed::runtime::GuestRuntime::new(driver, 64 << 20).unwrap();
-    let module = rt
-        .compile(include_str!("../../examples/vector_add.wat"))
-        .unwrap();
+    let (rt, module) = vector_add_on_the_cpu_driver();
     let mut store = rt.store().unwrap();
     assert_eq!(
         store.data().cuda.wait_policy(),
@@ -1894,12 +1904,7 @@ fn the_adaptive_wait_spins_only_while_waits_are_short() {
 #[test]
 fn wait_with_a_spin_budget_gives_the_same_results() {
     use std::time::Duration;
-    let driver = tensorwasm_cpu::CpuDriver::with_capacity(1 << 30).unwrap();
-    tensorwasm_embed::twins::register(&driver);
-    let rt = tensorwasm_embed::runtime::GuestRuntime::new(driver, 64 << 20).unwrap();
-    let module = rt
-        .compile(include_str!("../../examples/vector_add.wat"))
-        .unwrap();
+    let (rt, module) = vector_add_on_the_cpu_driver();
     for spin in [
         Duration::ZERO,
         Duration::from_micros(5),
