@@ -44,7 +44,7 @@ pub struct RunOptions {
     /// The exported function to call, its parameters parsed from `args`;
     /// `None`: the WASI command's `_start`.
     pub invoke: Option<String>,
-    /// The guest's arguments: its argv after argv[0] (the guest file's
+    /// The guest's arguments: its argv after `argv[0]` (the guest file's
     /// name), and with `invoke` also the function's parameters.
     pub args: Vec<String>,
     /// The most bytes one guest memory may reserve.

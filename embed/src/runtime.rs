@@ -2,7 +2,7 @@
 //! `wasi_cuda` imports, and a managed memory creator, for one driver. The `tensorwasm run` command, the
 //! tests and the benchmarks build guests through it; an embedder with its own
 //! store data uses [`memory`](crate::memory) and
-//! [`wasi::add_to_linker`](crate::wasi::add_to_linker) directly instead.
+//! [`crate::wasi::add_to_linker`] directly instead.
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Built-in tensor kernels in the runtime (docs/tensor-ops.md): the cache
 //! that loads each kernel file once per driver and hands out its entry
-//! points, and the CPU driver's host kernels ([`cpu`]). Checking a guest's
+//! points, and the CPU driver's host kernels (`cpu`). Checking a guest's
 //! descriptor is `tensorwasm_core::abi::tensor`'s job; choosing the kernel
 //! and its geometry is `tensorwasm_kernels::table`'s.
 

@@ -209,9 +209,10 @@ pub enum WaitPolicy {
     Spin(Duration),
     /// Ask for up to this long while the stream's waits end within it;
     /// after a wait that outlasted it, suspend at once until a wait ends
-    /// within it again (one that suspends still notes when it ended). A
-    /// stream of short kernels gets the spin's latency; a stream of long
-    /// ones costs one budget of CPU when it turns long, then none.
+    /// within it again (one that suspends still notes when it ended), but
+    /// spin every [`PROBE_EVERY`]-th wait. A stream of short kernels gets
+    /// the spin's latency; a stream of long ones costs one budget of CPU
+    /// when it turns long, then one per [`PROBE_EVERY`] waits.
     Adaptive(Duration),
 }
 
@@ -1110,8 +1111,9 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     }
 
     /// A future that completes from the driver's completion callback once
-    /// the work queued so far has finished, with the time of the call. Should queueing the callback
-    /// fail, waits here instead, so a waiter is never left hanging.
+    /// the work queued so far has finished, with the time of the call.
+    /// Should queueing the callback fail, waits here instead, so a waiter
+    /// is never left hanging.
     pub(crate) fn completion(&self) -> DispatchFuture<Instant> {
         let (completer, done) = dispatch();
         let on_done = completer.clone();
