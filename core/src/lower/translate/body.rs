@@ -62,27 +62,21 @@ pub(super) fn translate(
     stack: Option<(u32, u64)>,
     cooperation: Cooperation,
 ) -> Result<(Function, bool, Option<[Value; 4]>), LowerError> {
-    let first = translate_once(
-        module,
-        func_index,
-        params,
-        globals,
-        stack,
-        cooperation,
-        None,
-    )?;
+    let once = |plan| {
+        translate_once(
+            module,
+            func_index,
+            params,
+            globals,
+            stack,
+            cooperation,
+            plan,
+        )
+    };
+    let first = once(None)?;
     match stack {
         Some((_, bytes)) if window::promotable(bytes, &first.placements, first.spill_sites) => {
-            translate_once(
-                module,
-                func_index,
-                params,
-                globals,
-                stack,
-                cooperation,
-                Some(&first.placements),
-            )
-            .map(|t| (t.function, true, t.shared_bounds))
+            once(Some(&first.placements)).map(|t| (t.function, true, t.shared_bounds))
         }
         _ => Ok((first.function, false, first.shared_bounds)),
     }

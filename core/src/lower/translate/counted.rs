@@ -30,6 +30,7 @@ use alloc::vec::Vec;
 
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
 use cranelift_codegen::dominator_tree::DominatorTree;
+use cranelift_codegen::entity::EntityRef;
 use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::I64;
@@ -63,13 +64,14 @@ pub(super) fn charge_counted_loops(func: &mut Function) -> usize {
     let domtree = DominatorTree::with_function(func, &cfg);
     let mut loops = LoopAnalysis::new();
     loops.compute(func, &cfg, &domtree);
+    // Loops with a loop inside them (one pass: each marks its parent).
+    let mut outer = alloc::vec![false; loops.loops().len()];
+    for parent in loops.loops().filter_map(|lp| loops.loop_parent(lp)) {
+        outer[parent.index()] = true;
+    }
     let found: Vec<Counted> = loops
         .loops()
-        .filter(|&lp| {
-            !loops
-                .loops()
-                .any(|inner| loops.loop_parent(inner) == Some(lp))
-        })
+        .filter(|lp| !outer[lp.index()])
         .filter_map(|lp| {
             let header = loops.loop_header(lp);
             counted(func, &cfg, header, |b| loops.is_in_loop(b, lp))

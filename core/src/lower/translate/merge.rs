@@ -57,6 +57,10 @@ const MAX_LEAVES: usize = 4;
 /// The deepest nest of `iadd`s an address is summed through.
 const MAX_DEPTH: usize = 8;
 
+/// The most tests a run holds (a longer stretch makes several runs): a
+/// run's grouping compares its tests pairwise.
+const MAX_RUN: usize = 64;
+
 /// The largest distance `d` between a shared group's members (larger: the
 /// members are tested alone).
 const MAX_DISTANCE: i64 = 1 << 24;
@@ -118,10 +122,14 @@ pub(super) fn merge_bounds_tests(func: &mut Function, shared: Option<&[Value; 4]
 fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<Vec<Test>> {
     let mut runs = Vec::new();
     let mut run: Vec<Test> = Vec::new();
-    // Instructions of the current run after its first test: their results
-    // are summed through; anything else is a leaf.
-    let mut inside: Vec<Inst> = Vec::new();
-    let mut close = |run: &mut Vec<Test>, inside: &mut Vec<Inst>| {
+    // Instructions of the current run after its first test (by index,
+    // and as a list to clear): their results are summed through; anything
+    // else is a leaf.
+    let mut inside = Inside {
+        marked: alloc::vec![false; func.dfg.num_insts()],
+        list: Vec::new(),
+    };
+    let mut close = |run: &mut Vec<Test>, inside: &mut Inside| {
         if run.len() > 1 {
             runs.push(core::mem::take(run));
         }
@@ -130,7 +138,7 @@ fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<Vec<T
     };
     for inst in func.layout.block_insts(block) {
         if let Some((address, limit)) = bounds_test(func, inst, shared) {
-            let form = if run.is_empty() {
+            let form = if run.is_empty() || run.len() >= MAX_RUN {
                 None
             } else {
                 sum(func, address, &inside)
@@ -140,7 +148,7 @@ fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<Vec<T
                 None => {
                     // A new run starts here: every value is available.
                     close(&mut run, &mut inside);
-                    sum(func, address, &[]).unwrap_or_else(|| (alloc::vec![address], 0))
+                    sum(func, address, &inside).unwrap_or_else(|| (alloc::vec![address], 0))
                 }
             };
             run.push(Test {
@@ -152,7 +160,7 @@ fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<Vec<T
             });
         } else if quiet(func, inst) {
             if !run.is_empty() {
-                inside.push(inst);
+                inside.mark(inst);
             }
         } else {
             close(&mut run, &mut inside);
@@ -160,6 +168,29 @@ fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<Vec<T
     }
     close(&mut run, &mut inside);
     runs
+}
+
+/// The instructions of a run after its first test.
+struct Inside {
+    marked: Vec<bool>,
+    list: Vec<Inst>,
+}
+
+impl Inside {
+    fn mark(&mut self, inst: Inst) {
+        self.marked[inst.as_u32() as usize] = true;
+        self.list.push(inst);
+    }
+
+    fn contains(&self, inst: Inst) -> bool {
+        self.marked[inst.as_u32() as usize]
+    }
+
+    fn clear(&mut self) {
+        for inst in self.list.drain(..) {
+            self.marked[inst.as_u32() as usize] = false;
+        }
+    }
 }
 
 /// `(address, limit)` when `inst` is a bounds test with code
@@ -175,9 +206,10 @@ fn bounds_test(func: &Function, inst: Inst, shared: Option<&[Value; 4]>) -> Opti
             (x, Limit::Shared { size })
         }
         IntCC::UnsignedGreaterThan => {
-            // `x = uextend(address) + k + ...`.
+            // `x = uextend(address) + k + ...` (at most `MAX_DEPTH` `k`s).
             let (mut at, mut end) = (x, 0i64);
-            while let Some(def) = dfg.value_def(at).inst() {
+            for _ in 0..=MAX_DEPTH {
+                let def = dfg.value_def(at).inst()?;
                 match dfg.insts[def] {
                     InstructionData::Binary {
                         opcode: Opcode::Iadd,
@@ -240,7 +272,7 @@ const PLAIN_LOADS: [Opcode; 7] = [
 /// than an `iadd` defines a term. A value defined elsewhere is available
 /// at the run's first test, so it may stand as a leaf (and does where its
 /// terms are too many).
-fn sum(func: &Function, value: Value, inside: &[Inst]) -> Option<(Vec<Value>, i32)> {
+fn sum(func: &Function, value: Value, inside: &Inside) -> Option<(Vec<Value>, i32)> {
     let (mut leaves, total) = terms(func, value, inside, 0)?;
     leaves.sort_unstable();
     Some((leaves, total))
@@ -250,7 +282,7 @@ fn sum(func: &Function, value: Value, inside: &[Inst]) -> Option<(Vec<Value>, i3
 fn terms(
     func: &Function,
     value: Value,
-    inside: &[Inst],
+    inside: &Inside,
     depth: usize,
 ) -> Option<(Vec<Value>, i32)> {
     let dfg = &func.dfg;
@@ -259,7 +291,7 @@ fn terms(
         return Some((Vec::new(), c as i32));
     }
     let def = dfg.value_def(v).inst();
-    let within = def.is_some_and(|d| inside.contains(&d));
+    let within = def.is_some_and(|d| inside.contains(d));
     let split = match def.map(|d| &dfg.insts[d]) {
         // Outside the run, only constants are taken off: the sum itself is
         // the leaf (the address the kernel computed, not its terms again).
