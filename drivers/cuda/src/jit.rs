@@ -34,6 +34,10 @@ use crate::{context::Context, error::CudaError, result, sys};
 /// empty value) turns the cache off.
 pub const JIT_CACHE_ENV: &str = "TENSORWASM_JIT_CACHE";
 
+/// The most bytes of entries a cache directory keeps by default
+/// ([`JitCache::with_max_bytes`]).
+pub const MAX_CACHE_BYTES: u64 = 256 << 20;
+
 /// The first bytes of an entry (the format's version is its last byte).
 const MAGIC: &[u8; 8] = b"TWJITC\x00\x01";
 
@@ -41,12 +45,23 @@ const MAGIC: &[u8; 8] = b"TWJITC\x00\x01";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JitCache {
     dir: PathBuf,
+    max_bytes: u64,
 }
 
 impl JitCache {
-    /// A cache in `dir` (created on first use).
+    /// A cache in `dir` (created on first use) of at most
+    /// [`MAX_CACHE_BYTES`].
     pub fn at(dir: impl Into<PathBuf>) -> JitCache {
-        JitCache { dir: dir.into() }
+        JitCache {
+            dir: dir.into(),
+            max_bytes: MAX_CACHE_BYTES,
+        }
+    }
+
+    /// This cache, keeping at most `bytes` of entries.
+    pub fn with_max_bytes(mut self, bytes: u64) -> JitCache {
+        self.max_bytes = bytes;
+        self
     }
 
     /// The cache the environment asks for: [`JIT_CACHE_ENV`]'s directory,
@@ -78,7 +93,7 @@ impl JitCache {
             h.update(n.to_le_bytes());
         }
         h.update(ptx);
-        self.dir.join(format!("{}.cubin", hex(&h.finalize())))
+        self.dir.join(format!("{:x}.cubin", h.finalize()))
     }
 
     /// The cubin stored at `path`, if the entry is whole; a damaged entry
@@ -121,6 +136,41 @@ impl JitCache {
         if written.and_then(|()| fs::rename(&temp, path)).is_err() {
             let _ = fs::remove_file(&temp);
         }
+        self.trim();
+    }
+
+    /// Keeps the directory's entries within its size (`max_bytes`): past it,
+    /// removes the least recently written until they take at most three
+    /// quarters of it (every new kernel a guest makes is an entry, so the
+    /// cache would otherwise grow without bound).
+    fn trim(&self) {
+        let Ok(dir) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut entries: Vec<(std::time::SystemTime, u64, PathBuf)> = dir
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let path = e.path();
+                let m = e.metadata().ok()?;
+                if path.extension()? != "cubin" || !m.is_file() {
+                    return None;
+                }
+                Some((m.modified().ok()?, m.len(), path))
+            })
+            .collect();
+        let mut total: u64 = entries.iter().map(|e| e.1).sum();
+        if total <= self.max_bytes {
+            return;
+        }
+        entries.sort_unstable_by_key(|e| e.0);
+        for (_, len, path) in entries {
+            if total <= self.max_bytes / 4 * 3 {
+                break;
+            }
+            if fs::remove_file(&path).is_ok() {
+                total = total.saturating_sub(len);
+            }
+        }
     }
 
     /// Whether the directory is open to its owner only (always, off Unix).
@@ -152,10 +202,6 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         other => other,
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The cubin of `ptx` for `ctx`'s device: from `cache` when it holds it,
@@ -213,8 +259,7 @@ fn link(ctx: &Context, ptx: &CStr) -> Result<Vec<u8>, CudaError> {
 
 /// `e` with the JIT's log (NUL-terminated in `log`), when it has one.
 fn with_log(e: CudaError, log: &[u8]) -> CudaError {
-    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-    let text = String::from_utf8_lossy(&log[..end]).trim_end().to_string();
+    let text = result::log_text(log);
     match e {
         CudaError::Driver {
             call,
@@ -308,6 +353,45 @@ mod tests {
         forged.extend_from_slice(&junk);
         fs::write(&path, forged).unwrap();
         assert_eq!(cache.get(&path), None, "a malformed image is refused");
+        let _ = fs::remove_dir_all(cache.dir());
+    }
+
+    #[test]
+    fn the_cache_keeps_within_its_size_by_removing_the_oldest() {
+        let cache = JitCache::at(temp_dir("trim")).with_max_bytes(256 << 10);
+        let big = {
+            let mut elf = fake_cubin();
+            elf.resize(48 << 10, 0);
+            elf
+        };
+        let paths: Vec<PathBuf> = (0..7u32)
+            .map(|i| cache.path(&i.to_le_bytes(), (9, 0), (13, 0)))
+            .collect();
+        for (i, path) in paths.iter().enumerate() {
+            cache.put(path, &big);
+            // Distinct write times, oldest first.
+            let when =
+                std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(i as u64 + 1);
+            fs::File::options()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_modified(when))
+                .unwrap();
+        }
+        // 6 entries (288 KiB and headers) were past the 256 KiB limit after
+        // the 6th: the oldest went until at most 192 KiB were left; then
+        // the 7th came.
+        let left: Vec<bool> = paths.iter().map(|p| p.exists()).collect();
+        let total: u64 = paths
+            .iter()
+            .filter_map(|p| fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum();
+        assert!(total <= 256 << 10, "{total} bytes kept");
+        assert!(
+            !left[0] && left[6],
+            "the oldest went, the newest stayed: {left:?}"
+        );
         let _ = fs::remove_dir_all(cache.dir());
     }
 

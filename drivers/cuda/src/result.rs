@@ -329,15 +329,17 @@ pub(crate) unsafe fn cuModuleLoadDataEx(
     if status == sys::CUresult::CUDA_SUCCESS {
         return Ok(module);
     }
-    let text = |buf: &[u8]| {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..end]).trim_end().to_string()
-    };
-    let mut log = text(&error_log);
+    let mut log = log_text(&error_log);
     if log.is_empty() {
-        log = text(&info_log);
+        log = log_text(&info_log);
     }
     Err(driver_error(lib, "cuModuleLoadDataEx", status, Some(log)))
+}
+
+/// The text of a JIT log buffer (NUL-terminated), trailing space trimmed.
+pub(crate) fn log_text(buf: &[u8]) -> String {
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).trim_end().to_string()
 }
 
 /// Starts a JIT link with `options`/`values` (pairs, as `cuModuleLoadDataEx`
