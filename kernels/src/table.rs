@@ -26,8 +26,17 @@ pub enum Geometry {
     },
     /// `(outer * inner)`: one block per output element.
     PerOutput,
-    /// `(rows)`: one block per row.
-    PerRow,
+    /// `(outer * ceil(inner / width))`: one block per strip of `width`
+    /// neighbouring outputs of one outer index.
+    ColumnStrips {
+        /// Outputs per strip.
+        width: u32,
+    },
+    /// `(ceil(rows / per_block))`: `per_block` consecutive rows per block.
+    Rows {
+        /// Rows per block.
+        per_block: u32,
+    },
     /// `(clamp(ceil(n / per_block), 1, max_blocks))`, a grid-stride loop.
     GridStride {
         /// Elements one block covers per pass.
@@ -72,6 +81,15 @@ const fn block(x: u32, y: u32) -> Dim3 {
 }
 
 const GEMM_TILES: Geometry = Geometry::GemmTiles { bm: 128, bn: 128 };
+/// Outputs per block of the `_cols` reductions (`STRIP` in reduce.cu).
+const STRIP: u32 = 32;
+/// Rows per block of the `_rows` softmax and layer norm: a warp per row.
+const ROWS_PER_BLOCK: u32 = 8;
+/// The longest rows the `_rows` and the 256-thread softmax and layer norm
+/// hold in registers (32 floats per thread, `HELD` in reduce.cu); longer
+/// rows go to the next entry up.
+const WARP_ROW_COLS: u64 = 1024;
+const BLOCK_ROW_COLS: u64 = 8192;
 const ELEMENTWISE: Geometry = Geometry::GridStride {
     per_block: 1024,
     max_blocks: 65536,
@@ -158,7 +176,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
     },
     BuiltinKernel {
         entry: "tw_reduce_sum_f32",
-        op: "reduce_sum",
+        op: "reduce_sum (inner == 1)",
         operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
         file: PtxFile::Reduce,
         min_sm: 75,
@@ -169,7 +187,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
     },
     BuiltinKernel {
         entry: "tw_reduce_max_f32",
-        op: "reduce_max",
+        op: "reduce_max (inner == 1)",
         operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
         file: PtxFile::Reduce,
         min_sm: 75,
@@ -180,7 +198,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
     },
     BuiltinKernel {
         entry: "tw_reduce_mean_f32",
-        op: "reduce_mean",
+        op: "reduce_mean (inner == 1)",
         operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
         file: PtxFile::Reduce,
         min_sm: 75,
@@ -190,25 +208,106 @@ pub static KERNELS: &[BuiltinKernel] = &[
         oracle: "oracle::reduce",
     },
     BuiltinKernel {
-        entry: "tw_softmax_f32",
-        op: "softmax",
+        entry: "tw_reduce_sum_cols_f32",
+        op: "reduce_sum (inner > 1)",
+        operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        arch_specific: false,
+        block: block(STRIP, 32),
+        geometry: Geometry::ColumnStrips { width: STRIP },
+        oracle: "oracle::reduce",
+    },
+    BuiltinKernel {
+        entry: "tw_reduce_max_cols_f32",
+        op: "reduce_max (inner > 1)",
+        operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        arch_specific: false,
+        block: block(STRIP, 32),
+        geometry: Geometry::ColumnStrips { width: STRIP },
+        oracle: "oracle::reduce",
+    },
+    BuiltinKernel {
+        entry: "tw_reduce_mean_cols_f32",
+        op: "reduce_mean (inner > 1)",
+        operands: "X f32 (rank 1..4, contiguous), Y f32 (X without the axis)",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        arch_specific: false,
+        block: block(STRIP, 32),
+        geometry: Geometry::ColumnStrips { width: STRIP },
+        oracle: "oracle::reduce",
+    },
+    BuiltinKernel {
+        entry: "tw_softmax_rows_f32",
+        op: "softmax (C <= 1024, a warp per row)",
         operands: "X f32 [.., C], Y f32 like X",
         file: PtxFile::Reduce,
         min_sm: 75,
         arch_specific: false,
         block: block(256, 1),
-        geometry: Geometry::PerRow,
+        geometry: Geometry::Rows {
+            per_block: ROWS_PER_BLOCK,
+        },
         oracle: "oracle::softmax",
     },
     BuiltinKernel {
-        entry: "tw_layernorm_f32",
-        op: "layernorm",
+        entry: "tw_softmax_f32",
+        op: "softmax (C <= 8192)",
+        operands: "X f32 [.., C], Y f32 like X",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        arch_specific: false,
+        block: block(256, 1),
+        geometry: Geometry::Rows { per_block: 1 },
+        oracle: "oracle::softmax",
+    },
+    BuiltinKernel {
+        entry: "tw_softmax_wide_f32",
+        op: "softmax (C > 8192)",
+        operands: "X f32 [.., C], Y f32 like X",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        arch_specific: false,
+        block: block(512, 1),
+        geometry: Geometry::Rows { per_block: 1 },
+        oracle: "oracle::softmax",
+    },
+    BuiltinKernel {
+        entry: "tw_layernorm_rows_f32",
+        op: "layernorm (C <= 1024, a warp per row)",
         operands: "X f32 [.., C], gamma f32 [C], beta f32 [C], Y f32 like X",
         file: PtxFile::Reduce,
         min_sm: 75,
         arch_specific: false,
         block: block(256, 1),
-        geometry: Geometry::PerRow,
+        geometry: Geometry::Rows {
+            per_block: ROWS_PER_BLOCK,
+        },
+        oracle: "oracle::layernorm",
+    },
+    BuiltinKernel {
+        entry: "tw_layernorm_f32",
+        op: "layernorm (C <= 8192)",
+        operands: "X f32 [.., C], gamma f32 [C], beta f32 [C], Y f32 like X",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        arch_specific: false,
+        block: block(256, 1),
+        geometry: Geometry::Rows { per_block: 1 },
+        oracle: "oracle::layernorm",
+    },
+    BuiltinKernel {
+        entry: "tw_layernorm_wide_f32",
+        op: "layernorm (C > 8192)",
+        operands: "X f32 [.., C], gamma f32 [C], beta f32 [C], Y f32 like X",
+        file: PtxFile::Reduce,
+        min_sm: 75,
+        arch_specific: false,
+        block: block(512, 1),
+        geometry: Geometry::Rows { per_block: 1 },
         oracle: "oracle::layernorm",
     },
     BuiltinKernel {
@@ -353,15 +452,24 @@ pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
             n,
             inner,
         } => {
-            let k = entry(match op {
-                ReduceOp::Sum => "tw_reduce_sum_f32",
-                ReduceOp::Max => "tw_reduce_max_f32",
-                ReduceOp::Mean => "tw_reduce_mean_f32",
+            // Contiguous rows (inner == 1): a block per output; otherwise a
+            // block per strip of neighbouring outputs, read row by row.
+            let k = entry(match (op, inner == 1) {
+                (ReduceOp::Sum, true) => "tw_reduce_sum_f32",
+                (ReduceOp::Max, true) => "tw_reduce_max_f32",
+                (ReduceOp::Mean, true) => "tw_reduce_mean_f32",
+                (ReduceOp::Sum, false) => "tw_reduce_sum_cols_f32",
+                (ReduceOp::Max, false) => "tw_reduce_max_cols_f32",
+                (ReduceOp::Mean, false) => "tw_reduce_mean_cols_f32",
             });
-            let outputs = outer * inner;
+            let blocks = match k.geometry {
+                Geometry::PerOutput => outer * inner,
+                Geometry::ColumnStrips { width } => outer * inner.div_ceil(u64::from(width)),
+                _ => unreachable!("reductions use output blocks or column strips"),
+            };
             Ok(LaunchPlan {
                 kernel: k,
-                grid: Dim3::linear(grid_x("outputs", outputs)?),
+                grid: Dim3::linear(grid_x("output blocks", blocks)?),
                 block: k.block,
                 params: vec![
                     ptr(x),
@@ -373,10 +481,17 @@ pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
             })
         }
         TensorOp::Softmax { x, y, rows, cols } => {
-            let k = entry("tw_softmax_f32");
+            let k = row_entry(
+                cols,
+                [
+                    "tw_softmax_rows_f32",
+                    "tw_softmax_f32",
+                    "tw_softmax_wide_f32",
+                ],
+            );
             Ok(LaunchPlan {
                 kernel: k,
-                grid: Dim3::linear(grid_x("rows", rows)?),
+                grid: rows_grid(k, rows)?,
                 block: k.block,
                 params: vec![ptr(x), ptr(y), int("rows", rows)?, int("cols", cols)?],
             })
@@ -390,10 +505,17 @@ pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
             cols,
             eps,
         } => {
-            let k = entry("tw_layernorm_f32");
+            let k = row_entry(
+                cols,
+                [
+                    "tw_layernorm_rows_f32",
+                    "tw_layernorm_f32",
+                    "tw_layernorm_wide_f32",
+                ],
+            );
             Ok(LaunchPlan {
                 kernel: k,
-                grid: Dim3::linear(grid_x("rows", rows)?),
+                grid: rows_grid(k, rows)?,
                 block: k.block,
                 params: vec![
                     ptr(x),
@@ -467,6 +589,27 @@ pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
             })
         }
     }
+}
+
+/// The softmax or layer norm entry for rows of `cols` columns, out of its
+/// `[warp per row, 256 threads, 512 threads]` entries: the first that holds
+/// the row in registers.
+fn row_entry(cols: u64, entries: [&str; 3]) -> &'static BuiltinKernel {
+    entry(if cols <= WARP_ROW_COLS {
+        entries[0]
+    } else if cols <= BLOCK_ROW_COLS {
+        entries[1]
+    } else {
+        entries[2]
+    })
+}
+
+fn rows_grid(k: &BuiltinKernel, rows: u64) -> Result<Dim3, AbiError> {
+    let Geometry::Rows { per_block } = k.geometry else {
+        unreachable!("softmax and layer norm use row blocks")
+    };
+    let blocks = rows.div_ceil(u64::from(per_block));
+    Ok(Dim3::linear(grid_x("row blocks", blocks)?))
 }
 
 fn grid_stride(k: &BuiltinKernel, n: u64) -> Dim3 {
@@ -594,6 +737,90 @@ mod tests {
             plan(&TensorOp::Gemm(big), None).unwrap_err().errno,
             tensorwasm_core::abi::Errno::ELIMIT
         );
+    }
+
+    #[test]
+    fn row_ops_pick_their_entry_by_row_length() {
+        let softmax = |rows, cols| TensorOp::Softmax {
+            x: DevicePtr(0),
+            y: DevicePtr(0),
+            rows,
+            cols,
+        };
+        let layernorm = |rows, cols| TensorOp::LayerNorm {
+            x: DevicePtr(0),
+            gamma: DevicePtr(0),
+            beta: DevicePtr(0),
+            y: DevicePtr(0),
+            rows,
+            cols,
+            eps: 1e-5,
+        };
+        for (rows, cols, suffix, grid, threads) in [
+            (1, 1, "_rows", 1, 256),
+            (17, 1024, "_rows", 3, 256),
+            (65536, 1024, "_rows", 8192, 256),
+            (3, 1025, "", 3, 256),
+            (16384, 4096, "", 16384, 256),
+            (5, 8192, "", 5, 256),
+            (5, 8193, "_wide", 5, 512),
+            (4096, 16384, "_wide", 4096, 512),
+            (2, 1 << 20, "_wide", 2, 512),
+        ] {
+            for (op, name) in [
+                (softmax(rows, cols), "softmax"),
+                (layernorm(rows, cols), "layernorm"),
+            ] {
+                let p = plan(&op, Some(90)).unwrap();
+                assert_eq!(p.kernel.entry, format!("tw_{name}{suffix}_f32"));
+                assert_eq!(
+                    (p.grid.x, p.grid.y, p.grid.z),
+                    (grid, 1, 1),
+                    "{name} {cols}"
+                );
+                assert_eq!(p.block, block(threads, 1));
+                let Geometry::Rows { per_block } = p.kernel.geometry else {
+                    panic!("{name}: not a row geometry")
+                };
+                // A warp per row, or a block per row.
+                assert!(per_block == 1 || per_block * 32 == p.block.x);
+                assert!(u64::from(p.grid.x) * u64::from(per_block) >= rows);
+            }
+        }
+    }
+
+    #[test]
+    fn reductions_read_contiguous_rows_or_column_strips() {
+        let reduce = |op, outer, n, inner| TensorOp::Reduce {
+            op,
+            x: DevicePtr(0),
+            y: DevicePtr(0),
+            outer,
+            n,
+            inner,
+        };
+        for (outer, n, inner, entry, grid, threads) in [
+            (16384, 4096, 1, "tw_reduce_sum_f32", 16384, (256, 1)),
+            (1, 1, 1, "tw_reduce_sum_f32", 1, (256, 1)),
+            (1, 16384, 4096, "tw_reduce_sum_cols_f32", 128, (32, 32)),
+            (5, 17, 33, "tw_reduce_sum_cols_f32", 10, (32, 32)),
+            (3, 1, 2, "tw_reduce_sum_cols_f32", 3, (32, 32)),
+        ] {
+            for (op, name) in [
+                (ReduceOp::Sum, "sum"),
+                (ReduceOp::Max, "max"),
+                (ReduceOp::Mean, "mean"),
+            ] {
+                let p = plan(&reduce(op, outer, n, inner), None).unwrap();
+                assert_eq!(p.kernel.entry, entry.replace("sum", name));
+                assert_eq!((p.grid.x, p.grid.y, p.grid.z), (grid, 1, 1));
+                assert_eq!(p.block, block(threads.0, threads.1));
+                assert_eq!(p.params.len(), 5);
+                if let Geometry::ColumnStrips { width } = p.kernel.geometry {
+                    assert_eq!(width, p.block.x, "a warp across each strip");
+                }
+            }
+        }
     }
 
     #[test]

@@ -19,6 +19,9 @@
 //!
 //! Grids: 1-D kernels (reduce, softmax, layer norm, elementwise) work in
 //! blocks with `blockIdx.y == blockIdx.z == 0` only; other blocks return.
+//! A block of the `_rows` softmax and layer norm computes 8 consecutive
+//! rows (a warp per row on the GPU), one of the `_cols` reductions a strip
+//! of 32 neighbouring outputs.
 //! The elementwise kernels split `n` into `gridDim.x` contiguous runs of
 //! `ceil(n / gridDim.x)` elements, block `x` taking run `x` (see
 //! [`elementwise_run`]): every element once, for any grid.
@@ -33,7 +36,7 @@ use tensorwasm_kernels::oracle::{bf16_to_f32, f16_to_f32, gelu_one, tf32_round};
 type BlockFn = fn(&Call<'_>, &BlockContext);
 
 /// Every PTX entry point of docs/tensor-ops.md and its host kernel.
-const KERNELS: [(&str, BlockFn); 14] = [
+const KERNELS: [(&str, BlockFn); 21] = [
     ("tw_gemm_f32", gemm::<F32Input>),
     ("tw_gemm_tf32", gemm::<Tf32Input>),
     ("tw_gemm_bf16", gemm::<Bf16Input>),
@@ -41,8 +44,15 @@ const KERNELS: [(&str, BlockFn); 14] = [
     ("tw_reduce_sum_f32", reduce::<SumReduce>),
     ("tw_reduce_max_f32", reduce::<MaxReduce>),
     ("tw_reduce_mean_f32", reduce::<MeanReduce>),
-    ("tw_softmax_f32", softmax),
-    ("tw_layernorm_f32", layernorm),
+    ("tw_reduce_sum_cols_f32", reduce_cols::<SumReduce>),
+    ("tw_reduce_max_cols_f32", reduce_cols::<MaxReduce>),
+    ("tw_reduce_mean_cols_f32", reduce_cols::<MeanReduce>),
+    ("tw_softmax_rows_f32", softmax::<ROWS_PER_BLOCK>),
+    ("tw_softmax_f32", softmax::<1>),
+    ("tw_softmax_wide_f32", softmax::<1>),
+    ("tw_layernorm_rows_f32", layernorm::<ROWS_PER_BLOCK>),
+    ("tw_layernorm_f32", layernorm::<1>),
+    ("tw_layernorm_wide_f32", layernorm::<1>),
     ("tw_add_f32", broadcast::<AddOp>),
     ("tw_mul_f32", broadcast::<MulOp>),
     ("tw_relu_f32", unary::<ReluOp>),
@@ -602,6 +612,61 @@ fn reduce<R: Reduction>(call: &Call<'_>, block: &BlockContext) {
     y_op.write(0, &[R::finish(finish_lanes::<R>(&lanes), n)]);
 }
 
+/// Outputs per block of the `_cols` reductions (`STRIP` in reduce.cu).
+const STRIP: usize = 32;
+
+/// `tw_reduce_*_cols_f32(x, y, outer, n, inner)`: block x computes the
+/// strip `y[o, j0 .. j0 + 32]` (cut at `inner`), reducing `x[o, 0..n, j]`
+/// for each of its `j`, where `strips = ceil(inner / 32)`, `o = x / strips`
+/// and `j0 = 32 (x % strips)`.
+fn reduce_cols<R: Reduction>(call: &Call<'_>, block: &BlockContext) {
+    call.expect_params(5);
+    let (x, y) = (call.ptr(0, "x"), call.ptr(1, "y"));
+    let (outer, n, inner) = (call.dim(2, "outer"), call.dim(3, "n"), call.dim(4, "inner"));
+    let outputs = call.fits(outer.checked_mul(inner), "outer * inner");
+    let total = call.fits(outputs.checked_mul(n), "outer * n * inner");
+    call.offset(total, "outer * n * inner");
+    let strips = inner.div_ceil(STRIP);
+    let id = block.block_idx.x as usize;
+    // outer * strips <= outer * inner, which fits (checked above).
+    if !on_x_axis(block) || id >= outer * strips {
+        return;
+    }
+    let (o, j0) = (id / strips, (id % strips) * STRIP);
+    let width = STRIP.min(inner - j0);
+    // Both offsets are below outer * n * inner.
+    let first = call.offset(o * n * inner + j0, "x's offset");
+    let x_op: Operand<f32> = call.operand("x", x, first, (n - 1) * inner + width);
+    let y_op: Operand<f32> = call.operand("y", y, call.offset(o * inner + j0, "y's offset"), width);
+    // Row i of each column goes to lane i % LANES, as fold_lanes does.
+    let mut lanes = [[R::START; LANES]; STRIP];
+    let mut row = [0.0f32; STRIP];
+    for i in 0..n {
+        x_op.read(i * inner, &mut row[..width]);
+        for (column, &v) in lanes.iter_mut().zip(&row[..width]) {
+            column[i % LANES] = R::combine(column[i % LANES], v);
+        }
+    }
+    let out: Vec<f32> = lanes[..width]
+        .iter()
+        .map(|column| R::finish(finish_lanes::<R>(column), n))
+        .collect();
+    y_op.write(0, &out);
+}
+
+/// Rows per block of the `_rows` softmax and layer norm (a warp per row,
+/// 8 warps, on the GPU).
+const ROWS_PER_BLOCK: usize = 8;
+
+/// The rows a block of `ROWS` rows per block computes (none off the x axis).
+fn block_rows<const ROWS: usize>(block: &BlockContext, rows: usize) -> std::ops::Range<usize> {
+    if !on_x_axis(block) {
+        return 0..0;
+    }
+    let start = (block.block_idx.x as usize).saturating_mul(ROWS).min(rows);
+    start..start.saturating_add(ROWS).min(rows)
+}
+
 /// Sum of `xs` in [`LANES`] partial sums.
 fn lane_sum(xs: &[f32]) -> f32 {
     let mut lanes = [0.0f32; LANES];
@@ -609,35 +674,40 @@ fn lane_sum(xs: &[f32]) -> f32 {
     finish_lanes::<SumReduce>(&lanes)
 }
 
-/// `tw_softmax_f32(x, y, rows, cols)`: block x computes row x.
-fn softmax(call: &Call<'_>, block: &BlockContext) {
+/// `tw_softmax{_rows,,_wide}_f32(x, y, rows, cols)`: block x computes rows
+/// `x * ROWS ..` (`ROWS` of them, cut at `rows`).
+fn softmax<const ROWS: usize>(call: &Call<'_>, block: &BlockContext) {
     call.expect_params(4);
     let (x, y) = (call.ptr(0, "x"), call.ptr(1, "y"));
     let (rows, cols) = (call.dim(2, "rows"), call.dim(3, "cols"));
-    let row = block.block_idx.x as usize;
-    if !on_x_axis(block) || row >= rows {
+    let mine = block_rows::<ROWS>(block, rows);
+    if mine.is_empty() {
         return;
     }
-    let first = call.offset(row * cols, "row offset");
-    let x_op: Operand<f32> = call.operand("x", x, first, cols);
-    let y_op: Operand<f32> = call.operand("y", y, first, cols);
+    let first = call.offset(mine.start * cols, "row offset");
+    let count = call.fits(mine.len().checked_mul(cols), "the block's elements");
+    let x_op: Operand<f32> = call.operand("x", x, first, count);
+    let y_op: Operand<f32> = call.operand("y", y, first, count);
     let mut v = vec![0.0f32; cols];
-    x_op.read(0, &mut v);
-    let max = v.iter().fold(f32::NEG_INFINITY, |m, &e| m.max(e));
-    for e in v.iter_mut() {
-        *e = (*e - max).exp();
+    for r in 0..mine.len() {
+        x_op.read(r * cols, &mut v);
+        let max = v.iter().fold(f32::NEG_INFINITY, |m, &e| m.max(e));
+        for e in v.iter_mut() {
+            *e = (*e - max).exp();
+        }
+        let sum = lane_sum(&v);
+        for e in v.iter_mut() {
+            *e /= sum;
+        }
+        y_op.write(r * cols, &v);
     }
-    let sum = lane_sum(&v);
-    for e in v.iter_mut() {
-        *e /= sum;
-    }
-    y_op.write(0, &v);
 }
 
-/// `tw_layernorm_f32(x, gamma, beta, y, rows, cols, eps)`: block x
-/// computes row x, `(x - mean) / sqrt(var + eps) * gamma + beta` with the
-/// biased variance (two passes).
-fn layernorm(call: &Call<'_>, block: &BlockContext) {
+/// `tw_layernorm{_rows,,_wide}_f32(x, gamma, beta, y, rows, cols, eps)`:
+/// block x computes rows `x * ROWS ..` (`ROWS` of them, cut at `rows`),
+/// `(x - mean) / sqrt(var + eps) * gamma + beta` with the biased variance
+/// (two passes).
+fn layernorm<const ROWS: usize>(call: &Call<'_>, block: &BlockContext) {
     call.expect_params(7);
     let (x, gamma, beta, y) = (
         call.ptr(0, "x"),
@@ -647,31 +717,35 @@ fn layernorm(call: &Call<'_>, block: &BlockContext) {
     );
     let (rows, cols) = (call.dim(4, "rows"), call.dim(5, "cols"));
     let eps = call.float(6, "eps");
-    let row = block.block_idx.x as usize;
-    if !on_x_axis(block) || row >= rows {
+    let mine = block_rows::<ROWS>(block, rows);
+    if mine.is_empty() {
         return;
     }
-    let first = call.offset(row * cols, "row offset");
-    let x_op: Operand<f32> = call.operand("x", x, first, cols);
+    let first = call.offset(mine.start * cols, "row offset");
+    let count = call.fits(mine.len().checked_mul(cols), "the block's elements");
+    let x_op: Operand<f32> = call.operand("x", x, first, count);
     let gamma_op: Operand<f32> = call.operand("gamma", gamma, 0, cols);
     let beta_op: Operand<f32> = call.operand("beta", beta, 0, cols);
-    let y_op: Operand<f32> = call.operand("y", y, first, cols);
+    let y_op: Operand<f32> = call.operand("y", y, first, count);
     let mut v = vec![0.0f32; cols];
     let (mut g, mut b) = (vec![0.0f32; cols], vec![0.0f32; cols]);
-    x_op.read(0, &mut v);
     gamma_op.read(0, &mut g);
     beta_op.read(0, &mut b);
-    let mean = lane_sum(&v) / cols as f32;
-    for e in v.iter_mut() {
-        *e -= mean;
+    let mut squares = vec![0.0f32; cols];
+    for r in 0..mine.len() {
+        x_op.read(r * cols, &mut v);
+        let mean = lane_sum(&v) / cols as f32;
+        for (e, sq) in v.iter_mut().zip(squares.iter_mut()) {
+            *e -= mean;
+            *sq = *e * *e;
+        }
+        let var = lane_sum(&squares) / cols as f32;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for ((e, &g), &b) in v.iter_mut().zip(&g).zip(&b) {
+            *e = *e * rstd * g + b;
+        }
+        y_op.write(r * cols, &v);
     }
-    let squares: Vec<f32> = v.iter().map(|&d| d * d).collect();
-    let var = lane_sum(&squares) / cols as f32;
-    let rstd = 1.0 / (var + eps).sqrt();
-    for ((e, &g), &b) in v.iter_mut().zip(&g).zip(&b) {
-        *e = *e * rstd * g + b;
-    }
-    y_op.write(0, &v);
 }
 
 // ---------------------------------------------------------------------------
@@ -870,8 +944,11 @@ mod tests {
 
     use tensorwasm_core::{DeviceMemory, Dim3, DriverError, ErrorKind, GpuDriver, LaunchConfig};
     use tensorwasm_cpu::{CpuError, CpuModule};
-    use tensorwasm_kernels::oracle::{
-        self, F32_ROUNDED_RTOL, F32_UNIT_ROUNDOFF, GELU_TOLERANCE, GemmPrecision, ReduceOp,
+    use tensorwasm_kernels::{
+        oracle::{
+            self, F32_ROUNDED_RTOL, F32_UNIT_ROUNDOFF, GELU_TOLERANCE, GemmPrecision, ReduceOp,
+        },
+        table::{self, Geometry},
     };
 
     use super::*;
@@ -1019,8 +1096,15 @@ mod tests {
             "tw_reduce_sum_f32",
             "tw_reduce_max_f32",
             "tw_reduce_mean_f32",
+            "tw_reduce_sum_cols_f32",
+            "tw_reduce_max_cols_f32",
+            "tw_reduce_mean_cols_f32",
+            "tw_softmax_rows_f32",
             "tw_softmax_f32",
+            "tw_softmax_wide_f32",
+            "tw_layernorm_rows_f32",
             "tw_layernorm_f32",
+            "tw_layernorm_wide_f32",
             "tw_add_f32",
             "tw_mul_f32",
             "tw_relu_f32",
@@ -1296,6 +1380,40 @@ mod tests {
     // Reductions, softmax, layer norm
     // -----------------------------------------------------------------------
 
+    /// The grid and block of `entry` for `outer` x `inner` outputs of a
+    /// reduction, or `outer` rows of a row op, from the table's geometry.
+    fn table_launch(entry: &str, outer: usize, inner: usize) -> (Dim3, Dim3) {
+        let k = table::kernel(entry).unwrap_or_else(|| panic!("{entry} is not in the table"));
+        let blocks = match k.geometry {
+            Geometry::PerOutput => outer * inner,
+            Geometry::ColumnStrips { width } => outer * inner.div_ceil(width as usize),
+            Geometry::Rows { per_block } => outer.div_ceil(per_block as usize),
+            other => panic!("{entry}: {other:?}"),
+        };
+        (Dim3::linear(u32::try_from(blocks).unwrap()), k.block)
+    }
+
+    const REDUCTIONS: [(&str, ReduceOp); 6] = [
+        ("tw_reduce_sum_f32", ReduceOp::Sum),
+        ("tw_reduce_max_f32", ReduceOp::Max),
+        ("tw_reduce_mean_f32", ReduceOp::Mean),
+        ("tw_reduce_sum_cols_f32", ReduceOp::Sum),
+        ("tw_reduce_max_cols_f32", ReduceOp::Max),
+        ("tw_reduce_mean_cols_f32", ReduceOp::Mean),
+    ];
+    const SOFTMAX: [&str; 3] = [
+        "tw_softmax_rows_f32",
+        "tw_softmax_f32",
+        "tw_softmax_wide_f32",
+    ];
+    const LAYERNORM: [&str; 3] = [
+        "tw_layernorm_rows_f32",
+        "tw_layernorm_f32",
+        "tw_layernorm_wide_f32",
+    ];
+
+    /// Every reduction entry on every shape (each entry is correct for any
+    /// size; the table picks by `inner`), x one element off alignment.
     #[test]
     fn reductions_match_the_oracle() {
         let (rig, mut rng) = (Rig::new(), Rng::new("reduce"));
@@ -1307,17 +1425,19 @@ mod tests {
             (2, 1000, 3),
             (5, 1, 7),
             (1, 100_003, 1),
+            // Strips: inner a multiple of 32, not one, and past one strip;
+            // n past the GPU's 16 x 32 rows per trip.
+            (1, 600, 64),
+            (2, 333, 65),
+            (1, 1100, 40),
+            (3, 2, 31),
         ];
         for (outer, n, inner) in shapes {
             let x = rng.values(outer * n * inner, 1.0);
             let x_buf = rig.f32s(&x, 4);
             let xw = oracle::widen(&x);
             let abs: Vec<f64> = xw.iter().map(|v| v.abs()).collect();
-            for (entry, op) in [
-                ("tw_reduce_sum_f32", ReduceOp::Sum),
-                ("tw_reduce_max_f32", ReduceOp::Max),
-                ("tw_reduce_mean_f32", ReduceOp::Mean),
-            ] {
+            for (entry, op) in REDUCTIONS {
                 let y_buf = rig.f32s(&vec![f32::NAN; outer * inner], 0);
                 let params = [
                     x_buf.param(),
@@ -1326,13 +1446,8 @@ mod tests {
                     i32p(n),
                     i32p(inner),
                 ];
-                rig.launch(
-                    entry,
-                    Dim3::linear((outer * inner) as u32),
-                    BLOCK_256,
-                    &params,
-                )
-                .unwrap();
+                let (grid, block) = table_launch(entry, outer, inner);
+                rig.launch(entry, grid, block, &params).unwrap();
                 let got = rig.read(&y_buf, outer * inner);
                 let want = oracle::reduce(&xw, outer, n, inner, op);
                 let checked = match op {
@@ -1347,33 +1462,52 @@ mod tests {
         }
     }
 
+    /// Every softmax entry on rows short and long for it (held in
+    /// registers or not on the GPU), odd row counts and lengths, x one
+    /// element off alignment for some.
     #[test]
     fn softmax_matches_the_oracle() {
         let (rig, mut rng) = (Rig::new(), Rng::new("softmax"));
-        for (rows, cols, scale) in [(1, 1, 1.0), (3, 17, 1.0), (4, 1000, 10.0), (2, 5000, 30.0)] {
+        for (rows, cols, scale, skew) in [
+            (1, 1, 1.0, 4),
+            (3, 17, 1.0, 4),
+            (4, 1000, 10.0, 4),
+            (13, 1024, 10.0, 0),
+            (9, 1023, 10.0, 0),
+            (2, 5000, 30.0, 4),
+            (3, 8193, 10.0, 0),
+            (2, 16384, 10.0, 4),
+            (1, 16388, 10.0, 0),
+        ] {
             let x = rng.values(rows * cols, scale);
-            let x_buf = rig.f32s(&x, 4);
-            let y_buf = rig.f32s(&vec![f32::NAN; rows * cols], 0);
-            let params = [x_buf.param(), y_buf.param(), i32p(rows), i32p(cols)];
-            rig.launch(
-                "tw_softmax_f32",
-                Dim3::linear(rows as u32),
-                BLOCK_256,
-                &params,
-            )
-            .unwrap();
-            let got = rig.read(&y_buf, rows * cols);
+            let x_buf = rig.f32s(&x, skew);
             let want = oracle::softmax(&oracle::widen(&x), rows, cols);
             let (rtol, atol) = oracle::softmax_tolerance(cols);
-            oracle::check_close(&got, &want, rtol, atol)
-                .unwrap_or_else(|e| panic!("softmax [{rows}, {cols}]: {e}"));
+            for entry in SOFTMAX {
+                let y_buf = rig.f32s(&vec![f32::NAN; rows * cols], 0);
+                let params = [x_buf.param(), y_buf.param(), i32p(rows), i32p(cols)];
+                let (grid, block) = table_launch(entry, rows, 1);
+                rig.launch(entry, grid, block, &params).unwrap();
+                let got = rig.read(&y_buf, rows * cols);
+                oracle::check_close(&got, &want, rtol, atol)
+                    .unwrap_or_else(|e| panic!("{entry} [{rows}, {cols}]: {e}"));
+            }
         }
     }
 
     #[test]
     fn layernorm_matches_the_oracle() {
         let (rig, mut rng) = (Rig::new(), Rng::new("layernorm"));
-        for (rows, cols, shift) in [(1, 1, 0.0), (3, 17, 0.0), (4, 1000, 0.0), (2, 3000, 5.0)] {
+        for (rows, cols, shift) in [
+            (1, 1, 0.0),
+            (3, 17, 0.0),
+            (4, 1000, 0.0),
+            (2, 3000, 5.0),
+            (13, 1024, 100.0),
+            (9, 1023, 0.0),
+            (3, 8193, 5.0),
+            (2, 16384, 0.0),
+        ] {
             let x: Vec<f32> = rng
                 .values(rows * cols, 1.0)
                 .iter()
@@ -1382,34 +1516,78 @@ mod tests {
             let (gamma, beta) = (rng.values(cols, 2.0), rng.values(cols, 1.0));
             let eps = 1e-5f32;
             let bufs = [rig.f32s(&x, 0), rig.f32s(&gamma, 4), rig.f32s(&beta, 8)];
-            let y_buf = rig.f32s(&vec![f32::NAN; rows * cols], 4);
-            let params = [
-                bufs[0].param(),
-                bufs[1].param(),
-                bufs[2].param(),
-                y_buf.param(),
-                i32p(rows),
-                i32p(cols),
-                KernelParam::F32(eps),
-            ];
-            rig.launch(
-                "tw_layernorm_f32",
-                Dim3::linear(rows as u32),
-                BLOCK_256,
-                &params,
-            )
-            .unwrap();
-            let got = rig.read(&y_buf, rows * cols);
             let (xw, gw, bw) = (
                 oracle::widen(&x),
                 oracle::widen(&gamma),
                 oracle::widen(&beta),
             );
-            let eps = f64::from(eps);
-            let want = oracle::layernorm(&xw, &gw, &bw, rows, cols, eps);
-            let magnitude = oracle::layernorm_magnitude(&xw, &gw, &bw, rows, cols, eps);
-            oracle::check_close_scaled(&got, &want, &magnitude, oracle::layernorm_rtol(cols))
-                .unwrap_or_else(|e| panic!("layernorm [{rows}, {cols}]: {e}"));
+            let eps64 = f64::from(eps);
+            let want = oracle::layernorm(&xw, &gw, &bw, rows, cols, eps64);
+            let magnitude = oracle::layernorm_magnitude(&xw, &gw, &bw, rows, cols, eps64);
+            for entry in LAYERNORM {
+                let y_buf = rig.f32s(&vec![f32::NAN; rows * cols], 4);
+                let params = [
+                    bufs[0].param(),
+                    bufs[1].param(),
+                    bufs[2].param(),
+                    y_buf.param(),
+                    i32p(rows),
+                    i32p(cols),
+                    KernelParam::F32(eps),
+                ];
+                let (grid, block) = table_launch(entry, rows, 1);
+                rig.launch(entry, grid, block, &params).unwrap();
+                let got = rig.read(&y_buf, rows * cols);
+                oracle::check_close_scaled(&got, &want, &magnitude, oracle::layernorm_rtol(cols))
+                    .unwrap_or_else(|e| panic!("{entry} [{rows}, {cols}]: {e}"));
+            }
+        }
+    }
+
+    /// A block computes its own share and nothing else: a grid one block
+    /// short of the contract's leaves exactly the last block's rows (8 per
+    /// block of a `_rows` op) or strip (32 outputs of a `_cols` reduction)
+    /// unwritten.
+    #[test]
+    fn row_and_strip_blocks_write_only_their_share() {
+        let rig = Rig::new();
+        let (rows, cols) = (20, 5);
+        let x = rig.f32s(&vec![1.0; rows * cols], 0);
+        let ones = rig.f32s(&vec![1.0; cols], 0);
+        for entry in [SOFTMAX[0], LAYERNORM[0]] {
+            let y = rig.f32s(&vec![f32::NAN; rows * cols], 0);
+            let mut params = vec![x.param(), y.param(), i32p(rows), i32p(cols)];
+            if entry == LAYERNORM[0] {
+                params.splice(1..1, [ones.param(), ones.param()]);
+                params.push(KernelParam::F32(1e-5));
+            }
+            rig.launch(entry, Dim3::linear(2), BLOCK_256, &params)
+                .unwrap();
+            let got = rig.read(&y, rows * cols);
+            for (r, row) in got.chunks(cols).enumerate() {
+                assert_eq!(row.iter().all(|v| !v.is_nan()), r < 16, "{entry} row {r}");
+            }
+        }
+        let (outer, n, inner) = (2, 3, 70);
+        let x = rig.f32s(&vec![1.0; outer * n * inner], 0);
+        let y = rig.f32s(&vec![f32::NAN; outer * inner], 0);
+        let params = [x.param(), y.param(), i32p(outer), i32p(n), i32p(inner)];
+        // Strips of 32: blocks 0..3 are outer index 0, 3..6 outer index 1;
+        // block 5 (y[1, 64..70]) does not run.
+        rig.launch(
+            "tw_reduce_sum_cols_f32",
+            Dim3::linear(5),
+            BLOCK_256,
+            &params,
+        )
+        .unwrap();
+        let got = rig.read(&y, outer * inner);
+        for (i, v) in got.iter().enumerate() {
+            let written = i < inner + 64;
+            assert_eq!(!v.is_nan(), written, "y[{i}]");
+            if written {
+                assert_eq!(*v, 3.0, "y[{i}]");
+            }
         }
     }
 
