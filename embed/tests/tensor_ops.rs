@@ -435,8 +435,19 @@ where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
 {
-    let shapes: [&[u64]; 4] = [&[5, 17, 33], &[4097], &[3, 1000], &[1, 1, 1]];
-    for shape in shapes {
+    // (shape, x's skew in elements). Over axis 0 of [1100, 40] the GPU's
+    // column strips make two full trips of 16 x 32 rows and a tail; [2, 333,
+    // 65] has a strip of one column.
+    let shapes: [(&[u64], u32); 7] = [
+        (&[5, 17, 33], 0),
+        (&[4097], 0),
+        (&[3, 1000], 0),
+        (&[1, 1, 1], 0),
+        (&[1100, 40], 1),
+        (&[2, 333, 65], 0),
+        (&[600, 64], 0),
+    ];
+    for (shape, skew) in shapes {
         for (kind, op) in [
             (TensorOpKind::ReduceSum, oracle::ReduceOp::Sum),
             (TensorOpKind::ReduceMax, oracle::ReduceOp::Max),
@@ -446,7 +457,7 @@ where
                 h.reset();
                 let numel: u64 = shape.iter().product();
                 let x = randoms(&mut h.rng, numel as usize);
-                let x_at = h.f32s(&x, 0);
+                let x_at = h.f32s(&x, skew);
                 let mut y_shape: Vec<u64> = shape.to_vec();
                 y_shape.remove(axis);
                 if y_shape.is_empty() {
@@ -500,11 +511,29 @@ where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
 {
-    for (rows, cols) in [(3u64, 1u64), (5, 17), (7, 1000), (3, 4097), (1, 4097)] {
+    // (rows, cols, x's skew in elements): the table's three row lengths
+    // (a warp per row up to 1024 columns, 256 threads up to 8192, 512
+    // beyond), each with 16-byte and 4-byte accesses, rows held in registers
+    // or (past 16384 columns) not.
+    for (rows, cols, skew) in [
+        (3u64, 1u64, 0),
+        (5, 17, 0),
+        (7, 1000, 0),
+        (13, 1024, 0),
+        (9, 1024, 1),
+        (11, 1023, 0),
+        (3, 4097, 0),
+        (1, 4097, 0),
+        (2, 4096, 0),
+        (3, 8193, 0),
+        (2, 16384, 0),
+        (2, 12000, 1),
+        (1, 16388, 0),
+    ] {
         h.reset();
         let n = (rows * cols) as usize;
         let x: Vec<f32> = randoms(&mut h.rng, n).iter().map(|v| v * 8.0).collect();
-        let x_at = h.f32s(&x, 0);
+        let x_at = h.f32s(&x, skew);
         let y_at = h.f32s(&vec![f32::NAN; n], 0);
         let shape = [rows, cols];
         let mut header = TensorHeader::new(TensorOpKind::Softmax);
@@ -516,7 +545,7 @@ where
                 OperandDescriptor::guest(y_at, DType::F32, &shape),
             ],
         );
-        let what = format!("softmax [{rows}, {cols}]");
+        let what = format!("softmax [{rows}, {cols}] skew {skew}");
         if e != 0 {
             let _ = writeln!(failures, "{what}: errno {e}: {}", h.last_error());
         } else {
@@ -542,7 +571,7 @@ where
                 OperandDescriptor::guest(y2_at, DType::F32, &shape),
             ],
         );
-        let what = format!("layernorm [{rows}, {cols}]");
+        let what = format!("layernorm [{rows}, {cols}] skew {skew}");
         if e != 0 {
             let _ = writeln!(failures, "{what}: errno {e}: {}", h.last_error());
         } else {
