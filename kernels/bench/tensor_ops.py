@@ -142,8 +142,9 @@ class Driver:
 
 ENTRIES = {
     "gemm": ["tw_gemm_f32", "tw_gemm_tf32", "tw_gemm_bf16", "tw_gemm_f16"],
-    "reduce": ["tw_reduce_sum_f32", "tw_reduce_max_f32", "tw_reduce_mean_f32", "tw_softmax_f32",
-               "tw_layernorm_f32"],
+    "reduce": ["tw_reduce_sum_f32", "tw_reduce_max_f32", "tw_reduce_mean_f32", "tw_reduce_sum_cols_f32",
+               "tw_reduce_max_cols_f32", "tw_reduce_mean_cols_f32", "tw_softmax_rows_f32", "tw_softmax_f32",
+               "tw_softmax_wide_f32", "tw_layernorm_rows_f32", "tw_layernorm_f32", "tw_layernorm_wide_f32"],
     "elementwise": ["tw_add_f32", "tw_mul_f32", "tw_relu_f32", "tw_gelu_f32", "tw_transpose_f32"],
 }
 SIGS = {
@@ -189,17 +190,38 @@ class Kernels:
         self.drv.launch(self.fn[name], grid, (256, 1, 1), SIGS["gemm"],
                         [A, B, C, M, N, K, lda, ldb, ldc, sA, sB, sC, alpha, beta], self.stream())
 
-    def reduce(self, name, x, y, outer, n, inner):
-        self.drv.launch(self.fn[name], (outer * inner, 1, 1), (256, 1, 1), SIGS["reduce"],
-                        [x, y, outer, n, inner], self.stream())
+    # Reductions, softmax and layer norm: the entry kernels/src/table.rs (plan) picks, unless `entry` names
+    # another (every entry is correct for every size), with that entry's geometry from docs/tensor-ops.md.
+    def reduce(self, name, x, y, outer, n, inner, entry=None):
+        entry = entry or (name if inner == 1 else name.replace("_f32", "_cols_f32"))
+        if entry.endswith("_cols_f32"):  # a block (32, 32) per strip of 32 outputs
+            grid, block = outer * -(-inner // 32), (32, 32, 1)
+        else:  # a block per output
+            grid, block = outer * inner, (256, 1, 1)
+        self.drv.launch(self.fn[entry], (grid, 1, 1), block, SIGS["reduce"], [x, y, outer, n, inner], self.stream())
 
-    def softmax(self, x, y, rows, cols):
-        self.drv.launch(self.fn["tw_softmax_f32"], (rows, 1, 1), (256, 1, 1), SIGS["softmax"],
-                        [x, y, rows, cols], self.stream())
+    @staticmethod
+    def row_entry(op, cols):
+        """The softmax / layernorm entry for rows of `cols`: a warp per row up to 1024, 256 threads per row
+        up to 8192, 512 beyond."""
+        return f"tw_{op}_rows_f32" if cols <= 1024 else f"tw_{op}_f32" if cols <= 8192 else f"tw_{op}_wide_f32"
 
-    def layernorm(self, x, g, b, y, rows, cols, eps):
-        self.drv.launch(self.fn["tw_layernorm_f32"], (rows, 1, 1), (256, 1, 1), SIGS["layernorm"],
-                        [x, g, b, y, rows, cols, eps], self.stream())
+    @staticmethod
+    def row_launch(entry, rows):
+        if entry.endswith("_rows_f32"):  # 8 warps, a row each
+            return (-(-rows // 8), 1, 1), (256, 1, 1)
+        return (rows, 1, 1), (512 if entry.endswith("_wide_f32") else 256, 1, 1)
+
+    def softmax(self, x, y, rows, cols, entry=None):
+        entry = entry or self.row_entry("softmax", cols)
+        grid, block = self.row_launch(entry, rows)
+        self.drv.launch(self.fn[entry], grid, block, SIGS["softmax"], [x, y, rows, cols], self.stream())
+
+    def layernorm(self, x, g, b, y, rows, cols, eps, entry=None):
+        entry = entry or self.row_entry("layernorm", cols)
+        grid, block = self.row_launch(entry, rows)
+        self.drv.launch(self.fn[entry], grid, block, SIGS["layernorm"], [x, g, b, y, rows, cols, eps],
+                        self.stream())
 
     @staticmethod
     def ew_grid(n):
@@ -344,7 +366,9 @@ def check_gemm(k, label="", dtypes=("f32", "tf32", "bf16", "f16")):
 
 
 def check_reduce(k):
-    shapes = [(4097,), (1,), (17, 1000, 33), (3, 4097, 5), (2, 3, 1), (1, 1, 1), (64, 8193), (5, 1, 7)]
+    """Both entries of each reduction on every shape (the table picks by inner; each is correct for any)."""
+    shapes = [(4097,), (1,), (17, 1000, 33), (3, 4097, 5), (2, 3, 1), (1, 1, 1), (64, 8193), (5, 1, 7),
+              (1100, 40), (2, 333, 65), (1024, 4096)]
     for shape in shapes:
         for axis in range(len(shape)):
             for off in (0, 1):
@@ -355,10 +379,11 @@ def check_reduce(k):
                 n = shape[axis]
                 inner = math.prod(shape[axis + 1:])
                 xd = x.double()
-                for op in ("sum", "max", "mean"):
+                for op, entry in [(op, e) for op in ("sum", "max", "mean")
+                                  for e in (f"tw_reduce_{op}_f32", f"tw_reduce_{op}_cols_f32")]:
                     ybuf, y = flat(outer * inner, torch.float32, 0, fill="nan")
-                    k.reduce(f"tw_reduce_{op}_f32", xv.data_ptr(), y.data_ptr(), outer, n, inner)
-                    k.drv.sync(f"reduce {op}")
+                    k.reduce(f"tw_reduce_{op}_f32", xv.data_ptr(), y.data_ptr(), outer, n, inner, entry=entry)
+                    k.drv.sync(f"reduce {entry}")
                     yd = y.double().view(outer, inner)
                     x3 = xd.reshape(outer, n, inner)
                     if op == "sum":
@@ -372,27 +397,33 @@ def check_reduce(k):
                         scale = ref.abs()
                     err = float(((yd - ref).abs() / scale.clamp_min(1e-30)).max())
                     ok = bool(torch.isfinite(yd).all()) and err <= 1e-5
-                    record(f"reduce_{op} shape={shape} axis={axis} off+{off}", ok, f"err={err:.2e}")
+                    record(f"{entry} shape={shape} axis={axis} off+{off}", ok, f"err={err:.2e}")
+
+
+ROW_CASES = [(37, 1), (37, 17), (37, 1000), (37, 1023), (37, 1024), (37, 1025), (37, 4097), (37, 4096), (9, 8192),
+             (5, 8193), (3, 12289), (4, 16384), (2, 16388), (2, 20000), (1, 3)]
 
 
 def check_softmax(k):
-    for rows, cols in [(37, 1), (37, 17), (37, 1000), (37, 4097), (37, 4096), (9, 8192), (5, 8193), (3, 12289),
-                       (2, 20000), (1, 3)]:
+    """Every softmax entry on every case (the table picks by cols; each is correct for any)."""
+    for rows, cols in ROW_CASES:
         for off in (0, 1):
             _, x = flat(rows * cols, torch.float32, off)
-            _, y = flat(rows * cols, torch.float32, off, fill="nan")
-            k.softmax(x.data_ptr(), y.data_ptr(), rows, cols)
-            k.drv.sync("softmax")
             ref = torch.softmax(x.double().view(rows, cols), dim=-1)
-            yd = y.double().view(rows, cols)
-            err = float(((yd - ref).abs() / ref.abs().clamp_min(1e-300)).max())
-            ok = bool(torch.isfinite(yd).all()) and err <= 1e-5
-            record(f"softmax rows={rows} cols={cols} off+{off}", ok, f"err={err:.2e}")
+            for entry in ("tw_softmax_rows_f32", "tw_softmax_f32", "tw_softmax_wide_f32"):
+                _, y = flat(rows * cols, torch.float32, off, fill="nan")
+                k.softmax(x.data_ptr(), y.data_ptr(), rows, cols, entry=entry)
+                k.drv.sync(entry)
+                yd = y.double().view(rows, cols)
+                err = float(((yd - ref).abs() / ref.abs().clamp_min(1e-300)).max())
+                ok = bool(torch.isfinite(yd).all()) and err <= 1e-5
+                record(f"{entry} rows={rows} cols={cols} off+{off}", ok, f"err={err:.2e}")
 
 
 def check_layernorm(k):
-    cases = [(37, 1), (37, 17), (37, 1000), (37, 4097), (37, 4096), (9, 8192), (5, 8193), (2, 20000), (1, 3)]
-    for rows, cols in cases:
+    """Every layer norm entry on every case (the table picks by cols; each is correct for any)."""
+    for (rows, cols), entry in [(c, e) for c in ROW_CASES
+                                for e in ("tw_layernorm_rows_f32", "tw_layernorm_f32", "tw_layernorm_wide_f32")]:
         for off in (0, 1):
             for shift in (0.0, 1000.0):
                 if shift and off:
@@ -404,8 +435,8 @@ def check_layernorm(k):
                 _, b = flat(cols, torch.float32, off)
                 _, y = flat(rows * cols, torch.float32, off, fill="nan")
                 eps = 1e-5
-                k.layernorm(x.data_ptr(), g.data_ptr(), b.data_ptr(), y.data_ptr(), rows, cols, eps)
-                k.drv.sync("layernorm")
+                k.layernorm(x.data_ptr(), g.data_ptr(), b.data_ptr(), y.data_ptr(), rows, cols, eps, entry=entry)
+                k.drv.sync(entry)
                 xd = x.double().view(rows, cols)
                 mean = xd.mean(-1, keepdim=True)
                 var = ((xd - mean) ** 2).mean(-1, keepdim=True)
@@ -416,7 +447,7 @@ def check_layernorm(k):
                 err = float(((yd - ref).abs() / scale.clamp_min(1e-30)).max())
                 tol = 1e-4 if shift else 1e-5
                 ok = bool(torch.isfinite(yd).all()) and err <= tol
-                record(f"layernorm rows={rows} cols={cols} off+{off} shift={shift:g}", ok, f"err={err:.2e} tol={tol:g}")
+                record(f"{entry} rows={rows} cols={cols} off+{off} shift={shift:g}", ok, f"err={err:.2e} tol={tol:g}")
 
 
 def check_elementwise(k):
