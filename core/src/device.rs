@@ -54,6 +54,11 @@ pub struct DeviceInfo {
     pub max_grid_dim: (u32, u32, u32),
     /// Largest dynamic shared memory per block without opting in, in bytes.
     pub max_shared_memory_per_block: u32,
+    /// Largest dynamic shared memory per block a kernel may opt in to, in
+    /// bytes (CUDA's `MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`: 227 KiB on the
+    /// H100; the CPU driver has no opt-in and reports its plain maximum).
+    /// Host-side only: the guest's `device_info` record does not carry it.
+    pub max_shared_memory_per_block_optin: u32,
     /// Threads per warp.
     pub warp_size: u32,
     /// Host and device may touch managed memory at the same time; without

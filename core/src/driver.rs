@@ -147,8 +147,9 @@ pub trait GpuDriver: Send + Sync {
     ///
     /// # Safety
     /// The kernel runs unchecked code: every address it touches must be
-    /// memory the caller may write, alive until the launch completes, and
-    /// `params` must match the kernel's signature.
+    /// memory the caller may write, alive until the launch completes (for a
+    /// tensor map, the `extent_bytes` from its base), and `params` must
+    /// match the kernel's signature.
     unsafe fn launch(
         &self,
         stream: &Self::Stream,

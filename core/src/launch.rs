@@ -1,9 +1,17 @@
 //! Launch geometry and typed kernel parameters, with the checks that keep a
-//! caller's numbers from reaching the driver unvalidated.
+//! caller's numbers from reaching the driver unvalidated. Tensor maps (TMA
+//! descriptors a kernel takes by value) are described in [`tensor_map`].
 
 use core::fmt;
 
 use crate::{device::DeviceInfo, memory::DevicePtr};
+
+pub mod tensor_map;
+
+pub use tensor_map::{
+    TENSOR_MAP_ALIGN, TENSOR_MAP_MAX_RANK, TENSOR_MAP_PARAM_BYTES, TensorMapDtype, TensorMapError,
+    TensorMapSpec, TensorMapSwizzle,
+};
 
 /// The most parameters one launch may pass. CUDA allows 32 KiB of parameters
 /// on recent devices; 64 scalars keeps the launch path allocation-free.
@@ -49,7 +57,10 @@ pub struct LaunchConfig {
     pub grid: Dim3,
     /// Threads in a block.
     pub block: Dim3,
-    /// Dynamic shared memory per block, in bytes.
+    /// Dynamic shared memory per block, in bytes: up to the device's
+    /// opt-in maximum ([`DeviceInfo::max_shared_memory_per_block_optin`]);
+    /// the CUDA driver opts the kernel in when it asks for more than it
+    /// has been allowed.
     pub shared_mem_bytes: u32,
 }
 
@@ -103,7 +114,10 @@ impl LaunchConfig {
         if threads > u64::from(device.max_threads_per_block) {
             return Err(LaunchConfigError::BlockTooLarge);
         }
-        if self.shared_mem_bytes > device.max_shared_memory_per_block {
+        let shared_limit = device
+            .max_shared_memory_per_block_optin
+            .max(device.max_shared_memory_per_block);
+        if self.shared_mem_bytes > shared_limit {
             return Err(LaunchConfigError::SharedMemoryTooLarge);
         }
         Ok(())
@@ -120,7 +134,7 @@ pub enum LaunchConfigError {
     GridTooLarge,
     /// A block extent, or the threads per block, exceeds the device's maximum.
     BlockTooLarge,
-    /// More dynamic shared memory than a block may have.
+    /// More dynamic shared memory than a block may have, opting in.
     SharedMemoryTooLarge,
     /// More than [`MAX_KERNEL_PARAMS`] parameters.
     TooManyParams,
@@ -154,18 +168,37 @@ pub enum KernelParam {
     F64(f64),
     /// A `.u64` address of device-visible memory.
     Ptr(DevicePtr),
+    /// A TMA descriptor, `.param .align 64 .b8 name[128]` (CUDA's
+    /// `const __grid_constant__ CUtensorMap`): the CUDA driver checks the
+    /// description and encodes it at launch; the CPU driver refuses it.
+    /// Like a pointer, the memory it covers
+    /// ([`TensorMapSpec::extent_bytes`] from its base) is the launch's
+    /// contract.
+    TensorMap(TensorMapSpec),
 }
 
 impl KernelParam {
     /// The parameter's bytes in a little-endian 8-byte slot (narrow values in
-    /// the low bytes), which is how both drivers hand them to a kernel.
-    pub fn to_slot(self) -> u64 {
+    /// the low bytes), which is how both drivers hand scalars and pointers to
+    /// a kernel; `None` for a tensor map, which fills 128 bytes.
+    pub fn to_slot(self) -> Option<u64> {
         match self {
-            KernelParam::I32(v) => u64::from(v as u32),
-            KernelParam::I64(v) => v as u64,
-            KernelParam::F32(v) => u64::from(v.to_bits()),
-            KernelParam::F64(v) => v.to_bits(),
-            KernelParam::Ptr(p) => p.0,
+            KernelParam::I32(v) => Some(u64::from(v as u32)),
+            KernelParam::I64(v) => Some(v as u64),
+            KernelParam::F32(v) => Some(u64::from(v.to_bits())),
+            KernelParam::F64(v) => Some(v.to_bits()),
+            KernelParam::Ptr(p) => Some(p.0),
+            KernelParam::TensorMap(_) => None,
+        }
+    }
+
+    /// Bytes the parameter takes in the kernel's parameter space: 4, 8, or
+    /// [`TENSOR_MAP_PARAM_BYTES`] for a tensor map.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            KernelParam::I32(_) | KernelParam::F32(_) => 4,
+            KernelParam::I64(_) | KernelParam::F64(_) | KernelParam::Ptr(_) => 8,
+            KernelParam::TensorMap(_) => TENSOR_MAP_PARAM_BYTES,
         }
     }
 
@@ -213,6 +246,15 @@ impl KernelParam {
             None
         }
     }
+
+    /// Reads a tensor-map parameter, or `None` for another type.
+    pub fn as_tensor_map(self) -> Option<TensorMapSpec> {
+        if let KernelParam::TensorMap(v) = self {
+            Some(v)
+        } else {
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -233,6 +275,7 @@ mod tests {
             max_block_dim: (1024, 1024, 64),
             max_grid_dim: (i32::MAX as u32, 65535, 65535),
             max_shared_memory_per_block: 48 * 1024,
+            max_shared_memory_per_block_optin: 227 * 1024,
             warp_size: 32,
             concurrent_managed_access: true,
             vmm_supported: true,
@@ -262,7 +305,7 @@ mod tests {
         c.grid.y = 65536;
         assert_eq!(c.validate(&d), Err(LaunchConfigError::GridTooLarge));
         c = ok;
-        c.shared_mem_bytes = 48 * 1024 + 1;
+        c.shared_mem_bytes = 227 * 1024 + 1;
         assert_eq!(c.validate(&d), Err(LaunchConfigError::SharedMemoryTooLarge));
         c.block = Dim3 {
             x: u32::MAX,
@@ -273,13 +316,63 @@ mod tests {
     }
 
     #[test]
+    fn shared_memory_up_to_the_opt_in_maximum() {
+        let mut d = h100_like();
+        let mut c = LaunchConfig::for_elements(1024, 256);
+        for bytes in [0, 48 * 1024, 48 * 1024 + 1, 100 * 1024, 227 * 1024] {
+            c.shared_mem_bytes = bytes;
+            assert_eq!(c.validate(&d), Ok(()), "{bytes} bytes");
+        }
+        for bytes in [227 * 1024 + 1, u32::MAX] {
+            c.shared_mem_bytes = bytes;
+            assert_eq!(
+                c.validate(&d),
+                Err(LaunchConfigError::SharedMemoryTooLarge),
+                "{bytes} bytes"
+            );
+        }
+        // No opt-in (the CPU driver): the plain maximum.
+        d.max_shared_memory_per_block_optin = d.max_shared_memory_per_block;
+        c.shared_mem_bytes = 48 * 1024;
+        assert_eq!(c.validate(&d), Ok(()));
+        c.shared_mem_bytes = 48 * 1024 + 1;
+        assert_eq!(c.validate(&d), Err(LaunchConfigError::SharedMemoryTooLarge));
+        // An opt-in below the plain maximum (a driver that reports 0) never
+        // lowers the limit.
+        d.max_shared_memory_per_block_optin = 0;
+        c.shared_mem_bytes = 48 * 1024;
+        assert_eq!(c.validate(&d), Ok(()));
+    }
+
+    #[test]
     fn slots_keep_bits() {
-        assert_eq!(KernelParam::I32(-1).to_slot(), 0xffff_ffff);
-        assert_eq!(KernelParam::I64(-1).to_slot(), u64::MAX);
-        assert_eq!(KernelParam::F32(-0.0).to_slot(), 0x8000_0000);
-        assert_eq!(KernelParam::F64(1.5).to_slot(), 1.5f64.to_bits());
-        assert_eq!(KernelParam::Ptr(DevicePtr(7)).to_slot(), 7);
+        assert_eq!(KernelParam::I32(-1).to_slot(), Some(0xffff_ffff));
+        assert_eq!(KernelParam::I64(-1).to_slot(), Some(u64::MAX));
+        assert_eq!(KernelParam::F32(-0.0).to_slot(), Some(0x8000_0000));
+        assert_eq!(KernelParam::F64(1.5).to_slot(), Some(1.5f64.to_bits()));
+        assert_eq!(KernelParam::Ptr(DevicePtr(7)).to_slot(), Some(7));
         assert_eq!(KernelParam::F32(2.0).as_f32(), Some(2.0));
         assert_eq!(KernelParam::F32(2.0).as_i32(), None);
+    }
+
+    #[test]
+    fn a_tensor_map_is_128_bytes_and_no_slot() {
+        let spec = TensorMapSpec::new(
+            TensorMapDtype::Bf16,
+            DevicePtr(0x1000),
+            &[64, 64],
+            &[128],
+            &[64, 64],
+            TensorMapSwizzle::B128,
+        )
+        .expect("valid");
+        let p = KernelParam::TensorMap(spec);
+        assert_eq!(p.to_slot(), None);
+        assert_eq!(p.size_bytes(), 128);
+        assert_eq!(p.as_tensor_map(), Some(spec));
+        assert_eq!(p.as_ptr(), None);
+        assert_eq!(KernelParam::I32(1).size_bytes(), 4);
+        assert_eq!(KernelParam::F64(1.0).size_bytes(), 8);
+        assert_eq!(KernelParam::Ptr(DevicePtr(8)).size_bytes(), 8);
     }
 }

@@ -43,7 +43,10 @@ pub use device::{DeviceInfo, DriverKind, MemInfo, MemoryKind, PointerInfo};
 pub use dispatch::{AlreadyCompleted, Completer, DispatchFuture, dispatch};
 pub use driver::{DeviceMemory, GpuDriver, VirtualMemory};
 pub use error::{DriverError, ErrorKind};
-pub use launch::{Dim3, KernelParam, LaunchConfig, LaunchConfigError, MAX_KERNEL_PARAMS};
+pub use launch::{
+    Dim3, KernelParam, LaunchConfig, LaunchConfigError, MAX_KERNEL_PARAMS, TensorMapDtype,
+    TensorMapError, TensorMapSpec, TensorMapSwizzle,
+};
 pub use managed::{ManagedAllocator, ManagedRegion, MemorySnapshot, RegionError};
 pub use memory::{Advice, DevicePtr, DeviceRange, PrefetchOutcome, PrefetchTarget};
 pub use quota::{

@@ -103,6 +103,7 @@ mod tests {
             max_block_dim: (1024, 1024, 64),
             max_grid_dim: (0x7fff_ffff, 65535, 65535),
             max_shared_memory_per_block: 49152,
+            max_shared_memory_per_block_optin: 232448,
             warp_size: 32,
             concurrent_managed_access: true,
             vmm_supported: true,

@@ -94,6 +94,8 @@ fn device_info(threads: u32, capacity: u64) -> DeviceInfo {
         max_block_dim: (1024, 1024, 64),
         max_grid_dim: (i32::MAX as u32, 65535, 65535),
         max_shared_memory_per_block: 48 * 1024,
+        // No opt-in: a block's shared memory is a host allocation.
+        max_shared_memory_per_block_optin: 48 * 1024,
         warp_size: 32,
         concurrent_managed_access: true,
         vmm_supported: true,

@@ -370,6 +370,20 @@ impl GpuDriver for CpuDriver {
                     format!("{why}: {config:?}, {} parameters", params.len()),
                 )
             })?;
+        // Host kernels read parameters as values; there is no TMA to encode for.
+        if let Some(i) = params
+            .iter()
+            .position(|p| matches!(p, KernelParam::TensorMap(_)))
+        {
+            return Err(CpuError::new(
+                OP,
+                ErrorKind::NotSupported,
+                format!(
+                    "kernel `{}` parameter {i} is a tensor map: the CPU driver has no TMA",
+                    function.name()
+                ),
+            ));
+        }
         let grid = GridLaunch::new(function, config, params);
         let workers = self.device.workers;
         self.enqueue(OP, stream, Box::new(move || grid.run(workers)))

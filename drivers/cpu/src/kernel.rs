@@ -471,6 +471,25 @@ mod tests {
                 .message()
                 .contains("more than 64 kernel parameters")
         );
+        let map = tensorwasm_core::TensorMapSpec::new(
+            tensorwasm_core::TensorMapDtype::F32,
+            tensorwasm_core::DevicePtr(0x1000),
+            &[64, 64],
+            &[256],
+            &[32, 32],
+            tensorwasm_core::TensorMapSwizzle::None,
+        )
+        .unwrap();
+        let err = refuse(
+            &stream,
+            &good,
+            &[KernelParam::I32(1), KernelParam::TensorMap(map)],
+        );
+        assert_eq!(err.kind(), ErrorKind::NotSupported, "{err}");
+        assert!(
+            err.message().contains("parameter 1 is a tensor map"),
+            "{err}"
+        );
         // SAFETY: the kernel touches no device memory.
         unsafe {
             d.launch(

@@ -77,6 +77,9 @@ pub(crate) fn query_device(
             attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
         ),
         max_shared_memory_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+        max_shared_memory_per_block_optin: attr(
+            A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )?,
         warp_size: attr(A::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
         concurrent_managed_access: attr(A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS)? != 0,
         vmm_supported: attr(A::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)? != 0,

@@ -21,7 +21,7 @@ use crate::{
     module::{CudaFunction, CudaModule},
     result,
     stream::{CudaEvent, CudaStream},
-    sys,
+    sys, tensor_map,
     vm::{self, CudaVirtualRange},
 };
 
@@ -146,15 +146,50 @@ impl CudaDriver {
     }
 }
 
+/// A launch's parameters as `cuLaunchKernel` reads them: scalars and
+/// pointers in 8-byte slots, tensor maps encoded (64-byte aligned), in the
+/// order the parameters come.
+struct PackedParams {
+    slots: [u64; MAX_KERNEL_PARAMS],
+    /// One per `KernelParam::TensorMap`, in order; empty (no allocation)
+    /// for a launch without one.
+    maps: Vec<sys::CUtensorMap>,
+}
+
+impl PackedParams {
+    /// One pointer per parameter, into `self`: valid while `self` is
+    /// neither moved nor dropped.
+    fn pointers(
+        &mut self,
+        params: &[KernelParam],
+    ) -> Result<[*mut c_void; MAX_KERNEL_PARAMS], CudaError> {
+        let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX_KERNEL_PARAMS];
+        let mut maps = self.maps.iter_mut();
+        for ((ptr, slot), p) in ptrs.iter_mut().zip(self.slots.iter_mut()).zip(params) {
+            *ptr = match p {
+                KernelParam::TensorMap(_) => {
+                    let map = maps.next().ok_or_else(|| {
+                        CudaError::invalid("launch", "a tensor map was not encoded")
+                    })?;
+                    (map as *mut sys::CUtensorMap).cast()
+                }
+                _ => (slot as *mut u64).cast(),
+            };
+        }
+        Ok(ptrs)
+    }
+}
+
 /// Checks a launch's geometry and parameters before the driver sees them,
-/// and packs the parameters into 8-byte slots.
+/// and packs the parameters: scalars into 8-byte slots, tensor maps
+/// checked and encoded (`tensor_map.rs`; the context must be current).
 fn check_launch(
-    info: &DeviceInfo,
+    ctx: &Context,
     function: &CudaFunction,
     config: &LaunchConfig,
     params: &[KernelParam],
-) -> Result<[u64; MAX_KERNEL_PARAMS], CudaError> {
-    config.validate_launch(info, params).map_err(|e| {
+) -> Result<PackedParams, CudaError> {
+    config.validate_launch(&ctx.info, params).map_err(|e| {
         CudaError::invalid(
             "launch",
             format!(
@@ -177,10 +212,7 @@ fn check_launch(
             ));
         }
         for (i, (size, p)) in sizes.iter().zip(params).enumerate() {
-            let given = match p {
-                KernelParam::I32(_) | KernelParam::F32(_) => 4,
-                _ => 8,
-            };
+            let given = p.size_bytes();
             if *size != given {
                 return Err(CudaError::invalid(
                     "launch",
@@ -192,11 +224,21 @@ fn check_launch(
             }
         }
     }
-    let mut slots = [0u64; MAX_KERNEL_PARAMS];
-    for (slot, p) in slots.iter_mut().zip(params) {
-        *slot = p.to_slot();
+    let mut packed = PackedParams {
+        slots: [0u64; MAX_KERNEL_PARAMS],
+        maps: Vec::new(),
+    };
+    for (i, (slot, p)) in packed.slots.iter_mut().zip(params).enumerate() {
+        match p {
+            KernelParam::TensorMap(spec) => {
+                packed
+                    .maps
+                    .push(tensor_map::encode(ctx, function.name(), i, spec)?);
+            }
+            _ => *slot = p.to_slot().unwrap_or_default(),
+        }
     }
-    Ok(slots)
+    Ok(packed)
 }
 
 impl GpuDriver for CudaDriver {
@@ -359,17 +401,19 @@ impl GpuDriver for CudaDriver {
                 "function or stream of another driver",
             ));
         }
-        let mut slots = check_launch(&self.ctx.info, function, config, params)?;
-        let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX_KERNEL_PARAMS];
-        for (p, slot) in ptrs.iter_mut().zip(slots.iter_mut()) {
-            *p = (slot as *mut u64).cast();
+        self.ctx.bind()?;
+        let mut packed = check_launch(&self.ctx, function, config, params)?;
+        let mut ptrs = packed.pointers(params)?;
+        if config.shared_mem_bytes > 0 {
+            function.allow_dynamic_shared(config.shared_mem_bytes)?;
         }
         let (g, b) = (config.grid, config.block);
-        self.ctx.bind()?;
-        // SAFETY: geometry and parameter count/sizes were checked against the
-        // device and the kernel; each parameter pointer points at an 8-byte
-        // slot that lives across the call (the driver copies them at launch).
-        // What the kernel touches is the caller's contract.
+        // SAFETY: geometry, dynamic shared memory and parameter count/sizes
+        // were checked against the device and the kernel (and the kernel
+        // allowed the shared memory); each parameter pointer points at an
+        // 8-byte slot or an encoded 128-byte tensor map in `packed`, which
+        // lives across the call (the driver copies them at launch). What
+        // the kernel touches is the caller's contract.
         unsafe {
             result::cuLaunchKernel(
                 &self.ctx.lib,

@@ -31,6 +31,7 @@ mod memory;
 mod module;
 mod result;
 mod stream;
+mod tensor_map;
 mod vm;
 
 pub use context::{DEFAULT_LIBCUDA, LIBCUDA_ENV};

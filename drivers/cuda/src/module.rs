@@ -4,8 +4,11 @@
 //! launch with the wrong parameters is refused instead of run.
 
 use std::{
-    ffi::{CStr, CString, c_void},
-    sync::Arc,
+    ffi::{CStr, CString, c_int, c_void},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU32, Ordering},
+    },
 };
 
 use tensorwasm_core::image::check_module_image;
@@ -87,6 +90,8 @@ impl CudaModule {
             func,
             name: name.to_string(),
             param_sizes,
+            dynamic_shared: AtomicU32::new(0),
+            raising_dynamic_shared: Mutex::new(()),
         })))
     }
 }
@@ -113,10 +118,18 @@ struct FunctionInner {
     func: sys::CUfunction,
     name: String,
     param_sizes: Option<Vec<usize>>,
+    /// The most dynamic shared memory this kernel has been allowed through
+    /// `cuFuncSetAttribute` (0: never set; the driver's default then holds).
+    /// Only grows, so a launch that fits it needs no call.
+    dynamic_shared: AtomicU32,
+    /// Held while raising `dynamic_shared`: two launches raising it at once
+    /// must not leave the attribute at the smaller of their values.
+    raising_dynamic_shared: Mutex<()>,
 }
 
 // SAFETY: a CUfunction may be launched from any thread with its context
-// current; the handle and the rest of the struct are immutable.
+// current; the handle and the rest of the struct are immutable, apart from
+// the atomic and the lock, which are Send and Sync themselves.
 unsafe impl Send for FunctionInner {}
 // SAFETY: as for Send.
 unsafe impl Sync for FunctionInner {}
@@ -138,6 +151,52 @@ impl CudaFunction {
 
     pub(crate) fn raw(&self) -> sys::CUfunction {
         self.0.func
+    }
+
+    /// Lets the kernel use `bytes` of dynamic shared memory: one
+    /// `cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)`
+    /// the first time a launch asks for more than any before it, none
+    /// otherwise. Beyond 48 KiB this is CUDA's opt-in, which the launch
+    /// needs; below it the call matches what the driver allows anyway. The
+    /// context must be current; `bytes` must have passed
+    /// `LaunchConfig::validate` (at most the device's opt-in maximum).
+    pub(crate) fn allow_dynamic_shared(&self, bytes: u32) -> Result<(), CudaError> {
+        let inner = &self.0;
+        if bytes <= inner.dynamic_shared.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // A poisoned lock guards no data: the atomic below is the state.
+        let _raising = inner
+            .raising_dynamic_shared
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if bytes <= inner.dynamic_shared.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let value = c_int::try_from(bytes).map_err(|_| {
+            CudaError::invalid(
+                "launch",
+                format!("kernel `{}`: {bytes} bytes of shared memory", inner.name),
+            )
+        })?;
+        // SAFETY: the function belongs to a loaded module of the current
+        // context (held by `self`); the attribute takes a byte count.
+        unsafe {
+            result::cuFuncSetAttribute(
+                &inner.module.ctx.lib,
+                inner.func,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                value,
+            )
+        }?;
+        inner.dynamic_shared.store(bytes, Ordering::Release);
+        Ok(())
+    }
+
+    /// The most dynamic shared memory the kernel has been allowed so far
+    /// (0 until a launch asked for any).
+    pub fn dynamic_shared_allowed(&self) -> u32 {
+        self.0.dynamic_shared.load(Ordering::Acquire)
     }
 
     pub(crate) fn ctx(&self) -> &Arc<Context> {

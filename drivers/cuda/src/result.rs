@@ -433,6 +433,59 @@ pub(crate) unsafe fn cuFuncGetParamInfo(
     Ok((offset, size))
 }
 
+/// Sets one attribute of a kernel (e.g. `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`).
+pub(crate) unsafe fn cuFuncSetAttribute(
+    lib: &sys::CudaLib,
+    func: sys::CUfunction,
+    attribute: sys::CUfunction_attribute,
+    value: c_int,
+) -> Result<(), CudaError> {
+    call!(lib, cuFuncSetAttribute(func, attribute, value))
+}
+
+/// Encodes a tiled TMA descriptor into `map`. `dims`, `box_dims` and
+/// `element_strides` hold the rank's entries, `strides` one fewer (the
+/// byte strides of dimensions 1..); the caller checks the lengths and
+/// CUDA's documented constraints.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn cuTensorMapEncodeTiled(
+    lib: &sys::CudaLib,
+    map: &mut sys::CUtensorMap,
+    data_type: sys::CUtensorMapDataType,
+    base: sys::CUdeviceptr,
+    dims: &[u64],
+    strides: &[u64],
+    box_dims: &[u32],
+    element_strides: &[u32],
+    interleave: sys::CUtensorMapInterleave,
+    swizzle: sys::CUtensorMapSwizzle,
+    l2_promotion: sys::CUtensorMapL2promotion,
+    oob_fill: sys::CUtensorMapFloatOOBfill,
+) -> Result<(), CudaError> {
+    debug_assert!(
+        box_dims.len() == dims.len()
+            && element_strides.len() == dims.len()
+            && strides.len() + 1 == dims.len()
+    );
+    call!(
+        lib,
+        cuTensorMapEncodeTiled(
+            map,
+            data_type,
+            dims.len() as c_uint,
+            base as *mut c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            box_dims.as_ptr(),
+            element_strides.as_ptr(),
+            interleave,
+            swizzle,
+            l2_promotion,
+            oob_fill,
+        )
+    )
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn cuLaunchKernel(
     lib: &sys::CudaLib,

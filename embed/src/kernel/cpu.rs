@@ -454,7 +454,10 @@ impl NativeKernel {
                  {STATUS_ALIGN}-aligned address"
             );
         }
-        params.iter().map(|p| p.to_slot()).collect()
+        // Every parameter was matched above to a Wasm type or a hidden
+        // scalar or pointer, all of which have a slot (a tensor map has no
+        // Wasm type and was refused).
+        params.iter().filter_map(|p| p.to_slot()).collect()
     }
 }
 
@@ -489,7 +492,7 @@ fn param_type(param: KernelParam) -> Option<Type> {
         KernelParam::I64(_) => Some(types::I64),
         KernelParam::F32(_) => Some(types::F32),
         KernelParam::F64(_) => Some(types::F64),
-        KernelParam::Ptr(_) => None,
+        KernelParam::Ptr(_) | KernelParam::TensorMap(_) => None,
     }
 }
 
