@@ -381,7 +381,13 @@ pub struct LaunchPlan {
     pub grid: Dim3,
     /// Threads per block.
     pub block: Dim3,
-    /// The entry's parameters, in order.
+    /// Dynamic shared memory per block, in bytes (the launch's
+    /// `LaunchConfig::shared_mem_bytes`): 0 for a kernel with static shared
+    /// memory only; past 48 KiB the CUDA driver opts the kernel in, up to
+    /// the device's `max_shared_memory_per_block_optin`.
+    pub shared_bytes: u32,
+    /// The entry's parameters, in order (a TMA kernel's tensor maps as
+    /// `KernelParam::TensorMap`, checked and encoded by the driver).
     pub params: Vec<KernelParam>,
 }
 
@@ -471,6 +477,7 @@ pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
                 kernel: k,
                 grid: Dim3::linear(grid_x("output blocks", blocks)?),
                 block: k.block,
+                shared_bytes: 0,
                 params: vec![
                     ptr(x),
                     ptr(y),
@@ -493,6 +500,7 @@ pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
                 kernel: k,
                 grid: rows_grid(k, rows)?,
                 block: k.block,
+                shared_bytes: 0,
                 params: vec![ptr(x), ptr(y), int("rows", rows)?, int("cols", cols)?],
             })
         }
@@ -517,6 +525,7 @@ pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
                 kernel: k,
                 grid: rows_grid(k, rows)?,
                 block: k.block,
+                shared_bytes: 0,
                 params: vec![
                     ptr(x),
                     ptr(gamma),
@@ -544,6 +553,7 @@ pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
                 kernel: k,
                 grid: grid_stride(k, n),
                 block: k.block,
+                shared_bytes: 0,
                 params: vec![
                     ptr(a),
                     ptr(b),
@@ -562,6 +572,7 @@ pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
                 kernel: k,
                 grid: grid_stride(k, n),
                 block: k.block,
+                shared_bytes: 0,
                 params: vec![ptr(x), ptr(y), long("n", n)?],
             })
         }
@@ -585,6 +596,7 @@ pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
                     z: grid_yz("batch", batch)?,
                 },
                 block: k.block,
+                shared_bytes: 0,
                 params: vec![ptr(x), ptr(y), int("rows", rows)?, int("cols", cols)?],
             })
         }
@@ -644,6 +656,7 @@ fn plan_gemm(g: &Gemm, hopper: bool) -> Result<LaunchPlan, AbiError> {
             z: grid_yz("batch", g.batch)?,
         },
         block: k.block,
+        shared_bytes: 0,
         params: vec![
             ptr(g.a),
             ptr(g.b),

@@ -321,14 +321,14 @@ impl<D: KernelTarget> Builtin<D> {
         })
     }
 
-    /// The planned launch (static shared memory only).
+    /// The planned launch, with the plan's dynamic shared memory.
     pub fn launch(&self) -> Launch<'_, D> {
         Launch {
             function: &self.function,
             config: LaunchConfig {
                 grid: self.plan.grid,
                 block: self.plan.block,
-                shared_mem_bytes: 0,
+                shared_mem_bytes: self.plan.shared_bytes,
             },
             params: self.plan.params.clone(),
         }

@@ -1321,7 +1321,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         let config = LaunchConfig {
             grid: plan.grid,
             block: plan.block,
-            shared_mem_bytes: 0,
+            shared_mem_bytes: plan.shared_bytes,
         };
         let charge = self.charge(Resource::LaunchesInFlight, 1)?;
         let handle = self.launches.insert(LaunchEntry {
