@@ -291,6 +291,29 @@ fn gemm_cases() -> Vec<GemmCase> {
             batch: 2,
             ..GemmCase::new(100, 40, 50)
         },
+        // Operands a tensor map suits (16-byte rows): Hopper's TMA GEMMs,
+        // one case per tile (table::gemm picks it by the number of tiles):
+        // 128 x 64 (TF32 64 x 128) with edges in M, N and K ...
+        GemmCase::new(300, 520, 136),
+        GemmCase {
+            pad_a: 8,
+            beta: 0.5,
+            ..GemmCase::new(129, 264, 1032)
+        },
+        GemmCase {
+            batch: 3,
+            broadcast_a: true,
+            beta: 0.5,
+            ..GemmCase::new(200, 136, 72)
+        },
+        GemmCase {
+            in_buffers: true,
+            batch: 2,
+            ..GemmCase::new(256, 512, 64)
+        },
+        // ... 128 x 128 (TF32 128 x 128) and 128 x 256 (TF32 256 x 128).
+        GemmCase::new(8192, 256, 24),
+        GemmCase::new(2048, 2048, 40),
     ]
 }
 

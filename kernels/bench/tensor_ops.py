@@ -82,6 +82,10 @@ class Driver:
         L.cuModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
         L.cuLaunchKernel.argtypes = [vp] + [ctypes.c_uint] * 7 + [vp, ctypes.POINTER(vp), ctypes.POINTER(vp)]
         L.cuFuncGetAttribute.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, vp]
+        L.cuFuncSetAttribute.argtypes = [vp, ctypes.c_int, ctypes.c_int]
+        u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+        L.cuTensorMapEncodeTiled.argtypes = [vp, ctypes.c_int, ctypes.c_uint, vp, u64p, u64p, u32p, u32p,
+                                             ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
 
     def check(self, r, what):
         if r != 0:
@@ -120,10 +124,32 @@ class Driver:
         self.check(self.lib.cuFuncGetAttribute(ctypes.byref(v), CU_FUNC_ATTRIBUTE[name], f), "cuFuncGetAttribute")
         return v.value
 
-    def launch(self, f, grid, block, sig, args, stream):
+    def set_max_dynamic_smem(self, f, nbytes):
+        self.check(self.lib.cuFuncSetAttribute(f, 8, nbytes),  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                   "cuFuncSetAttribute")
+
+    def tensor_map(self, dtype, base, dims, strides, box, swizzle):
+        """cuTensorMapEncodeTiled: dims/box innermost first (elements), strides in bytes of dims 1..;
+        element strides 1, no interleave, L2 promotion 256B, OOB fill zeros. Returns a 64-byte
+        aligned 128-byte descriptor (its backing buffer, its address)."""
+        buf = ctypes.create_string_buffer(128 + 64)
+        addr = (ctypes.addressof(buf) + 63) & ~63
+        r = len(dims)
+        self.check(self.lib.cuTensorMapEncodeTiled(
+            ctypes.c_void_p(addr), dtype, r, ctypes.c_void_p(base), (ctypes.c_uint64 * r)(*dims),
+            (ctypes.c_uint64 * (r - 1))(*strides), (ctypes.c_uint32 * r)(*box), (ctypes.c_uint32 * r)(*([1] * r)),
+            0, swizzle, 3, 0), "cuTensorMapEncodeTiled")
+        return (buf, addr)
+
+    def launch(self, f, grid, block, sig, args, stream, shared=0):
         assert len(sig) == len(args)
         objs = []
+        ptrs = []
         for t, a in zip(sig, args):
+            if t == "m":  # a tensor map from tensor_map(): pass its aligned 128 bytes
+                objs.append(a[0])
+                ptrs.append(a[1])
+                continue
             if t == "p":
                 objs.append(ctypes.c_void_p(a))
             elif t == "i":
@@ -135,8 +161,9 @@ class Driver:
                 objs.append(ctypes.c_float(a))
             else:
                 raise ValueError(t)
-        params = (ctypes.c_void_p * len(objs))(*[ctypes.addressof(o) for o in objs])
-        self.check(self.lib.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
+            ptrs.append(ctypes.addressof(objs[-1]))
+        params = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        self.check(self.lib.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
                                            ctypes.c_void_p(stream), params, None), "cuLaunchKernel")
 
 
@@ -149,6 +176,7 @@ ENTRIES = {
 }
 SIGS = {
     "gemm": "pppiiiqqqqqqff",
+    "gemm_tma": "mmpiiiqqiiff",
     "reduce": "ppiii",
     "softmax": "ppii",
     "layernorm": "ppppiif",
@@ -156,6 +184,51 @@ SIGS = {
     "unary": "ppq",
     "transpose": "ppii",
 }
+
+
+# The TMA GEMMs (gemm_tma.cuh): tiles, dynamic shared memory (stages, mbarriers, 1 KiB of alignment slack)
+# and when the plan may use them (kernels/src/table.rs, plan_gemm: the same rules).
+TMA_BM = 128
+TMA_SMEM = {256: 4 * 48 * 1024 + 8 * 8 + 1024, 128: 6 * 32 * 1024 + 12 * 8 + 1024,
+            64: 8 * 24 * 1024 + 16 * 8 + 1024}
+TMA_TF32_BN = 128
+TMA_TF32_SMEM = {256: 4 * 48 * 1024 + 12 * 8 + 1024, 128: 6 * 32 * 1024 + 18 * 8 + 1024,
+                 64: 8 * 24 * 1024 + 24 * 8 + 1024}
+
+
+def tma_tf32_bm(M, N, batch):
+    """Tile rows of the TF32 TMA GEMM: the widest of 256 and 128 that M fills more than half of and that makes
+    at least 128 tiles; else 64."""
+    for bm in (256, 128):
+        if M > bm // 2 and -(-M // bm) * -(-N // TMA_TF32_BN) * batch >= 128:
+            return bm
+    return 64
+
+
+def tma_bn(M, N, batch):
+    """Tile columns of the 16-bit TMA GEMMs: the widest of 256 and 128 that N fills more than half of and that
+    makes at least 128 tiles; else 64."""
+    for bn in (256, 128):
+        if N > bn // 2 and -(-M // TMA_BM) * -(-N // bn) * batch >= 128:
+            return bn
+    return 64
+
+
+def tma_eligible(A, B, M, K, lda, ldb, sA, sB, batch, esz):
+    """A and B whose bases, row strides and batch strides are 16-byte multiples, batch strides 0 (broadcast)
+    or at least one whole matrix (batches that do not overlap)."""
+    q = 16 // esz
+    if A % 16 or B % 16 or lda % q or ldb % q:
+        return False
+    for s, rows, ld in ((sA, M, lda), (sB, K, ldb)):
+        if batch > 1 and s != 0 and (s % q or s < rows * ld):
+            return False
+    return True
+
+
+def tma_batch_stride(s, rows, ld, esz):
+    """A batch stride in bytes for the descriptor: the real one, or (one batch, never stepped) one matrix."""
+    return (s if s else rows * ld) * esz
 
 
 class Kernels:
@@ -186,9 +259,33 @@ class Kernels:
         return torch.cuda.current_stream().cuda_stream
 
     def gemm(self, name, A, B, C, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, alpha, beta):
+        tma = getattr(self, "tma", {}).get(name)
+        if tma is not None and tma_eligible(A, B, M, K, lda, ldb, sA, sB, batch, 4 if "tf32" in name else 2):
+            return self.gemm_tma(tma, name, A, B, C, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, alpha, beta)
         grid = (-(-N // 128), -(-M // 128), batch)
         self.drv.launch(self.fn[name], grid, (256, 1, 1), SIGS["gemm"],
                         [A, B, C, M, N, K, lda, ldb, ldc, sA, sB, sC, alpha, beta], self.stream())
+
+    def gemm_tma(self, f, name, A, B, C, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, alpha, beta):
+        """The TMA GEMMs (docs/tensor-ops.md): A as {K, M, batch}, B as {N, K, batch}, 128-byte swizzle; a
+        broadcast operand (stride 0) is one batch and its batch coordinate is multiplied by 0."""
+        zA, zB = int(sA != 0), int(sB != 0)
+        if "tf32" in name:
+            bm = tma_tf32_bm(M, N, batch)
+            dt, esz, bn, box_a, box_b = 7, 4, TMA_TF32_BN, (32, bm, 1), (32, 32, 1)
+            fn, smem = f[bm], TMA_TF32_SMEM[bm]
+        else:
+            dt = 9 if "bf16" in name else 6  # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 / FLOAT16
+            esz, bm, bn = 2, TMA_BM, tma_bn(M, N, batch)
+            box_a, box_b = (64, 128, 1), (64, 64, 1)
+            fn, smem = f[bn], TMA_SMEM[bn]
+        ta = self.drv.tensor_map(dt, A, (K, M, batch if zA else 1), (lda * esz, tma_batch_stride(sA, M, lda, esz)),
+                                 box_a, 3)
+        tb = self.drv.tensor_map(dt, B, (N, K, batch if zB else 1), (ldb * esz, tma_batch_stride(sB, K, ldb, esz)),
+                                 box_b, 3)
+        grid = (-(-N // bn), -(-M // bm), batch)
+        self.drv.launch(fn, grid, (384, 1, 1), SIGS["gemm_tma"],
+                        [ta, tb, C, M, N, K, ldc, sC, zA, zB, alpha, beta], self.stream(), shared=smem)
 
     # Reductions, softmax and layer norm: the entry kernels/src/table.rs (plan) picks, unless `entry` names
     # another (every entry is correct for every size), with that entry's geometry from docs/tensor-ops.md.
@@ -355,6 +452,12 @@ def check_gemm(k, label="", dtypes=("f32", "tf32", "bf16", "f16")):
         dict(M=256, N=256, K=256, off=1, lda=257, batch=2, bcast="A", beta=1.0),
         dict(M=1000, N=1000, K=1000, off=3),
         dict(M=1024, N=1024, K=1024),
+        # Shapes the TMA GEMMs take (16-byte aligned bases and strides): edges in every dimension.
+        dict(M=300, N=520, K=136),
+        dict(M=129, N=264, K=4104, alpha=1.5, beta=-0.75),
+        dict(M=256, N=512, K=8, batch=3, bcast="B"),
+        dict(M=200, N=136, K=72, batch=3),
+        dict(M=256, N=256, K=256, off=8, lda=264, ldb=272, ldc=257, batch=2, bcast="A", beta=1.0),
     ]
     for dt in dtypes:
         for c in cases:
@@ -541,35 +644,44 @@ def set_tf32(on):
 
 
 TORCH_GEMM = {}
+# Square, tall-skinny and batched shapes (issue 15 goal 1).
+GEMM_SHAPES = [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 128, 4096), (2048, 2048, 2048, 8)]
 
 
 def bench_gemm(k, rows_out, label="", dtypes=("f32", "tf32", "bf16", "f16"), shapes=None):
-    shapes = shapes or [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 128, 4096)]
+    """(M, N, K) or (M, N, K, batch): a batched case runs A [b, M, K] @ B [b, K, N] against torch.bmm."""
+    shapes = shapes or GEMM_SHAPES
     for dt in dtypes:
-        for (M, N, K) in shapes:
+        for shape in shapes:
+            M, N, K = shape[:3]
+            batch = shape[3] if len(shape) > 3 else 1
             tdt = TDTYPE[dt]
-            A = torch.randn(M, K, device=DEV).to(tdt)
-            B = torch.randn(K, N, device=DEV).to(tdt)
-            C = torch.empty(M, N, device=DEV, dtype=torch.float32)
+            lead = (batch,) if batch > 1 else ()
+            A = torch.randn(*lead, M, K, device=DEV).to(tdt)
+            B = torch.randn(*lead, K, N, device=DEV).to(tdt)
+            C = torch.empty(*lead, M, N, device=DEV, dtype=torch.float32)
+            mm = torch.bmm if batch > 1 else torch.mm
 
             def ours():
-                k.gemm(f"tw_gemm_{dt}", A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, K, N, N, 0, 0, 0, 1, 1.0, 0.0)
+                k.gemm(f"tw_gemm_{dt}", A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, K, N, N,
+                       M * K if batch > 1 else 0, K * N if batch > 1 else 0, M * N if batch > 1 else 0, batch,
+                       1.0, 0.0)
 
             torch_note = ""
             if dt in ("f32", "tf32"):
                 set_tf32(dt == "tf32")
-                Ct = torch.empty(M, N, device=DEV, dtype=torch.float32)
+                Ct = torch.empty(*lead, M, N, device=DEV, dtype=torch.float32)
 
                 def theirs():
                     torch.matmul(A, B, out=Ct)
                 torch_note = "torch.matmul f32, allow_tf32=" + str(dt == "tf32")
             else:
                 try:
-                    Ct = torch.mm(A, B, out_dtype=torch.float32)
+                    Ct = mm(A, B, out_dtype=torch.float32)
 
                     def theirs():
-                        torch.mm(A, B, out_dtype=torch.float32)
-                    torch_note = f"torch.mm({dt}, out_dtype=float32)"
+                        mm(A, B, out_dtype=torch.float32)
+                    torch_note = f"torch.{mm.__name__}({dt}, out_dtype=float32)"
                 except Exception:  # noqa: BLE001
                     def theirs():
                         torch.matmul(A, B)
@@ -579,20 +691,21 @@ def bench_gemm(k, rows_out, label="", dtypes=("f32", "tf32", "bf16", "f16"), sha
             ref = torch.matmul(A.double(), B.double())
             fro = float(torch.linalg.norm((C.double() - ref).flatten()) / torch.linalg.norm(ref.flatten()))
             ok = fro <= GEMM_TOL[dt] and bool(torch.isfinite(C).all())
-            record(f"{label}bench-check gemm {dt} {M}x{N}x{K}", ok, f"fro={fro:.2e}")
+            record(f"{label}bench-check gemm {dt} {batch}x{M}x{N}x{K}", ok, f"fro={fro:.2e}")
             del ref
             t_o = timeit(ours)
-            key = (dt, M, N, K)
+            key = (dt, M, N, K, batch)
             if key not in TORCH_GEMM:
                 TORCH_GEMM[key] = timeit(theirs)
             t_t = TORCH_GEMM[key]
             set_tf32(False)
-            flop = 2.0 * M * N * K
-            row = dict(kind="gemm", dtype=label + dt, shape=f"{M}x{N}x{K}", ours_ms=t_o[0], torch_ms=t_t[0],
+            flop = 2.0 * M * N * K * batch
+            shape_s = f"{batch}x{M}x{N}x{K}" if batch > 1 else f"{M}x{N}x{K}"
+            row = dict(kind="gemm", dtype=label + dt, shape=shape_s, ours_ms=t_o[0], torch_ms=t_t[0],
                        ours_tflops=flop / t_o[0] / 1e9, torch_tflops=flop / t_t[0] / 1e9,
                        ratio=t_t[0] / t_o[0], torch=torch_note, reps=t_o[3])
             rows_out.append(row)
-            print(f"{label}gemm {dt:5s} {M}x{N}x{K}: ours {row['ours_tflops']:.1f} TFLOP/s, torch {row['torch_tflops']:.1f} "
+            print(f"{label}gemm {dt:5s} {shape_s}: ours {row['ours_tflops']:.1f} TFLOP/s, torch {row['torch_tflops']:.1f} "
                   f"({torch_note}), ratio {row['ratio']:.2f}", flush=True)
             del A, B, C, Ct
             torch.cuda.empty_cache()
@@ -708,6 +821,8 @@ def main():
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--variants", default="", help="directory of alternative gemm*.sm_NN.ptx builds to check and time")
+    ap.add_argument("--tma-only", action="store_true", help="with --variants: check and time only the TMA GEMMs")
+    ap.add_argument("--dtypes", default="tf32,bf16,f16", help="with --variants: the GEMM dtypes checked and timed")
     ap.add_argument("--profile", action="store_true",
                     help="launch a few kernels once each (for ncu) and exit: gemm bf16/tf32 (mma.sync and sm_90a) "
                          "at 4096^3, softmax and layernorm at 65536x1024")
@@ -759,27 +874,53 @@ def main():
                 bench_memory(k, bench)
             if want("gemm") or not only:
                 bench_gemm(k, bench)
-            def gemm_module(path, label, mma=True, wgmma=True, shapes=None):
+            variant_dtypes = set(args.dtypes.split(",")) if args.variants else {"tf32", "bf16", "f16"}
+
+            def gemm_module(path, label, mma=True, wgmma=True, shapes=None, tma_only=False):
                 mod = drv.load(path)
                 kv = Kernels.__new__(Kernels)
                 kv.__dict__.update(k.__dict__)
                 kv.fn = dict(k.fn)
-                for tag, dts, on in (("", ("tf32", "bf16", "f16"), mma), ("_sm90a", ("tf32", "bf16", "f16"), wgmma)):
+                for tag, dts, on in (("", ("tf32", "bf16", "f16"), mma and not tma_only),
+                                     ("_sm90a", ("tf32", "bf16", "f16"), wgmma and not tma_only),
+                                     ("_sm90a_tma", ("tf32", "bf16", "f16"), wgmma)):
+                    dts = tuple(d for d in dts if d in variant_dtypes)
                     if not on:
                         continue
                     got = []
+                    kv.tma = {}
                     for dt in dts:
                         try:
-                            kv.fn[f"tw_gemm_{dt}"] = drv.function(mod, f"tw_gemm_{dt}{tag}")
-                            got.append(dt)
+                            f = drv.function(mod, f"tw_gemm_{dt}{tag}")
                         except RuntimeError:
-                            pass
+                            continue
+                        if tag.endswith("_tma"):
+                            # Ineligible operands fall back to the sm90a entry, as the plan does.
+                            if dt == "tf32":
+                                fs = {256: f, 128: drv.function(mod, f"tw_gemm_{dt}{tag}_m128"),
+                                      64: drv.function(mod, f"tw_gemm_{dt}{tag}_m64")}
+                                for bm, fb in fs.items():
+                                    drv.set_max_dynamic_smem(fb, TMA_TF32_SMEM[bm])
+                                kv.tma[f"tw_gemm_{dt}"] = fs
+                            else:
+                                fs = {256: f, 128: drv.function(mod, f"tw_gemm_{dt}{tag}_n128"),
+                                      64: drv.function(mod, f"tw_gemm_{dt}{tag}_n64")}
+                                for bn, fb in fs.items():
+                                    drv.set_max_dynamic_smem(fb, TMA_SMEM[bn])
+                                kv.tma[f"tw_gemm_{dt}"] = fs
+                            kv.fn[f"tw_gemm_{dt}"] = drv.function(mod, f"tw_gemm_{dt}_sm90a")
+                            got.append(dt)
+                            continue
+                        kv.fn[f"tw_gemm_{dt}"] = f
+                        got.append(dt)
                     if not got:
                         continue
                     lab = f"{label}{tag.strip('_') + ' ' if tag else ''}"
                     for dt in got:
+                        f = kv.tma.get(f"tw_gemm_{dt}", kv.fn[f"tw_gemm_{dt}"])
+                        f = f[256] if isinstance(f, dict) else f
                         res.append(dict(entry=f"{label}tw_gemm_{dt}{tag}", ptx=os.path.relpath(path, ROOT),
-                                        **{a: drv.attr(kv.fn[f"tw_gemm_{dt}"], a) for a in (
+                                        **{a: drv.attr(f, a) for a in (
                                             "NUM_REGS", "SHARED_SIZE_BYTES", "LOCAL_SIZE_BYTES",
                                             "MAX_THREADS_PER_BLOCK")}))
                     check_gemm(kv, lab, dtypes=tuple(got))
@@ -793,7 +934,7 @@ def main():
                 for f in sorted(os.listdir(args.variants)):
                     if f.startswith("gemm") and f.endswith(".ptx"):
                         gemm_module(os.path.join(args.variants, f), f"[{f.split('.')[0]}] ",
-                                    shapes=[(4096, 4096, 4096), (8192, 8192, 8192), (16384, 128, 4096)])
+                                    mma=False, tma_only=args.tma_only)
         except Exception as e:  # noqa: BLE001
             import traceback
             traceback.print_exc()

@@ -55,23 +55,24 @@ TW_DI bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 1
 // registers across the main loop.
 TW_DI unsigned sreg_ctaid_x() { unsigned v; asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v)); return v; }
 TW_DI unsigned sreg_ctaid_y() { unsigned v; asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(v)); return v; }
+template <int TBM = BM, int TBN = BN, int TGROUP = GROUP_M>
 TW_DI void tile_origin(int& m0, int& n0) {
   const unsigned gx = gridDim.x, gy = gridDim.y;
   const unsigned bx = sreg_ctaid_x(), by = sreg_ctaid_y();
-  if (GROUP_M == 1 || (unsigned long long)gx * gy * GROUP_M >= (1ull << 32)) {
-    m0 = by * BM;
-    n0 = bx * BN;
+  if (TGROUP == 1 || (unsigned long long)gx * gy * TGROUP >= (1ull << 32)) {
+    m0 = by * TBM;
+    n0 = bx * TBN;
     return;
   }
   const unsigned pid = by * gx + bx;
-  const unsigned per_group = GROUP_M * gx;
+  const unsigned per_group = TGROUP * gx;
   const unsigned group = pid / per_group;
-  const unsigned first_m = group * GROUP_M;
-  const unsigned size_m = min(gy - first_m, static_cast<unsigned>(GROUP_M));
+  const unsigned first_m = group * TGROUP;
+  const unsigned size_m = min(gy - first_m, static_cast<unsigned>(TGROUP));
   const unsigned local = pid - group * per_group;
   const unsigned col = local / size_m;
-  m0 = static_cast<int>((first_m + (local - col * size_m)) * BM);
-  n0 = static_cast<int>(col * BN);
+  m0 = static_cast<int>((first_m + (local - col * size_m)) * TBM);
+  n0 = static_cast<int>(col * TBN);
 }
 
 // ---------------------------------------------------------------------------
@@ -868,6 +869,10 @@ TW_DI void gemm_wgmma(const T* __restrict__ A, const T* __restrict__ B, float* _
 }
 
 }  // namespace tw_detail
+
+#include "gemm_tma.cuh"
+#include "gemm_tma_tf32.cuh"
+
 using namespace tw_detail;  // (a named namespace: nvcc names anonymous ones after the file path)
 
 extern "C" __global__ void __launch_bounds__(256, 2)

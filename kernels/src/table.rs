@@ -8,11 +8,13 @@ use tensorwasm_core::{
     DevicePtr, Dim3, KernelParam,
     abi::{
         AbiError,
-        tensor::{BinaryOp, Gemm, GemmPrecision, ReduceOp, TensorOp, UnaryOp},
+        tensor::{BinaryOp, ReduceOp, TensorOp, UnaryOp},
     },
 };
 
 use crate::ptx::PtxFile;
+
+mod gemm;
 
 /// How an entry's grid follows from the op's sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +74,8 @@ pub struct BuiltinKernel {
     pub block: Dim3,
     /// The grid rule.
     pub geometry: Geometry,
+    /// Dynamic shared memory per block, in bytes (0: static only).
+    pub dynamic_shared: u32,
     /// The float64 reference it is tested against (`crate::oracle`).
     pub oracle: &'static str,
 }
@@ -106,6 +110,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: GEMM_TILES,
+        dynamic_shared: 0,
         oracle: "oracle::gemm",
     },
     BuiltinKernel {
@@ -117,6 +122,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: GEMM_TILES,
+        dynamic_shared: 0,
         oracle: "oracle::gemm",
     },
     BuiltinKernel {
@@ -128,6 +134,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: GEMM_TILES,
+        dynamic_shared: 0,
         oracle: "oracle::gemm",
     },
     BuiltinKernel {
@@ -139,6 +146,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: GEMM_TILES,
+        dynamic_shared: 0,
         oracle: "oracle::gemm",
     },
     BuiltinKernel {
@@ -150,6 +158,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: true,
         block: block(256, 1),
         geometry: GEMM_TILES,
+        dynamic_shared: 0,
         oracle: "oracle::gemm",
     },
     BuiltinKernel {
@@ -161,6 +170,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: true,
         block: block(256, 1),
         geometry: GEMM_TILES,
+        dynamic_shared: 0,
         oracle: "oracle::gemm",
     },
     BuiltinKernel {
@@ -172,6 +182,115 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: true,
         block: block(256, 1),
         geometry: GEMM_TILES,
+        dynamic_shared: 0,
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_bf16_sm90a_tma",
+        op: "gemm, Hopper TMA + wgmma",
+        operands: "A bf16 [b?,M,K], B bf16 [b?,K,N], C f32 [b?,M,N]; A, B by TMA descriptor",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
+        block: block(384, 1),
+        geometry: Geometry::GemmTiles { bm: 128, bn: 256 },
+        dynamic_shared: gemm::tma_shared_bytes(128, 256, 2),
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_bf16_sm90a_tma_n128",
+        op: "gemm, Hopper TMA + wgmma",
+        operands: "A bf16 [b?,M,K], B bf16 [b?,K,N], C f32 [b?,M,N]; A, B by TMA descriptor",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
+        block: block(384, 1),
+        geometry: Geometry::GemmTiles { bm: 128, bn: 128 },
+        dynamic_shared: gemm::tma_shared_bytes(128, 128, 2),
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_bf16_sm90a_tma_n64",
+        op: "gemm, Hopper TMA + wgmma",
+        operands: "A bf16 [b?,M,K], B bf16 [b?,K,N], C f32 [b?,M,N]; A, B by TMA descriptor",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
+        block: block(384, 1),
+        geometry: Geometry::GemmTiles { bm: 128, bn: 64 },
+        dynamic_shared: gemm::tma_shared_bytes(128, 64, 2),
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_f16_sm90a_tma",
+        op: "gemm, Hopper TMA + wgmma",
+        operands: "A f16 [b?,M,K], B f16 [b?,K,N], C f32 [b?,M,N]; A, B by TMA descriptor",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
+        block: block(384, 1),
+        geometry: Geometry::GemmTiles { bm: 128, bn: 256 },
+        dynamic_shared: gemm::tma_shared_bytes(128, 256, 2),
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_f16_sm90a_tma_n128",
+        op: "gemm, Hopper TMA + wgmma",
+        operands: "A f16 [b?,M,K], B f16 [b?,K,N], C f32 [b?,M,N]; A, B by TMA descriptor",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
+        block: block(384, 1),
+        geometry: Geometry::GemmTiles { bm: 128, bn: 128 },
+        dynamic_shared: gemm::tma_shared_bytes(128, 128, 2),
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_f16_sm90a_tma_n64",
+        op: "gemm, Hopper TMA + wgmma",
+        operands: "A f16 [b?,M,K], B f16 [b?,K,N], C f32 [b?,M,N]; A, B by TMA descriptor",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
+        block: block(384, 1),
+        geometry: Geometry::GemmTiles { bm: 128, bn: 64 },
+        dynamic_shared: gemm::tma_shared_bytes(128, 64, 2),
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_tf32_sm90a_tma",
+        op: "gemm (precision 1), Hopper TMA + wgmma",
+        operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]; inputs rounded to TF32; A, B by TMA descriptor",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
+        block: block(384, 1),
+        geometry: Geometry::GemmTiles { bm: 256, bn: 128 },
+        dynamic_shared: gemm::tma_shared_bytes(256, 128, 4),
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_tf32_sm90a_tma_m128",
+        op: "gemm (precision 1), Hopper TMA + wgmma",
+        operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]; inputs rounded to TF32; A, B by TMA descriptor",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
+        block: block(384, 1),
+        geometry: Geometry::GemmTiles { bm: 128, bn: 128 },
+        dynamic_shared: gemm::tma_shared_bytes(128, 128, 4),
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
+        entry: "tw_gemm_tf32_sm90a_tma_m64",
+        op: "gemm (precision 1), Hopper TMA + wgmma",
+        operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]; inputs rounded to TF32; A, B by TMA descriptor",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: true,
+        block: block(384, 1),
+        geometry: Geometry::GemmTiles { bm: 64, bn: 128 },
+        dynamic_shared: gemm::tma_shared_bytes(64, 128, 4),
         oracle: "oracle::gemm",
     },
     BuiltinKernel {
@@ -183,6 +302,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: Geometry::PerOutput,
+        dynamic_shared: 0,
         oracle: "oracle::reduce",
     },
     BuiltinKernel {
@@ -194,6 +314,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: Geometry::PerOutput,
+        dynamic_shared: 0,
         oracle: "oracle::reduce",
     },
     BuiltinKernel {
@@ -205,6 +326,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: Geometry::PerOutput,
+        dynamic_shared: 0,
         oracle: "oracle::reduce",
     },
     BuiltinKernel {
@@ -216,6 +338,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(STRIP, 32),
         geometry: Geometry::ColumnStrips { width: STRIP },
+        dynamic_shared: 0,
         oracle: "oracle::reduce",
     },
     BuiltinKernel {
@@ -227,6 +350,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(STRIP, 32),
         geometry: Geometry::ColumnStrips { width: STRIP },
+        dynamic_shared: 0,
         oracle: "oracle::reduce",
     },
     BuiltinKernel {
@@ -238,6 +362,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(STRIP, 32),
         geometry: Geometry::ColumnStrips { width: STRIP },
+        dynamic_shared: 0,
         oracle: "oracle::reduce",
     },
     BuiltinKernel {
@@ -251,6 +376,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         geometry: Geometry::Rows {
             per_block: ROWS_PER_BLOCK,
         },
+        dynamic_shared: 0,
         oracle: "oracle::softmax",
     },
     BuiltinKernel {
@@ -262,6 +388,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: Geometry::Rows { per_block: 1 },
+        dynamic_shared: 0,
         oracle: "oracle::softmax",
     },
     BuiltinKernel {
@@ -273,6 +400,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(512, 1),
         geometry: Geometry::Rows { per_block: 1 },
+        dynamic_shared: 0,
         oracle: "oracle::softmax",
     },
     BuiltinKernel {
@@ -286,6 +414,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         geometry: Geometry::Rows {
             per_block: ROWS_PER_BLOCK,
         },
+        dynamic_shared: 0,
         oracle: "oracle::layernorm",
     },
     BuiltinKernel {
@@ -297,6 +426,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: Geometry::Rows { per_block: 1 },
+        dynamic_shared: 0,
         oracle: "oracle::layernorm",
     },
     BuiltinKernel {
@@ -308,6 +438,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(512, 1),
         geometry: Geometry::Rows { per_block: 1 },
+        dynamic_shared: 0,
         oracle: "oracle::layernorm",
     },
     BuiltinKernel {
@@ -319,6 +450,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: ELEMENTWISE,
+        dynamic_shared: 0,
         oracle: "oracle::add",
     },
     BuiltinKernel {
@@ -330,6 +462,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: ELEMENTWISE,
+        dynamic_shared: 0,
         oracle: "oracle::mul",
     },
     BuiltinKernel {
@@ -341,6 +474,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: ELEMENTWISE,
+        dynamic_shared: 0,
         oracle: "oracle::relu",
     },
     BuiltinKernel {
@@ -352,6 +486,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(256, 1),
         geometry: ELEMENTWISE,
+        dynamic_shared: 0,
         oracle: "oracle::gelu",
     },
     BuiltinKernel {
@@ -363,6 +498,7 @@ pub static KERNELS: &[BuiltinKernel] = &[
         arch_specific: false,
         block: block(32, 8),
         geometry: Geometry::TransposeTiles { tile: 32 },
+        dynamic_shared: 0,
         oracle: "oracle::transpose",
     },
 ];
@@ -449,7 +585,7 @@ fn entry(name: &str) -> &'static BuiltinKernel {
 /// (the descriptor decoder did that).
 pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
     match *op {
-        TensorOp::Gemm(ref g) => plan_gemm(g, sm == Some(90)),
+        TensorOp::Gemm(ref g) => gemm::plan(g, sm == Some(90)),
         TensorOp::Reduce {
             op,
             x,
@@ -635,49 +771,10 @@ fn grid_stride(k: &BuiltinKernel, n: u64) -> Dim3 {
     Dim3::linear(n.div_ceil(per_block).clamp(1, max_blocks) as u32)
 }
 
-fn plan_gemm(g: &Gemm, hopper: bool) -> Result<LaunchPlan, AbiError> {
-    let k = entry(match (g.precision, hopper) {
-        (GemmPrecision::F32, _) => "tw_gemm_f32",
-        (GemmPrecision::Tf32, false) => "tw_gemm_tf32",
-        (GemmPrecision::Bf16, false) => "tw_gemm_bf16",
-        (GemmPrecision::F16, false) => "tw_gemm_f16",
-        (GemmPrecision::Tf32, true) => "tw_gemm_tf32_sm90a",
-        (GemmPrecision::Bf16, true) => "tw_gemm_bf16_sm90a",
-        (GemmPrecision::F16, true) => "tw_gemm_f16_sm90a",
-    });
-    let Geometry::GemmTiles { bm, bn } = k.geometry else {
-        unreachable!("GEMMs use output tiles")
-    };
-    Ok(LaunchPlan {
-        kernel: k,
-        grid: Dim3 {
-            x: grid_x("column tiles", g.n.div_ceil(u64::from(bn)))?,
-            y: grid_yz("row tiles", g.m.div_ceil(u64::from(bm)))?,
-            z: grid_yz("batch", g.batch)?,
-        },
-        block: k.block,
-        shared_bytes: 0,
-        params: vec![
-            ptr(g.a),
-            ptr(g.b),
-            ptr(g.c),
-            int("M", g.m)?,
-            int("N", g.n)?,
-            int("K", g.k)?,
-            long("lda", g.lda)?,
-            long("ldb", g.ldb)?,
-            long("ldc", g.ldc)?,
-            long("A's batch stride", g.stride_a)?,
-            long("B's batch stride", g.stride_b)?,
-            long("C's batch stride", g.stride_c)?,
-            KernelParam::F32(g.alpha),
-            KernelParam::F32(g.beta),
-        ],
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use tensorwasm_core::abi::tensor::{Gemm, GemmPrecision};
+
     use super::*;
     use crate::ptx::{BUILDS, build_for};
 

@@ -1,0 +1,235 @@
+// tw_gemm_tf32_sm90a_tma (and _m128, _m64): the TF32 GEMM with TMA loads
+// and warp specialisation. Included by gemm.cu after gemm_tma.cuh (whose
+// TensorMap, mbarrier, TMA and setmaxnreg helpers it uses), inside the
+// sm_90a guard; docs/tensor-ops.md is the contract.
+//
+// wgmma takes 32-bit operands from shared memory only K-major, and B ([K,
+// N], N contiguous) is not, so the kernel computes the tile of
+// C^T = B^T A^T: B^T is wgmma's register operand (each consumer thread loads
+// its fragments from the B stage and rounds them with cvt.rna), A^T its
+// shared-memory operand (A rows are K-major), which the consumers round to
+// tf32 in place, so every input is rounded to nearest as in the other TF32
+// GEMMs.
+//
+// Tile: TBM (256, 128 or 64) rows x 128 columns of C. Stage: TBM x 32 of A
+// (one {32, TBM, 1} box), 32 x 128 of B (four {32, 32, 1} boxes), 128-byte
+// swizzle. Warpgroup 0 issues the TMA loads; consumer cw (0, 1) owns columns
+// cw * 64 .. + 64 of the tile and all TBM rows: wgmma.m64n(TBM)k8, whose 64
+// rows are C columns and whose TBM columns are C rows. Both consumers read
+// the whole A stage, and each rounds half of it with cvt.rna, then arrives
+// on the stage's "ready" mbarrier; tile kt + 1 is rounded while tile kt's
+// wgmmas run. (The rounding pass is what keeps this kernel below cuBLAS,
+// which does not round: without it the same kernel ran at 0.90x on the
+// H100; an integer rounding on the ALU pipe and a variant that also
+// transposed B into a second shared-memory operand were both slower.)
+// Grid: (ceil(N / 128), ceil(M / TBM), batch).
+
+namespace tw_detail {
+namespace tma {
+
+constexpr int T32_BN = 128;
+constexpr int T32_BK = 32;
+constexpr int T32_B_BOX_BYTES = T32_BK * 32 * 4;  // 4 KiB: 32 K rows x 32 columns
+constexpr int T32_B_BYTES = T32_BN / 32 * T32_B_BOX_BYTES;
+
+template <int TBM>
+struct Shape32 {
+  static constexpr int A_BYTES = TBM * T32_BK * 4;
+  static constexpr int STAGE_BYTES = A_BYTES + T32_B_BYTES;
+  static constexpr int STAGES = 192 * 1024 / STAGE_BYTES < 8 ? 192 * 1024 / STAGE_BYTES : 8;
+  // Stages, 3 * STAGES mbarriers (full, empty, ready), 1024 bytes of slack.
+  static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 3 * STAGES * 8 + 1024;
+  static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 opt-in shared memory");
+};
+
+}  // namespace tma
+
+template <int N>
+TW_DI void wgmma_rs_tf32_n(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db);
+template <>
+TW_DI void wgmma_rs_tf32_n<256>(float (&d)[128], const unsigned (&a)[4], unsigned long long db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "{%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+TW_DI void wgmma_rs_tf32_n<128>(float (&d)[64], const unsigned (&a)[4], unsigned long long db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+TW_DI void wgmma_rs_tf32_n<64>(float (&d)[32], const unsigned (&a)[4], unsigned long long db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <int TBM>
+TW_DI void gemm_tma_tf32(const TensorMap& tmA, const TensorMap& tmB, float* __restrict__ C,
+                         int M, int N, int K, long long ldc, long long sC, int zA, int zB,
+                         float alpha, float beta) {
+  using namespace tma;
+  using S = Shape32<TBM>;
+  extern __shared__ unsigned char dsmem[];
+  const unsigned base = (smem_addr(dsmem) + 1023u) & ~1023u;
+  const unsigned bars = base + S::STAGES * S::STAGE_BYTES;
+  // full(s) = bars + 8 s, empty(s) = bars + 8 (STAGES + s),
+  // ready(s) = bars + 8 (2 STAGES + s).
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < S::STAGES; ++s) {
+      mbar_init(bars + 8 * s, 1);
+      mbar_init(bars + 8 * (S::STAGES + s), T_CONSUMER_WARPS);
+      mbar_init(bars + 8 * (2 * S::STAGES + s), 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  int m0, n0;
+  tile_origin<TBM, T32_BN, T_GROUP_M>(m0, n0);
+  const int z = blockIdx.z;
+  const int numK = (K + T32_BK - 1) / T32_BK;
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&tmA))
+                   : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&tmB))
+                   : "memory");
+      for (int kt = 0; kt < numK; ++kt) {
+        const int s = kt % S::STAGES;
+        mbar_wait(bars + 8 * (S::STAGES + s), ((kt / S::STAGES) & 1) ^ 1);
+        const unsigned full = bars + 8 * s;
+        mbar_expect_tx(full, S::STAGE_BYTES);
+        const unsigned a = base + s * S::STAGE_BYTES;
+        tma_load_3d(a, &tmA, full, kt * T32_BK, m0, z * zA);
+#pragma unroll
+        for (int j = 0; j < T32_BN / 32; ++j)
+          tma_load_3d(a + S::A_BYTES + j * T32_B_BOX_BYTES, &tmB, full, n0 + 32 * j,
+                      kt * T32_BK, z * zB);
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int cw = wg - 1;
+  const int ct = tid - 128;  // thread among the 256 consumers
+  const int lane = tid & 31, wq = (tid >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  float d[TBM / 2];
+#pragma unroll
+  for (int i = 0; i < TBM / 2; ++i) d[i] = 0.0f;
+
+  // The A stage of tile kt rounded in place once it has landed: consumer
+  // thread ct takes 16-byte chunks ct, ct + 256, ..., in batches of up to
+  // four loads before their stores, fences its generic-proxy writes before
+  // the tensor cores' reads and arrives on ready(s).
+  uint4* const ring = reinterpret_cast<uint4*>(dsmem + (base - smem_addr(dsmem)));
+  auto round_a = [&](int kt) {
+    const int s = kt % S::STAGES;
+    mbar_wait(bars + 8 * s, (kt / S::STAGES) & 1);
+    uint4* const stage = ring + s * (S::STAGE_BYTES / 16);
+    constexpr int CHUNKS = S::A_BYTES / 16;
+    constexpr int BATCH = CHUNKS >= 1024 ? 4 : CHUNKS / 256;
+    static_assert(CHUNKS % (BATCH * 256) == 0, "whole batches");
+#pragma unroll
+    for (int i0 = ct; i0 < CHUNKS; i0 += BATCH * 256) {
+      uint4 v[BATCH];
+#pragma unroll
+      for (int j = 0; j < BATCH; ++j) v[j] = stage[i0 + j * 256];
+#pragma unroll
+      for (int j = 0; j < BATCH; ++j) {
+        v[j].x = to_tf32(v[j].x);
+        v[j].y = to_tf32(v[j].y);
+        v[j].z = to_tf32(v[j].z);
+        v[j].w = to_tf32(v[j].w);
+      }
+#pragma unroll
+      for (int j = 0; j < BATCH; ++j) stage[i0 + j * 256] = v[j];
+    }
+    fence_proxy_async();
+    mbar_arrive(bars + 8 * (2 * S::STAGES + s));
+  };
+  round_a(0);
+
+  for (int kt = 0; kt < numK; ++kt) {
+    const int s = kt % S::STAGES;
+    mbar_wait(bars + 8 * (2 * S::STAGES + s), (kt / S::STAGES) & 1);
+    const unsigned a = base + s * S::STAGE_BYTES;
+    const unsigned b = a + S::A_BYTES;
+    // B^T fragments of m64nTBMk8: rows n = cw*64 + wq*16 + g (+8), k = t
+    // (+4); B box n / 32 holds row k at 128 k bytes, 16-byte chunk
+    // (n % 32) / 4 swizzled with k % 8.
+    unsigned af[T32_BK / 8][4];
+#pragma unroll
+    for (int ks = 0; ks < T32_BK / 8; ++ks)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int k = ks * 8 + t + (e >> 1) * 4;
+        const int n = cw * 64 + wq * 16 + g + (e & 1) * 8;
+        const unsigned addr = b + (n >> 5) * T32_B_BOX_BYTES + k * 128 +
+                              ((((n & 31) >> 2) ^ (k & 7)) << 4) + (n & 3) * 4;
+        af[ks][e] = to_tf32(lds32(addr));
+      }
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < T32_BK / 8; ++ks)
+      wgmma_rs_tf32_n<TBM>(d, af[ks], gmma_desc(a + ks * 32, 16, 1024, 1));
+    wgmma_commit();
+    if (kt + 1 < numK) round_a(kt + 1);
+    // The register operands may not change while a wgmma reads them (ptxas
+    // would serialise the wgmmas): wait for all, then release the stage.
+    wgmma_wait<0>();
+    if (lane == 0) mbar_arrive(bars + 8 * (S::STAGES + s));
+  }
+#pragma unroll
+  for (int i = 0; i < TBM / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  tile_origin<TBM, T32_BN, T_GROUP_M>(m0, n0);
+
+  // d[4 j + e]: row (a C column) wq*16 + g + 8 (e >> 1), column (a C row)
+  // 8 j + 2 t + (e & 1).
+  C += (long long)z * sC;
+#pragma unroll
+  for (int j = 0; j < TBM / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = m0 + 8 * j + 2 * t + (e & 1);
+      const int c = n0 + cw * 64 + wq * 16 + g + 8 * (e >> 1);
+      if (r < M && c < N) {
+        float* p = C + (long long)r * ldc + c;
+        *p = epi(d[4 * j + e], alpha, beta, p);
+      }
+    }
+}
+
+}  // namespace tw_detail
+
+#define TW_GEMM_TMA_TF32_ENTRY(name, TBM)                                                     \
+  extern "C" __global__ void __launch_bounds__(tw_detail::tma::T_THREADS, 1)                  \
+  name(const __grid_constant__ tw_detail::TensorMap tmA,                                     \
+       const __grid_constant__ tw_detail::TensorMap tmB, float* __restrict__ C, int M, int N, \
+       int K, long long ldc, long long sC, int zA, int zB, float alpha, float beta) {          \
+    tw_detail::gemm_tma_tf32<TBM>(tmA, tmB, C, M, N, K, ldc, sC, zA, zB, alpha, beta);        \
+  }
+
+TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma, 256)
+TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_m128, 128)
+TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_m64, 64)
+#undef TW_GEMM_TMA_TF32_ENTRY
