@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds the built-in tensor kernels (docs/tensor-ops.md): each
+# Builds the built-in tensor kernels (docs/tensor-ops.md), and two kernels
+# that are not built-ins (extra_targets: the CUDA C twins of the
+# compute-kernel benchmark, the TMA test kernel): each
 # kernels/src/<stem>.cu is compiled to kernels/ptx/<stem>.sm_<NN>.ptx for
 # NN in 75 80 90 with the pinned CUDA 13.0 nvcc, and gemm.cu also to
 # kernels/ptx/gemm.sm_90a.ptx (the same entries plus the wgmma ones,
@@ -48,6 +50,12 @@ targets=(
   reduce:75 reduce:80 reduce:90
   elementwise:75 elementwise:80 elementwise:90
 )
+# Kernels that are not built-ins: kernels/<dir>/<stem>.cu ->
+# kernels/<dir>/<stem>.ptx, for sm_90 (the test kernel for sm_90a, the
+# target of the TMA GEMMs): the CUDA C twins of
+# embed/benches/compute_kernels.rs and the TMA test kernel of
+# drivers/cuda/tests/tma.rs.
+extra_targets=(bench/compute_twins:90 test/tma_box_copy:90a)
 flags=(-ptx -O3 -std=c++17)
 
 install_tools() {
@@ -80,10 +88,10 @@ if [ ! -x "$nvcc" ] || [ ! -x "$ptxas" ] || [ ! -x "$cu/nvvm/bin/cicc" ]; then
 fi
 nvcc_version=$("$nvcc" --version | grep -m1 'release')
 
-# compile <stem> <NN> <out.ptx>
+# compile <stem> <NN> <out.ptx> [<source dir>]
 compile() {
   local stem=$1 sm=$2 out=$3 tmp
-  local src=kernels/src/$stem.cu
+  local src=${4:-kernels/src}/$stem.cu
   tmp=$(mktemp -d)
   "$nvcc" "${flags[@]}" -arch=sm_"$sm" "$src" -o "$tmp/$stem.ptx"
   {
@@ -103,17 +111,25 @@ compile() {
 }
 
 build_all() {
-  local dir=$1 t
+  local dir=$1 extra_dir=$2 t
   mkdir -p "$dir"
   for t in "${targets[@]}"; do
     compile "${t%%:*}" "${t##*:}" "$dir/${t%%:*}.sm_${t##*:}.ptx"
   done
+  for t in "${extra_targets[@]}"; do
+    local path=${t%%:*}
+    mkdir -p "$extra_dir/$(dirname "$path")"
+    compile "$(basename "$path")" "${t##*:}" "$extra_dir/$path.ptx" "kernels/$(dirname "$path")"
+  done
 }
 
 if [ "$mode" = build ]; then
-  build_all kernels/ptx
+  build_all kernels/ptx kernels
   for t in "${targets[@]}"; do
     echo "wrote kernels/ptx/${t%%:*}.sm_${t##*:}.ptx"
+  done
+  for t in "${extra_targets[@]}"; do
+    echo "wrote kernels/${t%%:*}.ptx"
   done
   exit 0
 fi
@@ -121,17 +137,24 @@ fi
 # --check
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-build_all "$work/ptx"
+build_all "$work/ptx" "$work/extra"
 status=0
-for t in "${targets[@]}"; do
-  f=${t%%:*}.sm_${t##*:}.ptx
-  if ! cmp -s "$work/ptx/$f" "kernels/ptx/$f"; then
-    echo "DIFFERS: kernels/ptx/$f (run scripts/build-kernels.sh)" >&2
-    diff -u "kernels/ptx/$f" "$work/ptx/$f" 2>&1 | head -n 20 >&2 || true
+check_same() {
+  local built=$1 committed=$2
+  if ! cmp -s "$built" "$committed"; then
+    echo "DIFFERS: $committed (run scripts/build-kernels.sh)" >&2
+    diff -u "$committed" "$built" 2>&1 | head -n 20 >&2 || true
     status=1
   else
-    echo "same: kernels/ptx/$f"
+    echo "same: $committed"
   fi
+}
+for t in "${targets[@]}"; do
+  f=${t%%:*}.sm_${t##*:}.ptx
+  check_same "$work/ptx/$f" "kernels/ptx/$f"
+done
+for t in "${extra_targets[@]}"; do
+  check_same "$work/extra/${t%%:*}.ptx" "kernels/${t%%:*}.ptx"
 done
 for f in kernels/ptx/*.ptx; do
   if [ ! -e "$work/ptx/$(basename "$f")" ]; then
@@ -140,7 +163,9 @@ for f in kernels/ptx/*.ptx; do
   fi
 done
 "$ptxas" --version | tail -n1
-for f in kernels/ptx/*.ptx; do
+for f in kernels/ptx/*.ptx "${extra_targets[@]/#/kernels/}"; do
+  f=${f%%:*}
+  f=${f%.ptx}.ptx
   arch=$(sed -n 's/^\.target \(sm_[0-9a-z]*\).*/\1/p' "$f" | head -n1)
   echo "== $f ($arch)"
   if ! "$ptxas" -v -arch="$arch" "$f" -o "$work/out.cubin" 2>"$work/ptxas.log"; then

@@ -20,7 +20,8 @@
 # mlp-wasi.wasm and tensorwasm through MLP_WASI_GUEST_WASM and TENSORWASM_BIN,
 # since guest/target and target/ are not carried),
 # and the benchmark binaries (guest_overhead, wasm_kernels, tenants,
-# rust_kernels and coop_kernels: they read the packed kernel_bench.wasm) when
+# rust_kernels, coop_kernels and compute_kernels: the kernel benches read the
+# packed kernel_bench.wasm) when
 # PACK_BENCH=1 (BENCHES, space-separated, packs only some); `.device-pack/run.sh`
 # then runs `tensorwasm run` on each example guest, and `.device-pack/bench.sh`
 # the benchmarks. With coop_kernels, the bench built with `--features
@@ -77,7 +78,7 @@ if [ "${PACK_BENCH:-0}" = 1 ]; then
   cargo bench -p tensorwasm-embed "${bench_args[@]}" --no-run --message-format=json \
     | python3 -c '
 import json, shutil, sys
-benches = ("guest_overhead", "wasm_kernels", "tenants", "rust_kernels", "coop_kernels")
+benches = ("guest_overhead", "wasm_kernels", "tenants", "rust_kernels", "coop_kernels", "compute_kernels")
 for line in sys.stdin:
     m = json.loads(line)
     name = m.get("target", {}).get("name")
