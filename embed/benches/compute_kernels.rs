@@ -28,7 +28,7 @@ use common::{
     command_line,
     kernels::{
         GuestMemory, Launch, NoDevice, Repeats, WasmKernel, main_on_device, median, mix, run_once,
-        seed_from_env, time,
+        seed_from_env, time, uniform,
     },
     utc_timestamp,
 };
@@ -63,12 +63,6 @@ type BenchResult<T> = Result<T, String>;
 
 fn main() -> ExitCode {
     main_on_device("compute_kernels", NoDevice::Fail, run)
-}
-
-/// A random f32 in [lo, hi), element `i` of vector `v`.
-fn input(seed: u64, v: u64, i: usize, lo: f32, hi: f32) -> f32 {
-    let bits = mix(seed ^ mix(v.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i as u64));
-    lo + ((bits >> 40) as f32 / (1u64 << 24) as f32) * (hi - lo)
 }
 
 /// One kernel's two launches and how to check their output.
@@ -125,8 +119,8 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
     // The naive matmul.
     let n = MATMUL_N;
     let (a_at, b_at, c_at) = (DATA, DATA + n * n * 4, DATA + 2 * n * n * 4);
-    let a: Vec<f32> = (0..n * n).map(|i| input(seed, 0, i, -1.0, 1.0)).collect();
-    let b: Vec<f32> = (0..n * n).map(|i| input(seed, 1, i, -1.0, 1.0)).collect();
+    let a: Vec<f32> = (0..n * n).map(|i| uniform(seed, 0, i, -1.0, 1.0)).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| uniform(seed, 1, i, -1.0, 1.0)).collect();
     let picks = (0..SPOT_CHECKS).map(|s| (mix(seed ^ s as u64) % (n * n) as u64) as usize);
     let expected = picks
         .map(|t| {
@@ -174,7 +168,7 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
     let n = STENCIL_N;
     let (w0, w1, w2) = (0.5f32, 0.1f32, 0.025f32);
     let (in_at, out_at) = (DATA, DATA + n * n * 4);
-    let grid_in: Vec<f32> = (0..n * n).map(|i| input(seed, 2, i, -1.0, 1.0)).collect();
+    let grid_in: Vec<f32> = (0..n * n).map(|i| uniform(seed, 2, i, -1.0, 1.0)).collect();
     let expected = (0..n * n)
         .map(|t| {
             let (i, j) = (t / n, t % n);
@@ -241,9 +235,9 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
     let pos: Vec<f32> = (0..n * 4)
         .map(|i| {
             if i % 4 == 3 {
-                input(seed, 3, i, 0.5, 1.0)
+                uniform(seed, 3, i, 0.5, 1.0)
             } else {
-                input(seed, 3, i, -1.0, 1.0)
+                uniform(seed, 3, i, -1.0, 1.0)
             }
         })
         .collect();

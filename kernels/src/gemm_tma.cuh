@@ -102,6 +102,32 @@ TW_DI void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+// Thread 0 sets up a ring's mbarriers at `bars`: STAGES "full" (one arrival:
+// the producer's, plus the TMA bytes), STAGES "empty" (one per consumer
+// warp), and, when READY > 0, STAGES "ready" of READY arrivals; then the
+// block waits for them.
+template <int STAGES, int READY>
+TW_DI void init_ring(unsigned bars) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars + 8 * s, 1);
+      mbar_init(bars + 8 * (STAGES + s), tma::T_CONSUMER_WARPS);
+      if (READY > 0) mbar_init(bars + 8 * (2 * STAGES + s), READY);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+}
+
+// The producer thread fetches both descriptors before its first copy.
+TW_DI void prefetch_maps(const TensorMap& a, const TensorMap& b) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&a))
+               : "memory");
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&b))
+               : "memory");
+}
+
 template <bool BF16>
 TW_DI void wgmma256(float (&d)[128], unsigned long long da, unsigned long long db,
                     unsigned scale_d) {
@@ -159,15 +185,7 @@ TW_DI void gemm_tma(const TensorMap& tmA, const TensorMap& tmB, float* __restric
   // full(s) = bars + 8 s; empty(s) = bars + 8 (T_STAGES + s).
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < T_STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);
-      mbar_init(bars + 8 * (T_STAGES + s), T_CONSUMER_WARPS);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_ring<T_STAGES, 0>(bars);
 
   int m0, n0;
   tile_origin<TBM, TBN, T_GROUP_M>(m0, n0);
@@ -177,10 +195,7 @@ TW_DI void gemm_tma(const TensorMap& tmA, const TensorMap& tmB, float* __restric
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (tid == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&tmA))
-                   : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&tmB))
-                   : "memory");
+      prefetch_maps(tmA, tmB);
       for (int kt = 0; kt < numK; ++kt) {
         const int s = kt % T_STAGES;
         const unsigned ph = (kt / T_STAGES) & 1;

@@ -89,16 +89,7 @@ TW_DI void gemm_tma_tf32(const TensorMap& tmA, const TensorMap& tmB, float* __re
   // ready(s) = bars + 8 (2 STAGES + s).
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < S::STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);
-      mbar_init(bars + 8 * (S::STAGES + s), T_CONSUMER_WARPS);
-      mbar_init(bars + 8 * (2 * S::STAGES + s), 256);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_ring<S::STAGES, 256>(bars);  // ready: every consumer thread
 
   int m0, n0;
   tile_origin<TBM, T32_BN, T_GROUP_M>(m0, n0);
@@ -108,10 +99,7 @@ TW_DI void gemm_tma_tf32(const TensorMap& tmA, const TensorMap& tmB, float* __re
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (tid == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&tmA))
-                   : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&tmB))
-                   : "memory");
+      prefetch_maps(tmA, tmB);
       for (int kt = 0; kt < numK; ++kt) {
         const int s = kt % S::STAGES;
         mbar_wait(bars + 8 * (S::STAGES + s), ((kt / S::STAGES) & 1) ^ 1);
