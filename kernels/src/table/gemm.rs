@@ -330,6 +330,10 @@ mod tests {
                     ..ok
                 },
             ),
+            // A row stride past TMA's 2^40 bytes, and one whose matrix
+            // size overflows: no map, so no TMA.
+            ("lda of 2^40 bytes", Gemm { lda: 1 << 39, ..ok }),
+            ("M * lda overflows", Gemm { lda: 1 << 62, ..ok }),
         ] {
             let p = plan(&g, true).unwrap();
             assert_eq!(p.kernel.entry, "tw_gemm_bf16_sm90a", "{what}");
