@@ -53,7 +53,7 @@ pub fn gemm(
 /// The magnitudes a GEMM's rounding error scales with: `|alpha| * sum_k
 /// |a_ik| |b_kj| + |beta| * |c_ij|` (the C term only when `beta != 0`),
 /// dense `m x n`. Pass it to [`check_close_scaled`] with
-/// [`GemmPrecision::rtol`].
+/// [`gemm_rtol`].
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_abs(
     a: &[f64],
@@ -534,7 +534,7 @@ pub fn check_close(got: &[f32], want: &[f64], rtol: f64, atol: f64) -> Result<()
 /// magnitude[i]`: for results whose rounding error scales with the sizes of
 /// what was summed rather than with the result, which may cancel to near
 /// zero. GEMM: `magnitude` from [`gemm_abs`], `rtol` from
-/// [`GemmPrecision::rtol`]; sums: `reduce` of `|x|` and [`f32_sum_rtol`].
+/// [`gemm_rtol`]; sums: `reduce` of `|x|` and [`f32_sum_rtol`].
 pub fn check_close_scaled(
     got: &[f32],
     want: &[f64],

@@ -1,5 +1,5 @@
 //! The atomic read-modify-writes a kernel calls as imports of
-//! [`INTRINSIC_MODULE`](super::INTRINSIC_MODULE) (`docs/kernels.md`,
+//! [`super::INTRINSIC_MODULE`] (`docs/kernels.md`,
 //! "Atomics"): what the Rust SDK uses, since Rust's own atomics compile to
 //! plain loads and stores on `wasm32-unknown-unknown` without the `atomics`
 //! target feature. The translator lowers them as it lowers the Wasm threads

@@ -1,5 +1,5 @@
 //! The block's cooperative intrinsics a kernel calls as imports of
-//! [`INTRINSIC_MODULE`](super::INTRINSIC_MODULE) (`docs/kernels.md`, "The
+//! [`super::INTRINSIC_MODULE`] (`docs/kernels.md`, "The
 //! GPU programming model"): block-shared memory (sized at launch, reached
 //! by checked offsets), the block barrier, and warp operations. The
 //! translator lowers them to runtime calls ([`RuntimeCheck`](super::RuntimeCheck))

@@ -1,5 +1,5 @@
 //! The arithmetic intrinsics a kernel calls as imports of
-//! [`INTRINSIC_MODULE`](super::INTRINSIC_MODULE) (`docs/kernels.md`,
+//! [`super::INTRINSIC_MODULE`] (`docs/kernels.md`,
 //! "Fused multiply-add"): operations Wasm's scalar instructions lack and a
 //! GPU does in one instruction. Each has one exact result, the same on
 //! every target. This file is the table of names and signatures; the

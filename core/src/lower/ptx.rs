@@ -67,7 +67,7 @@
 //!   not Wasm's canonical one, so the rules of the float arithmetic end by
 //!   replacing a NaN result (`table::CANONICAL_NAN`: two instructions,
 //!   `table::nan_fixup`). The lowerer makes that replacement only where a
-//!   use can see the NaN's bits, and as few times as it can ([`NanPlan`],
+//!   use can see the NaN's bits, and as few times as it can (`NanPlan`,
 //!   `nan.rs`): a result whose uses are other such rules, comparisons,
 //!   conversions to integers and block arguments loses it; so does one
 //!   seen only outside the loop it is made in. Such a value, and a block
@@ -77,7 +77,7 @@
 //!   once, where it is stored. The bits a Wasm program can see are
 //!   unchanged.
 //! - **Runtime checks.** The only `call`s lowered are the runtime checks
-//!   ([`RuntimeCheck`](super::RuntimeCheck)), inline, each by its rule in
+//!   ([`super::RuntimeCheck`]), inline, each by its rule in
 //!   the table (`table::runtime_row`): the launch's clock (`mov.u64 %rd,
 //!   %clock64;`, the SM's cycle counter; no memory), the shared base and
 //!   size, barriers (`barrier.red.and.pred`), the virtual block's begin and

@@ -49,8 +49,8 @@ pub struct JitCache {
 }
 
 impl JitCache {
-    /// A cache in `dir` (created on first use) of at most
-    /// [`MAX_CACHE_BYTES`].
+    /// A cache in `dir` (created on first use) of at most 256 MiB
+    /// (`MAX_CACHE_BYTES`).
     pub fn at(dir: impl Into<PathBuf>) -> JitCache {
         JitCache {
             dir: dir.into(),
