@@ -27,8 +27,8 @@ use std::{path::PathBuf, process::ExitCode};
 use common::{
     command_line,
     kernels::{
-        GuestMemory, Launch, NoDevice, Repeats, WasmKernel, main_on_device, median, mix, run_once,
-        seed_from_env, time, uniform,
+        GuestMemory, Launch, NoDevice, Repeats, WasmKernel, first_wrong, main_on_device, median,
+        mix, run_once, seed_from_env, time, uniform,
     },
     utc_timestamp,
 };
@@ -351,11 +351,7 @@ fn measure(
         guest.check_status(d, side)?;
         timed.push((side, median(&samples), samples));
     }
-    if let Some(i) = outputs[0]
-        .iter()
-        .zip(&outputs[1])
-        .position(|(t, w)| t.to_bits() != w.to_bits())
-    {
+    if let Some(i) = first_wrong(&outputs[1], &outputs[0]) {
         return Err(format!(
             "{}: output {i} is {} from the Wasm kernel, {} from CUDA C",
             case.name, outputs[1][i], outputs[0][i]

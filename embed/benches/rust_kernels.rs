@@ -43,8 +43,8 @@ use std::{path::PathBuf, process::ExitCode};
 use common::{
     command_line,
     kernels::{
-        GuestMemory, Launch, NoDevice, Repeats, WasmKernel, kernel_bench_wasm, main_on_device,
-        median, mix, run_once, seed_from_env, time,
+        GuestMemory, Launch, NoDevice, Repeats, WasmKernel, first_wrong, kernel_bench_wasm,
+        main_on_device, median, mix, run_once, seed_from_env, time,
     },
     utc_timestamp,
 };
@@ -84,13 +84,6 @@ fn main() -> ExitCode {
 fn input(seed: u64, v: u64, i: usize) -> f32 {
     let bits = mix(seed ^ mix(v.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i as u64));
     ((bits >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-}
-
-/// The first element where `got` differs from `want` in bits.
-fn first_wrong(got: &[f32], want: &[f32]) -> Option<usize> {
-    got.iter()
-        .zip(want)
-        .position(|(g, w)| g.to_bits() != w.to_bits())
 }
 
 fn run(d: &CudaDriver) -> BenchResult<()> {

@@ -186,14 +186,19 @@ SIGS = {
 }
 
 
-# The TMA GEMMs (gemm_tma.cuh): tiles, dynamic shared memory (stages, mbarriers, 1 KiB of alignment slack)
-# and when the plan may use them (kernels/src/table.rs, plan_gemm: the same rules).
+# The TMA GEMMs (gemm_tma.cuh, gemm_tma_tf32.cuh): tiles, dynamic shared memory and when the plan may use
+# them (kernels/src/table/gemm.rs: the same rules).
 TMA_BM = 128
-TMA_SMEM = {256: 4 * 48 * 1024 + 8 * 8 + 1024, 128: 6 * 32 * 1024 + 12 * 8 + 1024,
-            64: 8 * 24 * 1024 + 16 * 8 + 1024}
 TMA_TF32_BN = 128
-TMA_TF32_SMEM = {256: 4 * 48 * 1024 + 12 * 8 + 1024, 128: 6 * 32 * 1024 + 18 * 8 + 1024,
-                 64: 8 * 24 * 1024 + 24 * 8 + 1024}
+
+
+def tma_shared_bytes(bm, bn, esize):
+    """Dynamic shared memory of a TMA GEMM: as many stages as fit 192 KiB (at most 8), their mbarriers (full and
+    empty; TF32 also ready) and 1 KiB of alignment slack (table/gemm.rs, tma_shared_bytes)."""
+    bk, barriers = (64, 2) if esize == 2 else (32, 3)
+    stage = (bm + bn) * bk * esize
+    stages = min(192 * 1024 // stage, 8)
+    return stages * stage + barriers * stages * 8 + 1024
 
 
 def tma_tf32_bm(M, N, batch):
@@ -273,12 +278,12 @@ class Kernels:
         if "tf32" in name:
             bm = tma_tf32_bm(M, N, batch)
             dt, esz, bn, box_a, box_b = 7, 4, TMA_TF32_BN, (32, bm, 1), (32, 32, 1)
-            fn, smem = f[bm], TMA_TF32_SMEM[bm]
+            fn, smem = f[bm], tma_shared_bytes(bm, TMA_TF32_BN, 4)
         else:
             dt = 9 if "bf16" in name else 6  # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 / FLOAT16
             esz, bm, bn = 2, TMA_BM, tma_bn(M, N, batch)
             box_a, box_b = (64, 128, 1), (64, 64, 1)
-            fn, smem = f[bn], TMA_SMEM[bn]
+            fn, smem = f[bn], tma_shared_bytes(TMA_BM, bn, 2)
         ta = self.drv.tensor_map(dt, A, (K, M, batch if zA else 1), (lda * esz, tma_batch_stride(sA, M, lda, esz)),
                                  box_a, 3)
         tb = self.drv.tensor_map(dt, B, (N, K, batch if zB else 1), (ldb * esz, tma_batch_stride(sB, K, ldb, esz)),
@@ -900,13 +905,13 @@ def main():
                                 fs = {256: f, 128: drv.function(mod, f"tw_gemm_{dt}{tag}_m128"),
                                       64: drv.function(mod, f"tw_gemm_{dt}{tag}_m64")}
                                 for bm, fb in fs.items():
-                                    drv.set_max_dynamic_smem(fb, TMA_TF32_SMEM[bm])
+                                    drv.set_max_dynamic_smem(fb, tma_shared_bytes(bm, TMA_TF32_BN, 4))
                                 kv.tma[f"tw_gemm_{dt}"] = fs
                             else:
                                 fs = {256: f, 128: drv.function(mod, f"tw_gemm_{dt}{tag}_n128"),
                                       64: drv.function(mod, f"tw_gemm_{dt}{tag}_n64")}
                                 for bn, fb in fs.items():
-                                    drv.set_max_dynamic_smem(fb, TMA_SMEM[bn])
+                                    drv.set_max_dynamic_smem(fb, tma_shared_bytes(TMA_BM, bn, 2))
                                 kv.tma[f"tw_gemm_{dt}"] = fs
                             kv.fn[f"tw_gemm_{dt}"] = drv.function(mod, f"tw_gemm_{dt}_sm90a")
                             got.append(dt)

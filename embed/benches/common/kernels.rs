@@ -411,6 +411,13 @@ pub fn median(samples: &[f64]) -> f64 {
     }
 }
 
+/// The first element where `got` differs from `want` in bits.
+pub fn first_wrong(got: &[f32], want: &[f32]) -> Option<usize> {
+    got.iter()
+        .zip(want)
+        .position(|(g, w)| g.to_bits() != w.to_bits())
+}
+
 /// splitmix64.
 pub fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

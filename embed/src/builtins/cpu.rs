@@ -577,15 +577,23 @@ fn finish_lanes<R: Reduction>(lanes: &[f32; LANES]) -> f32 {
     lanes.iter().fold(R::START, |acc, &x| R::combine(acc, x))
 }
 
-/// `tw_reduce_*_f32(x, y, outer, n, inner)`: block x computes `y[x]`,
-/// reducing `x[o, 0..n, i]` for `o = x / inner`, `i = x % inner`.
-fn reduce<R: Reduction>(call: &Call<'_>, block: &BlockContext) {
+/// The parameters every reduction entry takes, `(x, y, outer, n, inner)`,
+/// checked: sizes that fit, and `outer * n * inner` an offset; with the
+/// count of outputs, `outer * inner`.
+fn reduce_params(call: &Call<'_>) -> (u64, u64, usize, usize, usize, usize) {
     call.expect_params(5);
     let (x, y) = (call.ptr(0, "x"), call.ptr(1, "y"));
     let (outer, n, inner) = (call.dim(2, "outer"), call.dim(3, "n"), call.dim(4, "inner"));
     let outputs = call.fits(outer.checked_mul(inner), "outer * inner");
     let total = call.fits(outputs.checked_mul(n), "outer * n * inner");
     call.offset(total, "outer * n * inner");
+    (x, y, outer, n, inner, outputs)
+}
+
+/// `tw_reduce_*_f32(x, y, outer, n, inner)`: block x computes `y[x]`,
+/// reducing `x[o, 0..n, i]` for `o = x / inner`, `i = x % inner`.
+fn reduce<R: Reduction>(call: &Call<'_>, block: &BlockContext) {
+    let (x, y, _, n, inner, outputs) = reduce_params(call);
     let id = block.block_idx.x as usize;
     if !on_x_axis(block) || id >= outputs {
         return;
@@ -620,12 +628,7 @@ const STRIP: usize = 32;
 /// for each of its `j`, where `strips = ceil(inner / 32)`, `o = x / strips`
 /// and `j0 = 32 (x % strips)`.
 fn reduce_cols<R: Reduction>(call: &Call<'_>, block: &BlockContext) {
-    call.expect_params(5);
-    let (x, y) = (call.ptr(0, "x"), call.ptr(1, "y"));
-    let (outer, n, inner) = (call.dim(2, "outer"), call.dim(3, "n"), call.dim(4, "inner"));
-    let outputs = call.fits(outer.checked_mul(inner), "outer * inner");
-    let total = call.fits(outputs.checked_mul(n), "outer * n * inner");
-    call.offset(total, "outer * n * inner");
+    let (x, y, outer, n, inner, _) = reduce_params(call);
     let strips = inner.div_ceil(STRIP);
     let id = block.block_idx.x as usize;
     // outer * strips <= outer * inner, which fits (checked above).
