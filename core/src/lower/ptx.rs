@@ -851,12 +851,16 @@ impl Emitter<'_> {
             let global = self.scratch_reg(Class::B64, GLOBAL_ADDRESS);
             let generic = self.reg(addr)?;
             self.line(&format!("cvta.to.global.u64 {global}, {generic};"));
-            for (name, value) in &mut slots {
-                if *name == slot {
-                    value.clone_from(&global);
+            if let Some(line) = self.aligned_access(inst, &global)? {
+                self.line(&line);
+            } else {
+                for (name, value) in &mut slots {
+                    if *name == slot {
+                        value.clone_from(&global);
+                    }
                 }
+                self.expand(template, &slots, &format!("L{i}"))?;
             }
-            self.expand(template, &slots, &format!("L{i}"))?;
         } else if self.generic && address.is_some() {
             // An address may be the thread's stack window (local memory),
             // shared memory or the guest's memory: generic accesses reach
@@ -867,6 +871,16 @@ impl Emitter<'_> {
                 .collect();
             let generic: Vec<&str> = generic.iter().map(String::as_str).collect();
             self.expand(&generic, &slots, &format!("L{i}"))?;
+        } else if let Some((_, addr)) = address
+            && !self.generic
+            && let Some(line) = {
+                let global = self.reg(addr)?;
+                self.aligned_access(inst, &global)?
+            }
+        {
+            // An access the translator proved aligned (flag `aligned`):
+            // one `ld.global` / `st.global`, no alignment test.
+            self.line(&line);
         } else {
             self.expand(template, &slots, &format!("L{i}"))?;
         }
@@ -920,6 +934,45 @@ impl Emitter<'_> {
             format!("ld.local.{kind} {reg}, [__stack+{at}];")
         } else {
             format!("st.local.{kind} [__stack+{at}], {reg};")
+        }))
+    }
+
+    /// A `load` or `store` of a whole `i32`/`i64`/`f32`/`f64` flagged
+    /// `aligned` (the translator proved its address a multiple of its size:
+    /// `docs/kernels.md`) at global address `global`: one `ld.global` /
+    /// `st.global`. `None` for any other access.
+    fn aligned_access(&mut self, inst: Inst, global: &str) -> Result<Option<String>, LowerError> {
+        let dfg = &self.func.dfg;
+        let aligned = dfg.insts[inst]
+            .memflags_data(dfg)
+            .is_some_and(|flags| flags.aligned());
+        if !aligned {
+            return Ok(None);
+        }
+        let (opcode, args) = (dfg.insts[inst].opcode(), dfg.inst_args(inst));
+        let (value, load) = match (opcode, args) {
+            (Opcode::Load, &[_]) => (dfg.first_result(inst), true),
+            (Opcode::Store, &[value, _]) => (value, false),
+            _ => return Ok(None),
+        };
+        let (InstructionData::Load { offset, .. } | InstructionData::Store { offset, .. }) =
+            dfg.insts[inst]
+        else {
+            return Ok(None);
+        };
+        let kind = match dfg.value_type(value) {
+            I32 => "u32",
+            I64 => "u64",
+            F32 => "f32",
+            F64 => "f64",
+            _ => return Ok(None),
+        };
+        let off = i32::from(offset);
+        let reg = self.reg(value)?;
+        Ok(Some(if load {
+            format!("ld.global.{kind} {reg}, [{global}+{off}];")
+        } else {
+            format!("st.global.{kind} [{global}+{off}], {reg};")
         }))
     }
 

@@ -852,6 +852,16 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                     "a Wasm kernel runs over the guest's memory, which the device cannot address",
                 ));
             }
+            // Accesses the translator proved aligned are aligned in the
+            // guest's memory (`docs/kernels.md`, "The launch"); a device
+            // allocation always starts on a 256-byte boundary, so this
+            // never fails unless the memory was not allocated as one.
+            if !guest.base.0.is_multiple_of(16) {
+                return Err(AbiError::new(
+                    Errno::EINVAL,
+                    "a Wasm kernel needs the guest's memory 16-byte aligned",
+                ));
+            }
             self.status_words()?;
             config.grid = self.physical_grid(grid, block)?;
             // A block zeroes its shared memory 16 bytes at a time

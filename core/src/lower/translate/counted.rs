@@ -184,7 +184,7 @@ fn counted(
 }
 
 /// `x` when `v` is `iadd x, -1` or `isub x, 1`.
-fn minus_one(func: &Function, v: Value) -> Option<Value> {
+pub(super) fn minus_one(func: &Function, v: Value) -> Option<Value> {
     let dfg = &func.dfg;
     let InstructionData::Binary {
         opcode,

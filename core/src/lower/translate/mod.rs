@@ -11,6 +11,7 @@ mod counted;
 mod detect;
 mod merge;
 mod module;
+mod version;
 
 pub use detect::MAX_STACK_WINDOW;
 
@@ -233,9 +234,16 @@ pub fn translate_kernel_within(
         detected.stack,
         detected.cooperation,
     )?;
+    let abi = KernelAbi {
+        wasm_params: params.len() + globals.len(),
+    };
     align::drop_proven_alignment_tests(&mut function);
-    merge::merge_bounds_tests(&mut function, shared_bounds.as_ref());
     counted::charge_counted_loops(&mut function);
+    if let Some(entry) = function.layout.entry_block() {
+        let mem_base = function.dfg.block_params(entry)[abi.hidden(KernelAbi::MEM_BASE)];
+        version::version_loops(&mut function, mem_base);
+    }
+    merge::merge_bounds_tests(&mut function, shared_bounds.as_ref());
 
     #[cfg(debug_assertions)]
     {
@@ -248,9 +256,7 @@ pub fn translate_kernel_within(
 
     Ok(TranslatedKernel {
         function,
-        abi: KernelAbi {
-            wasm_params: params.len() + globals.len(),
-        },
+        abi,
         name: module.kernel_name(func_index),
         params,
         globals,

@@ -1,0 +1,810 @@
+//! Loop versioning: an innermost loop that counts down from a run-time
+//! count gets a second copy without its per-iteration checks, taken when
+//! one test at the loop's entry shows that none of those checks could
+//! fail. Every iteration of a translated loop tests its fuel, and every
+//! guest access tests its bounds (and the PTX lowerer tests its
+//! alignment); in a loop that walks arrays by a fixed stride all of that
+//! is known before the first iteration.
+//!
+//! A loop qualifies when
+//!
+//! - it has no loop inside it, one entry edge (a `jump` to its header from
+//!   outside) and one back edge: `brif c - 1, header(..), exit(..)`,
+//!   passing `c - 1` as the header's *counter* `c` (how LLVM and
+//!   hand-written Wasm count a loop down); every other branch of the loop
+//!   stays in it (a trap may end it). So each pass through the header is
+//!   followed by one pass through the back edge, and a loop entered with
+//!   `c = k != 0` runs its header exactly `k` times;
+//! - its fuel, if the header tests it, goes down by one a pass (the
+//!   translator's `trapz fuel` then `fuel - 1`);
+//! - at least one guest access is at an *induction* address: `uextend(p
+//!   [+ q]) [+ offset]`, `p` a header parameter the back edge passes as
+//!   `p + s` (`i32`, wrapping), with `q` and the stride `s` loop-invariant
+//!   (defined outside the loop, or computed in it from such values by
+//!   arithmetic that cannot trap, which the entry test recomputes).
+//!
+//! At the entry the pass computes, from the entry's arguments, `k` (as
+//! `u64`) and for each induction access its first address `A0 =
+//! uextend(p0 + q) + offset` and stride `S = uextend(s)`; the loop takes
+//! the copy when `k != 0`, `k <= 2^31`, the fuel is at least `k`, and for
+//! every induction access `A0 + S * (k - 1) + bytes <= mem_len` (and, for
+//! an access of `n > 1` bytes, `(A0 | S) % n == 0`). The last sum cannot
+//! wrap (`S < 2^32`, `k - 1 < 2^31`, `A0 < 2^33`), and it bounds every
+//! iteration's address: iteration `i` accesses `A0 + S * i` exactly as
+//! long as no `i32` sum wrapped, and none does while that is below 2^32,
+//! which `mem_len <= 2^32` ensures. So in the copy the induction accesses'
+//! bounds tests and the fuel test are removed (the fuel still goes down by
+//! one a pass: the fuel the loop leaves is unchanged) and their loads and
+//! stores are flagged `aligned` (the memory's base is 16-byte aligned:
+//! `docs/kernels.md`). When the test fails the original loop runs and traps
+//! where it always did. The time check stays in both.
+//!
+//! Both loops leave through one new block that passes on the exit's
+//! arguments and every value of the loop used after it, so the code after
+//! the loop sees the same values whichever copy ran.
+
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::vec::Vec;
+
+use cranelift_codegen::cursor::{Cursor, FuncCursor};
+use cranelift_codegen::dominator_tree::DominatorTree;
+use cranelift_codegen::entity::EntityRef;
+use cranelift_codegen::flowgraph::ControlFlowGraph;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{I8, I16, I32, I64};
+use cranelift_codegen::ir::{
+    Block, BlockArg, BlockCall, Function, Inst, InstBuilder, InstructionData, JumpTableData,
+    Opcode, Value, ValueDef,
+};
+use cranelift_codegen::loop_analysis::LoopAnalysis;
+
+use super::align::{compare_trap, constant};
+use super::counted::minus_one;
+use crate::lower::KernelTrap;
+
+/// The most instructions a loop may have to be copied.
+const MAX_LOOP_INSTS: usize = 2048;
+
+/// The most loops one kernel has copied (each copy adds a loop).
+const MAX_VERSIONED: usize = 32;
+
+/// The largest trip count the copy takes (keeps the entry test's sums
+/// below 2^64).
+const MAX_TRIPS: i64 = 1 << 31;
+
+/// How deep an invariant's computation inside the loop may be to be
+/// recomputed at the entry.
+const MAX_DEPTH: usize = 6;
+
+/// A loop that qualifies, and what its copy drops.
+struct Candidate {
+    header: Block,
+    /// The loop's blocks, in layout order.
+    blocks: Vec<Block>,
+    /// The entry `jump`.
+    entry: Inst,
+    /// The back edge `brif`.
+    latch: Inst,
+    /// The header parameter that counts down.
+    counter: usize,
+    /// The header's fuel test and the fuel's parameter, if it has one.
+    fuel_test: Option<(Inst, usize)>,
+    tests: Vec<InductionTest>,
+}
+
+/// A bounds test of an access at an induction address.
+struct InductionTest {
+    /// The `trapnz`.
+    test: Inst,
+    /// The header parameter `p`, and its stride.
+    param: usize,
+    stride: Value,
+    /// `q`, if the address is `p + q`.
+    plus: Option<Value>,
+    /// `ea = uextend(p [+ q]) + offset`; the test is `ea + bytes > len`.
+    ea: Value,
+    offset: i64,
+    bytes: i64,
+    len: Value,
+    /// The loads and stores at `ea` of more than one byte, each with its
+    /// size, to flag aligned in the copy.
+    accesses: Vec<(Inst, i64)>,
+}
+
+/// Versions `func`'s qualifying loops (module docs); how many. `mem_base`
+/// is the kernel's guest memory base (accesses are at `mem_base + ea`).
+pub(super) fn version_loops(func: &mut Function, mem_base: Value) -> usize {
+    let mut done: BTreeSet<Block> = BTreeSet::new();
+    let mut versioned = 0;
+    while versioned < MAX_VERSIONED {
+        let Some(candidate) = next_candidate(func, mem_base, &done) else {
+            break;
+        };
+        done.insert(candidate.header);
+        if let Some(copy) = version(func, &candidate) {
+            done.insert(copy);
+            versioned += 1;
+        }
+    }
+    versioned
+}
+
+/// The first innermost loop not in `done` that qualifies.
+fn next_candidate(func: &Function, mem_base: Value, done: &BTreeSet<Block>) -> Option<Candidate> {
+    let cfg = ControlFlowGraph::with_function(func);
+    let domtree = DominatorTree::with_function(func, &cfg);
+    let mut loops = LoopAnalysis::new();
+    loops.compute(func, &cfg, &domtree);
+    let mut outer = alloc::vec![false; loops.loops().len()];
+    for parent in loops.loops().filter_map(|lp| loops.loop_parent(lp)) {
+        outer[parent.index()] = true;
+    }
+    loops
+        .loops()
+        .filter(|lp| !outer[lp.index()] && !done.contains(&loops.loop_header(*lp)))
+        .find_map(|lp| {
+            let blocks: Vec<Block> = func
+                .layout
+                .blocks()
+                .filter(|&b| loops.is_in_loop(b, lp))
+                .collect();
+            candidate(func, &cfg, loops.loop_header(lp), blocks, mem_base)
+        })
+}
+
+/// The loop at `header` (its blocks: `blocks`) if it qualifies.
+fn candidate(
+    func: &Function,
+    cfg: &ControlFlowGraph,
+    header: Block,
+    blocks: Vec<Block>,
+    mem_base: Value,
+) -> Option<Candidate> {
+    let dfg = &func.dfg;
+    let inside = |b: Block| blocks.contains(&b);
+    let size: usize = blocks
+        .iter()
+        .map(|&b| func.layout.block_insts(b).count())
+        .sum();
+    if size > MAX_LOOP_INSTS {
+        return None;
+    }
+    // One entry (a `jump`) and one back edge (a `brif` to the header,
+    // else out of the loop).
+    let (mut entry, mut latch) = (None, None);
+    for pred in cfg.pred_iter(header) {
+        let slot = if inside(pred.block) {
+            &mut latch
+        } else {
+            &mut entry
+        };
+        if slot.replace(pred.inst).is_some() {
+            return None;
+        }
+    }
+    let (entry, latch) = (entry?, latch?);
+    if !matches!(dfg.insts[entry], InstructionData::Jump { .. }) {
+        return None;
+    }
+    let InstructionData::Brif {
+        arg: condition,
+        blocks: [taken, other],
+        ..
+    } = dfg.insts[latch]
+    else {
+        return None;
+    };
+    if taken.block(&dfg.value_lists) != header || inside(other.block(&dfg.value_lists)) {
+        return None;
+    }
+    // No other way out: every branch stays inside, or traps.
+    for &block in &blocks {
+        let last = func.layout.last_inst(block)?;
+        let data = &dfg.insts[last];
+        match data.opcode() {
+            Opcode::Jump | Opcode::Brif | Opcode::BrTable => {
+                let stays = data
+                    .branch_destination(&dfg.jump_tables, &dfg.exception_tables)
+                    .iter()
+                    .all(|call| inside(call.block(&dfg.value_lists)));
+                if !stays && last != latch {
+                    return None;
+                }
+            }
+            Opcode::Trap => {}
+            _ => return None,
+        }
+    }
+    let params = dfg.block_params(header);
+    let back: Vec<Value> = taken
+        .args(&dfg.value_lists)
+        .map(|a| a.as_value().map(|v| dfg.resolve_aliases(v)))
+        .collect::<Option<_>>()?;
+    let condition = dfg.resolve_aliases(condition);
+    let counter = back.iter().position(|&a| a == condition)?;
+    if minus_one(func, condition) != Some(params[counter]) {
+        return None;
+    }
+    let fuel_test = fuel_test(func, header, &back)?;
+    if fuel_test.is_some_and(|(_, fuel)| fuel == counter) {
+        return None;
+    }
+
+    // The induction parameters: `p` passed back as `p + s`.
+    let invariant = |v: Value| invariant(func, &blocks, v, 0);
+    let stride = |param: usize| -> Option<Value> {
+        let p = params[param];
+        let (x, y) = binary(func, back[param], Opcode::Iadd)?;
+        let s = if x == p {
+            y
+        } else if y == p {
+            x
+        } else {
+            return None;
+        };
+        (dfg.value_type(p) == I32 && invariant(s)).then_some(s)
+    };
+    let mut tests = Vec::new();
+    for &block in &blocks {
+        for inst in func.layout.block_insts(block) {
+            let Some(test) = induction_test(func, inst, params, &invariant, &stride) else {
+                continue;
+            };
+            tests.push(InductionTest {
+                accesses: accesses_at(func, &blocks, mem_base, test.ea),
+                ..test
+            });
+        }
+    }
+    if tests.is_empty() {
+        return None;
+    }
+    Some(Candidate {
+        header,
+        blocks,
+        entry,
+        latch,
+        counter,
+        fuel_test,
+        tests,
+    })
+}
+
+/// The header's fuel test and the fuel's parameter: `Some(None)` when the
+/// header tests no fuel, `None` when it does but the back edge does not
+/// pass `fuel - 1` (the loop does not qualify).
+fn fuel_test(func: &Function, header: Block, back: &[Value]) -> Option<Option<(Inst, usize)>> {
+    let dfg = &func.dfg;
+    let params = dfg.block_params(header);
+    for inst in func.layout.block_insts(header) {
+        if let InstructionData::CondTrap {
+            opcode: Opcode::Trapz,
+            arg,
+            code,
+        } = dfg.insts[inst]
+            && KernelTrap::from_trap_code(code) == Some(KernelTrap::OutOfFuel)
+        {
+            let fuel = params.iter().position(|&p| p == dfg.resolve_aliases(arg))?;
+            return (minus_one(func, back[fuel]) == Some(params[fuel]))
+                .then_some(Some((inst, fuel)));
+        }
+    }
+    Some(None)
+}
+
+/// `inst` as a bounds test of an access at an induction address, its
+/// accesses not yet found.
+fn induction_test(
+    func: &Function,
+    inst: Inst,
+    params: &[Value],
+    invariant: &impl Fn(Value) -> bool,
+    stride: &impl Fn(usize) -> Option<Value>,
+) -> Option<InductionTest> {
+    let dfg = &func.dfg;
+    let (IntCC::UnsignedGreaterThan, end, len) =
+        compare_trap(func, inst, KernelTrap::HeapOutOfBounds)?
+    else {
+        return None;
+    };
+    if !invariant(len) {
+        return None;
+    }
+    let (ea, bytes) = plus_constant(func, end)?;
+    let (extended, offset) = match plus_constant(func, ea) {
+        Some((x, k)) => (x, k),
+        None => (ea, 0),
+    };
+    let def = dfg.value_def(extended).inst()?;
+    let InstructionData::Unary {
+        opcode: Opcode::Uextend,
+        arg,
+    } = dfg.insts[def]
+    else {
+        return None;
+    };
+    let address = dfg.resolve_aliases(arg);
+    if dfg.value_type(address) != I32 || !(0..1 << 32).contains(&offset) || bytes <= 0 {
+        return None;
+    }
+    let as_param = |v: Value| params.iter().position(|&p| p == v);
+    let (param, plus) = match as_param(address) {
+        Some(param) => (param, None),
+        None => {
+            let (x, y) = binary(func, address, Opcode::Iadd)?;
+            match (as_param(x), as_param(y)) {
+                (Some(param), _) if invariant(y) => (param, Some(y)),
+                (_, Some(param)) if invariant(x) => (param, Some(x)),
+                _ => return None,
+            }
+        }
+    };
+    Some(InductionTest {
+        test: inst,
+        param,
+        stride: stride(param)?,
+        plus,
+        ea,
+        offset,
+        bytes,
+        len,
+        accesses: Vec::new(),
+    })
+}
+
+/// The loads and stores of the loop at `mem_base + ea`, of more than one
+/// byte, with their sizes.
+fn accesses_at(func: &Function, blocks: &[Block], mem_base: Value, ea: Value) -> Vec<(Inst, i64)> {
+    let dfg = &func.dfg;
+    let mut found = Vec::new();
+    for &block in blocks {
+        for inst in func.layout.block_insts(block) {
+            let data = &dfg.insts[inst];
+            let (address, bytes) = match (data.opcode(), dfg.inst_args(inst)) {
+                (Opcode::Load, &[a]) => (a, dfg.value_type(dfg.first_result(inst)).bytes()),
+                (Opcode::Store, &[v, a]) => (a, dfg.value_type(v).bytes()),
+                (Opcode::Uload16 | Opcode::Sload16, &[a]) | (Opcode::Istore16, &[_, a]) => (a, 2),
+                (Opcode::Uload32 | Opcode::Sload32, &[a]) | (Opcode::Istore32, &[_, a]) => (a, 4),
+                _ => continue,
+            };
+            let Some((x, y)) = binary(func, address, Opcode::Iadd) else {
+                continue;
+            };
+            let at_ea = (x == mem_base && y == ea) || (y == mem_base && x == ea);
+            if at_ea
+                && bytes > 1
+                && matches!(data, InstructionData::Load { offset, .. } | InstructionData::Store { offset, .. } if i32::from(*offset) == 0)
+            {
+                found.push((inst, i64::from(bytes)));
+            }
+        }
+    }
+    found
+}
+
+/// `(x, k)` when `v` is `x + k`, `k` a constant.
+fn plus_constant(func: &Function, v: Value) -> Option<(Value, i64)> {
+    let dfg = &func.dfg;
+    match dfg.insts[dfg.value_def(dfg.resolve_aliases(v)).inst()?] {
+        InstructionData::Binary {
+            opcode: Opcode::Iadd,
+            args: [x, y],
+        } => match (constant(func, x), constant(func, y)) {
+            (_, Some(k)) => Some((dfg.resolve_aliases(x), k)),
+            (Some(k), None) => Some((dfg.resolve_aliases(y), k)),
+            (None, None) => None,
+        },
+        _ => None,
+    }
+}
+
+/// The operands of `v` when an `opcode` instruction defines it.
+fn binary(func: &Function, v: Value, opcode: Opcode) -> Option<(Value, Value)> {
+    let dfg = &func.dfg;
+    match dfg.insts[dfg.value_def(dfg.resolve_aliases(v)).inst()?] {
+        InstructionData::Binary {
+            opcode: o,
+            args: [x, y],
+        } if o == opcode => Some((dfg.resolve_aliases(x), dfg.resolve_aliases(y))),
+        _ => None,
+    }
+}
+
+/// Whether `v` is the same on every pass through the loop and can be
+/// computed before it: defined outside `blocks`, or by [`pure`] arithmetic
+/// of such values.
+fn invariant(func: &Function, blocks: &[Block], v: Value, depth: usize) -> bool {
+    let dfg = &func.dfg;
+    let v = dfg.resolve_aliases(v);
+    match dfg.value_def(v) {
+        ValueDef::Param(block, _) => !blocks.contains(&block),
+        ValueDef::Result(inst, _) => {
+            let Some(block) = func.layout.inst_block(inst) else {
+                return false;
+            };
+            !blocks.contains(&block)
+                || (depth < MAX_DEPTH
+                    && pure(dfg.insts[inst].opcode())
+                    && dfg
+                        .inst_args(inst)
+                        .iter()
+                        .all(|&a| invariant(func, blocks, a, depth + 1)))
+        }
+        ValueDef::Union(..) => false,
+    }
+}
+
+/// Integer arithmetic that cannot trap and has no effect: what the entry
+/// test may recompute, and what the copy's unused results may drop.
+fn pure(opcode: Opcode) -> bool {
+    matches!(
+        opcode,
+        Opcode::Iconst
+            | Opcode::Iadd
+            | Opcode::Isub
+            | Opcode::Imul
+            | Opcode::Ishl
+            | Opcode::Ushr
+            | Opcode::Sshr
+            | Opcode::Band
+            | Opcode::Bor
+            | Opcode::Bxor
+            | Opcode::Bnot
+            | Opcode::Uextend
+            | Opcode::Sextend
+            | Opcode::Ireduce
+            | Opcode::Icmp
+            | Opcode::Select
+    )
+}
+
+/// `v` at the cursor: itself when it is defined outside `blocks`, else a
+/// copy of its computation (`invariant` said there is one).
+fn hoist(
+    pos: &mut FuncCursor,
+    blocks: &[Block],
+    v: Value,
+    memo: &mut BTreeMap<Value, Value>,
+) -> Value {
+    let v = pos.func.dfg.resolve_aliases(v);
+    if let Some(&done) = memo.get(&v) {
+        return done;
+    }
+    let ValueDef::Result(inst, _) = pos.func.dfg.value_def(v) else {
+        return v;
+    };
+    if pos
+        .func
+        .layout
+        .inst_block(inst)
+        .is_none_or(|b| !blocks.contains(&b))
+    {
+        return v;
+    }
+    let args: Vec<Value> = pos.func.dfg.inst_args(inst).to_vec();
+    let args: Vec<Value> = args
+        .into_iter()
+        .map(|a| hoist(pos, blocks, a, memo))
+        .collect();
+    let copy = pos.func.dfg.clone_inst(inst);
+    pos.func.dfg.overwrite_inst_values(copy, args.into_iter());
+    pos.insert_inst(copy);
+    let result = pos.func.dfg.first_result(copy);
+    memo.insert(v, result);
+    result
+}
+
+/// Makes the copy of `c`'s loop and the entry test that picks it; the
+/// copy's header, or `None` if the loop's exit could not be routed.
+fn version(func: &mut Function, c: &Candidate) -> Option<Block> {
+    let InstructionData::Brif {
+        blocks: [_, exit], ..
+    } = func.dfg.insts[c.latch]
+    else {
+        return None;
+    };
+    let exit_block = exit.block(&func.dfg.value_lists);
+    let exit_args: Vec<Value> = exit
+        .args(&func.dfg.value_lists)
+        .map(|a| a.as_value().map(|v| func.dfg.resolve_aliases(v)))
+        .collect::<Option<_>>()?;
+    let outs = live_outs(func, &c.blocks);
+    let copy = copy_blocks(func, &c.blocks);
+    let copy_header = copy.blocks[c.blocks.iter().position(|&b| b == c.header)?];
+
+    // One way out for both loops: `join(exit args.., live-outs..)`, which
+    // goes on to the exit.
+    let join = func.dfg.make_block();
+    let leaving: Vec<Value> = exit_args.iter().chain(&outs).copied().collect();
+    let join_params: Vec<Value> = leaving
+        .iter()
+        .map(|&v| {
+            let ty = func.dfg.value_type(v);
+            func.dfg.append_block_param(join, ty)
+        })
+        .collect();
+    func.layout.append_block(join);
+    let to_exit: Vec<BlockArg> = join_params[..exit_args.len()]
+        .iter()
+        .map(|&v| v.into())
+        .collect();
+    FuncCursor::new(func)
+        .at_bottom(join)
+        .ins()
+        .jump(exit_block, &to_exit);
+    for (latch, values) in [
+        (c.latch, leaving.clone()),
+        (
+            copy.insts[&c.latch],
+            leaving.iter().map(|&v| copy.value(v)).collect(),
+        ),
+    ] {
+        let dfg = &mut func.dfg;
+        let args: Vec<BlockArg> = values.into_iter().map(BlockArg::from).collect();
+        let call = BlockCall::new(join, args, &mut dfg.value_lists);
+        if let InstructionData::Brif { blocks, .. } = &mut dfg.insts[latch] {
+            blocks[1] = call;
+        }
+    }
+
+    // Code after the loops reads the join's parameters.
+    let renamed: BTreeMap<Value, Value> = outs
+        .iter()
+        .copied()
+        .zip(join_params[exit_args.len()..].iter().copied())
+        .collect();
+    let inside: BTreeSet<Block> = c
+        .blocks
+        .iter()
+        .chain(&copy.blocks)
+        .copied()
+        .chain([join])
+        .collect();
+    rename(func, &inside, &renamed);
+
+    // The copy drops the checks the entry test makes.
+    if let Some((test, _)) = c.fuel_test {
+        func.layout.remove_inst(copy.insts[&test]);
+    }
+    for t in &c.tests {
+        func.layout.remove_inst(copy.insts[&t.test]);
+        for &(access, _) in &t.accesses {
+            set_trusted(func, copy.insts[&access]);
+        }
+    }
+    drop_unused(func, &copy.blocks);
+    entry_test(func, c, copy_header);
+    Some(copy_header)
+}
+
+/// Replaces, in every block but `skip`, each use of a key of `renamed`
+/// (or of an alias of one) by its value.
+fn rename(func: &mut Function, skip: &BTreeSet<Block>, renamed: &BTreeMap<Value, Value>) {
+    let resolved = resolved(func);
+    let blocks: Vec<Block> = func.layout.blocks().filter(|b| !skip.contains(b)).collect();
+    for block in blocks {
+        let insts: Vec<Inst> = func.layout.block_insts(block).collect();
+        for inst in insts {
+            func.dfg.map_inst_values(inst, |v| {
+                renamed.get(&resolved[v.index()]).copied().unwrap_or(v)
+            });
+        }
+    }
+}
+
+/// Every value of `func` with its aliases resolved, by number.
+fn resolved(func: &Function) -> Vec<Value> {
+    let dfg = &func.dfg;
+    (0..dfg.num_values())
+        .map(|i| dfg.resolve_aliases(Value::new(i)))
+        .collect()
+}
+
+/// Removes, from `blocks`, [`pure`] instructions whose results nothing
+/// uses (the copy's dropped tests leave their comparisons behind).
+fn drop_unused(func: &mut Function, blocks: &[Block]) {
+    loop {
+        let resolved = resolved(func);
+        let mut used = alloc::vec![false; resolved.len()];
+        for block in func.layout.blocks() {
+            for inst in func.layout.block_insts(block) {
+                for v in func.dfg.inst_values(inst) {
+                    used[resolved[v.index()].index()] = true;
+                }
+            }
+        }
+        let dead: Vec<Inst> = blocks
+            .iter()
+            .flat_map(|&b| func.layout.block_insts(b))
+            .filter(|&inst| {
+                pure(func.dfg.insts[inst].opcode())
+                    && func.dfg.inst_results(inst).iter().all(|r| !used[r.index()])
+            })
+            .collect();
+        if dead.is_empty() {
+            return;
+        }
+        for inst in dead {
+            func.layout.remove_inst(inst);
+        }
+    }
+}
+
+/// Replaces the loop's entry `jump header(args)` by `brif ok,
+/// copy(args), header(args)`, `ok` the module docs' entry test.
+fn entry_test(func: &mut Function, c: &Candidate, copy_header: Block) {
+    let srcloc = func.srcloc(c.entry);
+    let args: Vec<Value> = match func.dfg.insts[c.entry] {
+        InstructionData::Jump { destination, .. } => destination
+            .args(&func.dfg.value_lists)
+            .filter_map(|a| a.as_value())
+            .collect(),
+        _ => return,
+    };
+    let mut pos = FuncCursor::new(func).at_inst(c.entry).with_srcloc(srcloc);
+    let mut memo = BTreeMap::new();
+    let count = args[c.counter];
+    let trips = match pos.func.dfg.value_type(count) {
+        I64 => count,
+        ty => {
+            let wide = pos.ins().uextend(I64, count);
+            debug_assert!(ty == I32 || ty == I16 || ty == I8);
+            wide
+        }
+    };
+    let mut ok = pos.ins().icmp_imm_u(IntCC::NotEqual, trips, 0);
+    let last = pos.ins().iadd_imm_s(trips, -1);
+    let small = pos
+        .ins()
+        .icmp_imm_u(IntCC::UnsignedLessThan, last, MAX_TRIPS);
+    ok = pos.ins().band(ok, small);
+    if let Some((_, fuel)) = c.fuel_test {
+        let enough = pos
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, args[fuel], trips);
+        ok = pos.ins().band(ok, enough);
+    }
+    for t in &c.tests {
+        let mut first = args[t.param];
+        if let Some(q) = t.plus {
+            let q = hoist(&mut pos, &c.blocks, q, &mut memo);
+            first = pos.ins().iadd(first, q);
+        }
+        let first = pos.ins().uextend(I64, first);
+        let first = pos.ins().iadd_imm_u(first, t.offset);
+        let stride = hoist(&mut pos, &c.blocks, t.stride, &mut memo);
+        let stride = pos.ins().uextend(I64, stride);
+        let span = pos.ins().imul(stride, last);
+        let end = pos.ins().iadd(first, span);
+        let end = pos.ins().iadd_imm_u(end, t.bytes);
+        let inside = pos.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, t.len);
+        ok = pos.ins().band(ok, inside);
+        if let Some(size) = t.accesses.iter().map(|&(_, n)| n).max() {
+            let bits = pos.ins().bor(first, stride);
+            let low = pos.ins().band_imm_u(bits, size - 1);
+            let aligned = pos.ins().icmp_imm_u(IntCC::Equal, low, 0);
+            ok = pos.ins().band(ok, aligned);
+        }
+    }
+    let block_args: Vec<BlockArg> = args.iter().map(|&v| v.into()).collect();
+    pos.ins()
+        .brif(ok, copy_header, &block_args, c.header, &block_args);
+    pos.func.layout.remove_inst(c.entry);
+}
+
+/// Flags a load or store `aligned` and `notrap`: proven in bounds and
+/// aligned (as the translator flags shared accesses).
+fn set_trusted(func: &mut Function, inst: Inst) {
+    let dfg = &mut func.dfg;
+    let Some(flags) = dfg.insts[inst].memflags_data(dfg) else {
+        return;
+    };
+    let Ok(flags) = dfg.mem_flags.insert(flags.with_aligned().with_notrap()) else {
+        return;
+    };
+    if let Some(slot) = dfg.insts[inst].memflags_mut() {
+        *slot = flags;
+    }
+}
+
+/// The values defined in `blocks` that code outside them uses.
+fn live_outs(func: &Function, blocks: &[Block]) -> Vec<Value> {
+    let dfg = &func.dfg;
+    let defined = |v: Value| match dfg.value_def(v) {
+        ValueDef::Param(b, _) => blocks.contains(&b),
+        ValueDef::Result(i, _) => func
+            .layout
+            .inst_block(i)
+            .is_some_and(|b| blocks.contains(&b)),
+        ValueDef::Union(..) => false,
+    };
+    let mut outs = Vec::new();
+    for block in func.layout.blocks().filter(|b| !blocks.contains(b)) {
+        for inst in func.layout.block_insts(block) {
+            for v in dfg.inst_values(inst) {
+                let v = dfg.resolve_aliases(v);
+                if defined(v) && !outs.contains(&v) {
+                    outs.push(v);
+                }
+            }
+        }
+    }
+    outs
+}
+
+/// What [`copy_blocks`] made: each value and instruction of the copied
+/// blocks to its copy, and the new blocks in order.
+struct Copied {
+    values: BTreeMap<Value, Value>,
+    insts: BTreeMap<Inst, Inst>,
+    blocks: Vec<Block>,
+}
+
+impl Copied {
+    /// `v`'s copy, or `v` when it was defined outside the blocks.
+    fn value(&self, v: Value) -> Value {
+        self.values.get(&v).copied().unwrap_or(v)
+    }
+}
+
+/// Copies `blocks` to the end of the layout: every parameter and result a
+/// new value, branches between them to the copies, values from outside
+/// unchanged.
+fn copy_blocks(func: &mut Function, blocks: &[Block]) -> Copied {
+    let mut copied = Copied {
+        values: BTreeMap::new(),
+        insts: BTreeMap::new(),
+        blocks: Vec::new(),
+    };
+    let mut block_map: BTreeMap<Block, Block> = BTreeMap::new();
+    for &block in blocks {
+        let copy = func.dfg.make_block();
+        for p in func.dfg.block_params(block).to_vec() {
+            let ty = func.dfg.value_type(p);
+            let q = func.dfg.append_block_param(copy, ty);
+            copied.values.insert(p, q);
+        }
+        func.layout.append_block(copy);
+        block_map.insert(block, copy);
+        copied.blocks.push(copy);
+        let insts: Vec<Inst> = func.layout.block_insts(block).collect();
+        for inst in insts {
+            let new = func.dfg.clone_inst(inst);
+            func.layout.append_inst(new, copy);
+            func.set_srcloc(new, func.srcloc(inst));
+            let (old, now) = (func.dfg.inst_results(inst), func.dfg.inst_results(new));
+            for (&a, &b) in old.iter().zip(now) {
+                copied.values.insert(a, b);
+            }
+            copied.insts.insert(inst, new);
+        }
+    }
+    let resolved = resolved(func);
+    for &new in copied.insts.values() {
+        let dfg = &mut func.dfg;
+        // A branch table's targets live in a table the copy must not share.
+        if let InstructionData::BranchTable { table, .. } = dfg.insts[new] {
+            let data = dfg.jump_tables[table].clone();
+            let default = data.default_block().deep_clone(&mut dfg.value_lists);
+            let targets: Vec<BlockCall> = data
+                .as_slice()
+                .iter()
+                .map(|t| t.deep_clone(&mut dfg.value_lists))
+                .collect();
+            let fresh = dfg.jump_tables.push(JumpTableData::new(default, &targets));
+            if let InstructionData::BranchTable { table, .. } = &mut dfg.insts[new] {
+                *table = fresh;
+            }
+        }
+        dfg.map_inst_values(new, |v| copied.value(resolved[v.index()]));
+        let pool = &mut dfg.value_lists;
+        for call in
+            dfg.insts[new].branch_destination_mut(&mut dfg.jump_tables, &mut dfg.exception_tables)
+        {
+            if let Some(&to) = block_map.get(&call.block(pool)) {
+                call.set_block(to, pool);
+            }
+        }
+    }
+    copied
+}

@@ -1,0 +1,263 @@
+//! Loop versioning (`core/src/lower/translate/version.rs`) against
+//! wasmtime: loops that count down from a run-time count, walking arrays by
+//! a stride, run on random and edge-case pointers, strides, counts and
+//! offsets (in bounds, past the memory's end in a late iteration, wrapping
+//! `i32` addresses, misaligned, zero counts), and must give wasmtime's
+//! memory, outcome and trap offset every time. The interpreter traps on an
+//! access flagged `aligned` at a misaligned address, so a copy taken
+//! wrongly fails the comparison too. Then the translated CLIF's shape: the
+//! copy has no fuel test and no bounds test of its induction accesses.
+
+#[allow(dead_code)] // the translator suite's harness; these tests use part of it
+mod harness;
+
+use harness::Ty::I32;
+use harness::*;
+use tensorwasm_core::lower::KernelTrap;
+use wasmparser::Operator;
+
+/// `out[i] = acc += a[i] * b[i * stride]` for `n` iterations counted down,
+/// `f32`, the addresses stepped by 4, `stride` and 4: every access an
+/// induction access, a store in the loop so a late trap leaves the earlier
+/// iterations' results.
+const RUNNING_DOT: &str = r#"(module (memory (export "memory") 1)
+  (func (export "kernel") (param $a i32) (param $b i32) (param $out i32) (param $n i32) (param $stride i32)
+    (local $acc f32)
+    (loop $next
+      (local.set $acc (f32.add (local.get $acc)
+        (f32.mul (f32.load (local.get $a)) (f32.load offset=OFFSET (local.get $b)))))
+      (f32.store (local.get $out) (local.get $acc))
+      (local.set $a (i32.add (local.get $a) (i32.const 4)))
+      (local.set $b (i32.add (local.get $b) (local.get $stride)))
+      (local.set $out (i32.add (local.get $out) (i32.const 4)))
+      (br_if $next (local.tee $n (i32.sub (local.get $n) (i32.const 1)))))))"#;
+
+/// `i64` sums at `p + q` (an induction address plus an invariant) and a
+/// narrow store: 8-byte alignment, and a byte access that needs none.
+const WIDE_SUM: &str = r#"(module (memory (export "memory") 1)
+  (func (export "kernel") (param $p i32) (param $q i32) (param $n i32) (param $out i32)
+    (local $s i64)
+    (loop $next
+      (local.set $s (i64.add (local.get $s) (i64.load (i32.add (local.get $p) (local.get $q)))))
+      (i32.store8 (local.get $out) (i32.wrap_i64 (local.get $s)))
+      (local.set $p (i32.add (local.get $p) (i32.const 8)))
+      (local.set $out (i32.add (local.get $out) (i32.const 1)))
+      (br_if $next (local.tee $n (i32.sub (local.get $n) (i32.const 1)))))
+    (i64.store (i32.const 8) (local.get $s))))"#;
+
+/// Byte sums at `p + offset`, stepping by `s`: an access of one byte,
+/// which needs no alignment, so only the bounds part of the entry test
+/// guards it.
+const BYTE_SUM: &str = r#"(module (memory (export "memory") 1)
+  (func (export "kernel") (param $p i32) (param $s i32) (param $n i32)
+    (local $sum i32)
+    (loop $next
+      (local.set $sum (i32.add (local.get $sum) (i32.load8_u offset=OFFSET (local.get $p))))
+      (local.set $p (i32.add (local.get $p) (local.get $s)))
+      (br_if $next (local.tee $n (i32.sub (local.get $n) (i32.const 1)))))
+    (i32.store (i32.const 0) (local.get $sum))))"#;
+
+/// A random memory image: the first and last 4 KiB random, so a float
+/// loaded anywhere there is rarely zero.
+fn image(rng: &mut Rng) -> Vec<u8> {
+    let mut memory = vec![0u8; PAGE];
+    for i in (0..4096).chain(PAGE - 4096..PAGE) {
+        memory[i] = rng.next() as u8;
+    }
+    memory
+}
+
+/// Runs `wat` with `args` both ways on the same random memory and asserts
+/// the same outcome and memory; the outcome.
+fn same_as_wasmtime(wat: &str, args: &[Arg], rng: &mut Rng) -> Outcome {
+    let wasm = wat::parse_str(wat).expect("wat");
+    let kernel = translate(&wasm);
+    let mut reference = Reference::new(&wasm);
+    let start = image(rng);
+    let (mut want, mut got) = (start.clone(), start);
+    let expected = reference.run(args, &mut want);
+    let outcome = interpret(&kernel, args, &mut got, PLENTY);
+    let shown: Vec<u64> = args.iter().map(|a| a.1).collect();
+    assert_eq!(outcome, expected, "args {shown:?}");
+    if let Some(at) = (0..PAGE).find(|&i| want[i] != got[i]) {
+        panic!(
+            "args {shown:?}: memory differs first at byte {at}: wasmtime {}, translated {}",
+            want[at], got[at]
+        );
+    }
+    outcome
+}
+
+/// Pointers near both ends of the memory, aligned and not.
+fn pointer(rng: &mut Rng) -> u64 {
+    match rng.below(6) {
+        0 => rng.below(64),
+        1 => rng.below(4096) & !3,
+        2 => (PAGE as u64 - rng.below(256)) & !3,
+        3 => PAGE as u64 - rng.below(256),
+        4 => 0xffff_ffff - rng.below(64),
+        _ => rng.below(4096),
+    }
+}
+
+/// Iteration counts: zero (2^32 iterations: the loop runs off the memory),
+/// small, and large enough to leave it.
+fn count(rng: &mut Rng) -> u64 {
+    match rng.below(5) {
+        0 => 0,
+        1 => 1,
+        2 => rng.below(16),
+        3 => rng.below(2048),
+        _ => 0xffff_ffff - rng.below(4),
+    }
+}
+
+#[test]
+fn versioned_loops_match_wasmtime_on_every_path() {
+    let mut rng = rng("versioned_loops");
+    let mut trapped = 0;
+    let mut runs = 0;
+    for offset in [0u32, 8, 65532] {
+        let wat = RUNNING_DOT.replace("OFFSET", &offset.to_string());
+        for _ in 0..150 {
+            let stride = match rng.below(5) {
+                0 => 4,
+                1 => 0,
+                2 => rng.below(64) & !3,
+                3 => (-4i32) as u32 as u64,
+                _ => rng.below(64),
+            };
+            let (mut a, b, mut out) = (pointer(&mut rng), pointer(&mut rng), pointer(&mut rng));
+            let mut n = count(&mut rng);
+            if rng.below(3) == 0 && b + u64::from(offset) + 4 <= PAGE as u64 {
+                // b's last access ends at the memory's end or one stride
+                // past it (the entry test's edge), a and out in bounds.
+                let stride = stride.max(64);
+                let room = PAGE as u64 - b - u64::from(offset) - 4;
+                n = room / stride + 1 + rng.below(2);
+                (a, out) = (4 * rng.below(64), 8192 + 4 * rng.below(64));
+            }
+            let args = [a, b, out, n, stride].map(|v| Arg(I32, v));
+            if let Outcome::Trapped { .. } = same_as_wasmtime(&wat, &args, &mut rng) {
+                trapped += 1;
+            }
+            runs += 1;
+        }
+    }
+    for _ in 0..150 {
+        let args = [
+            Arg(I32, pointer(&mut rng)),
+            Arg(I32, rng.below(64)),
+            Arg(I32, count(&mut rng)),
+            Arg(I32, pointer(&mut rng)),
+        ];
+        if let Outcome::Trapped { .. } = same_as_wasmtime(WIDE_SUM, &args, &mut rng) {
+            trapped += 1;
+        }
+        runs += 1;
+    }
+    for offset in [0u64, 3, 100] {
+        let wat = BYTE_SUM.replace("OFFSET", &offset.to_string());
+        for _ in 0..100 {
+            let (p, s) = (pointer(&mut rng), 1 + rng.below(300));
+            // The last byte at the memory's last byte, or one stride past.
+            let n = match (PAGE as u64).checked_sub(p + offset + 1) {
+                Some(room) if rng.below(4) != 0 => room / s + 1 + rng.below(2),
+                _ => count(&mut rng),
+            };
+            let args = [p, s, n].map(|v| Arg(I32, v));
+            if let Outcome::Trapped { .. } = same_as_wasmtime(&wat, &args, &mut rng) {
+                trapped += 1;
+            }
+            runs += 1;
+        }
+    }
+    // Both paths ran: many inputs stay in bounds, many leave.
+    assert!(
+        trapped > runs / 10 && trapped < runs * 9 / 10,
+        "{trapped} of {runs} trapped"
+    );
+}
+
+/// The cases each path must get right, one by one: the copy (aligned, in
+/// bounds), a trap in the last iteration (the original loop, which traps
+/// where wasmtime does after the earlier stores), a misaligned pointer
+/// (the original loop's byte accesses), a stride that walks backwards.
+#[test]
+fn each_path_gives_wasmtime_s_result() {
+    let mut rng = rng("versioned_paths");
+    let wat = RUNNING_DOT.replace("OFFSET", "0");
+    let run =
+        |args: [u64; 5], rng: &mut Rng| same_as_wasmtime(&wat, &args.map(|v| Arg(I32, v)), rng);
+    assert_eq!(run([0, 1024, 2048, 256, 4], &mut rng), Outcome::Returned);
+    assert_eq!(run([0, 1024, 2048, 256, 12], &mut rng), Outcome::Returned);
+    let wasm = wat::parse_str(&wat).expect("wat");
+    let second_load = offset_of(&wasm, 1, |op| matches!(op, Operator::F32Load { .. }));
+    // b's last element is 4 bytes past the end.
+    let past = [0, PAGE as u64 - 4 * 255, 2048, 256, 4];
+    assert_eq!(
+        run(past, &mut rng),
+        Outcome::Trapped {
+            trap: KernelTrap::HeapOutOfBounds,
+            offset: second_load
+        }
+    );
+    assert_eq!(run([1, 1026, 2051, 256, 4], &mut rng), Outcome::Returned);
+    assert_eq!(
+        run([0, 4096, 2048, 256, (-4i32) as u32 as u64], &mut rng),
+        Outcome::Returned
+    );
+}
+
+/// Fuel: a loop entered with less fuel than its count takes the original
+/// loop and runs out at its header after exactly the iterations the fuel
+/// paid for; with enough it runs them all.
+#[test]
+fn fuel_short_of_the_count_traps_at_the_header() {
+    let wat = RUNNING_DOT.replace("OFFSET", "0");
+    let wasm = wat::parse_str(&wat).expect("wat");
+    let kernel = translate(&wasm);
+    let header = offset_of(&wasm, 0, |op| matches!(op, Operator::Loop { .. }));
+    let args = [0u64, 1024, 2048, 100, 4].map(|v| Arg(I32, v));
+    for (fuel, ran) in [(100i64, 100usize), (99, 99), (1, 1)] {
+        let mut memory = vec![0u8; PAGE];
+        for (i, b) in memory[..2048].iter_mut().enumerate() {
+            *b = 0x3f + (i % 3) as u8;
+        }
+        let outcome = interpret(&kernel, &args, &mut memory, fuel);
+        let stored = (0..100)
+            .filter(|i| memory[2048 + 4 * i..2052 + 4 * i] != [0; 4])
+            .count();
+        assert_eq!(stored, ran, "fuel {fuel}");
+        if fuel >= 100 {
+            assert_eq!(outcome, Outcome::Returned);
+        } else {
+            assert_eq!(
+                outcome,
+                Outcome::Trapped {
+                    trap: KernelTrap::OutOfFuel,
+                    offset: header
+                },
+                "fuel {fuel}"
+            );
+        }
+    }
+}
+
+/// The translated CLIF: one fuel test (the original loop's), bounds tests
+/// for the original loop's three accesses only, and the copy's three
+/// accesses flagged `aligned`.
+#[test]
+fn the_copy_drops_its_checks() {
+    let clif = clif_of(&RUNNING_DOT.replace("OFFSET", "0"));
+    assert_eq!(traps(&clif, "trapz", KernelTrap::OutOfFuel), 1, "{clif}");
+    let bounds = traps(&clif, "trapnz", KernelTrap::HeapOutOfBounds) + clif.matches("brif").count();
+    assert!(bounds >= 3, "{clif}");
+    let aligned = clif
+        .lines()
+        .filter(|l| l.contains(" aligned ") && (l.contains("load") || l.contains("store")))
+        .count();
+    assert_eq!(aligned, 3, "{clif}");
+    // Both loops read the clock.
+    assert_eq!(traps(&clif, "trapnz", KernelTrap::TimeLimit), 3, "{clif}");
+}
