@@ -827,7 +827,10 @@ def main():
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--variants", default="", help="directory of alternative gemm*.sm_NN.ptx builds to check and time")
     ap.add_argument("--tma-only", action="store_true", help="with --variants: check and time only the TMA GEMMs")
-    ap.add_argument("--dtypes", default="tf32,bf16,f16", help="with --variants: the GEMM dtypes checked and timed")
+    ap.add_argument("--dtypes", default="tf32,bf16,f16",
+                    help="with --variants: the GEMM dtypes checked and timed (f32: the SIMT entry tw_gemm_f32)")
+    ap.add_argument("--builtin-dtypes", default="f32,tf32,bf16,f16",
+                    help="the dtypes of the built-in GEMM entries (kernels/ptx) checked and timed")
     ap.add_argument("--profile", action="store_true",
                     help="launch a few kernels once each (for ncu) and exit: gemm bf16/tf32 (mma.sync and sm_90a) "
                          "at 4096^3, softmax and layernorm at 65536x1024")
@@ -855,11 +858,13 @@ def main():
     def want(x):
         return not only or x in only or (x == "sm90a" and "gemm" in only)
 
+    builtin_dtypes = tuple(d for d in ("f32", "tf32", "bf16", "f16") if d in args.builtin_dtypes.split(","))
     t0 = time.time()
     broken = False
     if not args.skip_check:
         for part, fn in (("elementwise", check_elementwise), ("reduce", check_reduce), ("softmax", check_softmax),
-                         ("layernorm", check_layernorm), ("gemm", check_gemm)):
+                         ("layernorm", check_layernorm),
+                         ("gemm", lambda k: check_gemm(k, dtypes=builtin_dtypes))):
             if not want(part):
                 continue
             try:
@@ -878,15 +883,17 @@ def main():
             if want("memory") or not only:
                 bench_memory(k, bench)
             if want("gemm") or not only:
-                bench_gemm(k, bench)
+                bench_gemm(k, bench, dtypes=builtin_dtypes)
             variant_dtypes = set(args.dtypes.split(",")) if args.variants else {"tf32", "bf16", "f16"}
 
-            def gemm_module(path, label, mma=True, wgmma=True, shapes=None, tma_only=False):
+            def gemm_module(path, label, mma=True, wgmma=True, shapes=None, tma_only=False, simt=False):
                 mod = drv.load(path)
                 kv = Kernels.__new__(Kernels)
                 kv.__dict__.update(k.__dict__)
                 kv.fn = dict(k.fn)
-                for tag, dts, on in (("", ("tf32", "bf16", "f16"), mma and not tma_only),
+                # simt: the SIMT entry tw_gemm_f32 (same launch as the mma.sync entries).
+                for tag, dts, on in (("", ("f32",), simt and not tma_only),
+                                     ("", ("tf32", "bf16", "f16"), mma and not tma_only),
                                      ("_sm90a", ("tf32", "bf16", "f16"), wgmma and not tma_only),
                                      ("_sm90a_tma", ("tf32", "bf16", "f16"), wgmma)):
                     dts = tuple(d for d in dts if d in variant_dtypes)
@@ -939,7 +946,7 @@ def main():
                 for f in sorted(os.listdir(args.variants)):
                     if f.startswith("gemm") and f.endswith(".ptx"):
                         gemm_module(os.path.join(args.variants, f), f"[{f.split('.')[0]}] ",
-                                    mma=False, tma_only=args.tma_only)
+                                    mma=False, tma_only=args.tma_only, simt=True)
         except Exception as e:  # noqa: BLE001
             import traceback
             traceback.print_exc()

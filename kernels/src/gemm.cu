@@ -27,6 +27,8 @@
 // (columns) are all inside the matrix, the K tile is whole, and the batch's
 // base pointer and the leading dimension are 16-byte aligned; otherwise
 // every element is loaded on its own with a bounds check and zero fill.
+// (tw_gemm_f32 on sm_80+ copies A element by element always, transposing
+// it; its fast path needs only the block's rows inside and a whole K tile.)
 // Stores: 8/16-byte vectors only for interior tiles with aligned C and ldc,
 // otherwise element by element with bounds checks.
 
@@ -83,11 +85,50 @@ TW_DI float epi(float acc, float alpha, float beta, const float* c) {
 }
 
 // ---------------------------------------------------------------------------
-// SIMT f32 GEMM: 128x128x8 tiles, each thread an 8x8 sub-tile (two 4x4
-// quadrants 64 rows / 64 columns apart), register-staged double buffer.
+// cp.async (sm_80+; the SIMT f32 GEMM and the Tensor Core GEMMs).
 
-constexpr int F_BK = 8;
-constexpr int F_APAD = 4;  // As row pad: transposed stores avoid 2-way conflicts
+TW_DI unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+TW_DI void cp_async16(unsigned dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+// 4 bytes; src_bytes 0 stores a zero and reads nothing.
+TW_DI void cp_async4(unsigned dst, const void* src, unsigned src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+TW_DI void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+TW_DI void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---------------------------------------------------------------------------
+// SIMT f32 GEMM: 128x128 tiles, each thread an 8x8 sub-tile (two 4x4
+// quadrants 64 rows / 64 columns apart), one barrier per K tile.
+//
+// sm_80+: K tile 16, two shared stages, cp.async one tile ahead of the
+// multiply. A lands transposed (As[k][m], so a thread's 4 rows at one k are
+// one 16-byte shared load) through 4-byte copies, 16 consecutive k of a row
+// per 16 lanes; elements outside the matrix are zero-filled by the copy. B
+// rows are 16-byte copies when the block's columns are inside the matrix and
+// B, ldb are 16-byte aligned, else 4-byte copies with zero fill. Warps are
+// 4 (M) x 2 (N) of 4 x 8 lanes: a warp's shared loads of A and B read 64 and
+// 128 contiguous bytes. (On an H100 this beat K tile 8 with 3-4 stages, 3
+// stages of an unpadded swizzled A, the sm_75 lane layout and one block of
+// more registers per SM.)
+// sm_75: K tile 8, register-staged double buffer, lanes 16 (N) x 2 (M).
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define TW_F32_CP_ASYNC 1
+#else
+#define TW_F32_CP_ASYNC 0
+#endif
+constexpr int F_BK = TW_F32_CP_ASYNC ? 16 : 8;
+constexpr int F_AS = BM + 4;  // As row (padded: fewer bank conflicts on the transposed stores)
 
 }  // namespace tw_detail
 using namespace tw_detail;  // (a named namespace: nvcc names anonymous ones after the file path)
@@ -96,8 +137,9 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 tw_gemm_f32(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
             int M, int N, int K, long long lda, long long ldb, long long ldc,
             long long sA, long long sB, long long sC, float alpha, float beta) {
-  __shared__ __align__(16) float As[2][F_BK][BM + F_APAD];
+  __shared__ __align__(16) float As[2][F_BK][F_AS];
   __shared__ __align__(16) float Bs[2][F_BK][BN];
+  constexpr int BK = F_BK;
 
   const int tid = threadIdx.x;
   int m0, n0;
@@ -107,21 +149,69 @@ tw_gemm_f32(const float* __restrict__ A, const float* __restrict__ B, float* __r
   B += z * sB;
   C += z * sC;
 
-  const bool a_vec = aligned16(A) && (lda & 3) == 0 && m0 + BM <= M;
   const bool b_vec = aligned16(B) && (ldb & 3) == 0 && n0 + BN <= N;
-
-  // Loader mapping. A: row tid/2, k chunk (tid%2)*4. B: k row tid/32,
-  // n chunk (tid%32)*4.
-  const int a_r = tid >> 1, a_k = (tid & 1) * 4;
+  // B: 16-byte chunk (tid % 32) of K rows tid / 32 + 8 * it, it < BK / 8.
   const int b_k = tid >> 5, b_n = (tid & 31) * 4;
-
-  // This thread's A / B source at k0 = 0; the slow path recomputes the tile
-  // origin instead of keeping it live across the main loop.
-  const float* pA = A + (long long)(m0 + a_r) * lda + a_k;
   const float* pB = B + (long long)b_k * ldb + n0 + b_n;
+
+  // Loads of the K tile at k0 into stage s. The slow paths recompute the
+  // tile origin (tile_origin) instead of keeping it live across the main loop.
+#if TW_F32_CP_ASYNC
+  // A: element k = tid % BK of rows tid / BK + A_RSTEP * it, it < BK / 2.
+  constexpr int NA4 = BK / 2, NB = BK / 8;
+  constexpr int A_RSTEP = 256 / BK;
+  const int a_k = tid % BK, a_r = tid / BK;
+  const bool a_rows = m0 + BM <= M;
+  const float* pA = A + (long long)(m0 + a_r) * lda + a_k;
+  const unsigned sA0 = smem_addr(&As[0][a_k][0]);
+  const unsigned sB0 = smem_addr(&Bs[0][b_k][b_n]);
+  constexpr unsigned A_STAGE = BK * F_AS * 4, B_STAGE = BK * BN * 4;
+  auto load_stage = [&](int s, int k0) {
+    const bool full_k = k0 + BK <= K;
+    const float* a0p = pA + k0;
+    const float* b0p = pB + (long long)k0 * ldb;
+    if (a_rows && full_k) {
+#pragma unroll
+      for (int it = 0; it < NA4; ++it)
+        cp_async4(sA0 + s * A_STAGE + (a_r + it * A_RSTEP) * 4,
+                  a0p + (long long)it * A_RSTEP * lda, 4);
+    } else {
+      int tm, tn;
+      tile_origin(tm, tn);
+#pragma unroll
+      for (int it = 0; it < NA4; ++it) {
+        const bool in = tm + a_r + it * A_RSTEP < M && k0 + a_k < K;
+        const float* p = in ? a0p + (long long)it * A_RSTEP * lda : A;
+        cp_async4(sA0 + s * A_STAGE + (a_r + it * A_RSTEP) * 4, p, in ? 4 : 0);
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < NB; ++it) {
+      const float* q = b0p + (long long)(it * 8) * ldb;
+      const unsigned d = sB0 + s * B_STAGE + it * 8 * BN * 4;
+      if (b_vec && full_k) {
+        cp_async16(d, q);
+      } else {
+        int tm, tn;
+        tile_origin(tm, tn);
+        const int k = k0 + b_k + it * 8;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool in = k < K && tn + b_n + e < N;
+          cp_async4(d + e * 4, in ? q + e : B, in ? 4 : 0);
+        }
+      }
+    }
+  };
+#else
+  // A: 16-byte chunk (tid % 2) of row tid / 2, staged in registers.
+  const bool a_vec = aligned16(A) && (lda & 3) == 0 && m0 + BM <= M;
+  const int a_r = tid >> 1, a_k = (tid & 1) * 4;
+  const float* pA = A + (long long)(m0 + a_r) * lda + a_k;
   float4 ra, rb;
   auto load_tile = [&](int k0) {
-    if (a_vec && k0 + F_BK <= K) {
+    const bool full_k = k0 + BK <= K;
+    if (a_vec && full_k) {
       ra = *reinterpret_cast<const float4*>(pA + k0);
     } else {
       int tm, tn;
@@ -129,14 +219,11 @@ tw_gemm_f32(const float* __restrict__ A, const float* __restrict__ B, float* __r
       const int r = tm + a_r;
       float v[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int k = k0 + a_k + e;
-        v[e] = (r < M && k < K) ? pA[k0 + e] : 0.0f;
-      }
+      for (int e = 0; e < 4; ++e) v[e] = (r < M && k0 + a_k + e < K) ? pA[k0 + e] : 0.0f;
       ra = make_float4(v[0], v[1], v[2], v[3]);
     }
     const float* q = pB + (long long)k0 * ldb;
-    if (b_vec && k0 + F_BK <= K) {
+    if (b_vec && full_k) {
       rb = *reinterpret_cast<const float4*>(q);
     } else {
       int tm, tn;
@@ -144,10 +231,7 @@ tw_gemm_f32(const float* __restrict__ A, const float* __restrict__ B, float* __r
       const int k = k0 + b_k;
       float v[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = tn + b_n + e;
-        v[e] = (k < K && n < N) ? q[e] : 0.0f;
-      }
+      for (int e = 0; e < 4; ++e) v[e] = (k < K && tn + b_n + e < N) ? q[e] : 0.0f;
       rb = make_float4(v[0], v[1], v[2], v[3]);
     }
   };
@@ -158,25 +242,24 @@ tw_gemm_f32(const float* __restrict__ A, const float* __restrict__ B, float* __r
     As[buf][a_k + 3][a_r] = ra.w;
     *reinterpret_cast<float4*>(&Bs[buf][b_k][b_n]) = rb;
   };
+#endif
 
+  // This thread's rows ty*4 + {0..3} and + 64, columns tx*4 + {0..3} and + 64.
+#if TW_F32_CP_ASYNC
+  const int warp = tid >> 5, lane = tid & 31;
+  const int ty = (warp >> 1) * 4 + (lane >> 3), tx = (warp & 1) * 8 + (lane & 7);
+#else
   const int tx = tid & 15, ty = tid >> 4;
+#endif
   float acc[8][8];
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
 
-  const int numK = (K + F_BK - 1) / F_BK;
-  load_tile(0);
-  store_tile(0);
-  __syncthreads();
-
-  for (int kt = 0; kt < numK; ++kt) {
-    const int buf = kt & 1;
-    const bool more = kt + 1 < numK;
-    if (more) load_tile((kt + 1) * F_BK);
+  auto multiply = [&](int buf) {
 #pragma unroll
-    for (int kk = 0; kk < F_BK; ++kk) {
+    for (int kk = 0; kk < BK; ++kk) {
       const float4 a0 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4]);
       const float4 a1 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4 + 64]);
       const float4 b0 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4]);
@@ -184,17 +267,43 @@ tw_gemm_f32(const float* __restrict__ A, const float* __restrict__ B, float* __r
       const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
       const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        for (int i = 0; i < 8; ++i) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
+  };
+
+  const int numK = (K + BK - 1) / BK;
+#if TW_F32_CP_ASYNC
+  // Stage kt & 1 holds tile kt; the barrier at kt also frees the other stage
+  // (tile kt - 1, multiplied by every warp) for tile kt + 1.
+  if (numK > 0) load_stage(0, 0);
+  cp_async_commit();
+  for (int kt = 0; kt < numK; ++kt) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (kt + 1 < numK) load_stage((kt + 1) & 1, (kt + 1) * BK);
+    cp_async_commit();
+    multiply(kt & 1);
+  }
+  cp_async_wait<0>();
+#else
+  load_tile(0);
+  store_tile(0);
+  __syncthreads();
+  for (int kt = 0; kt < numK; ++kt) {
+    const int buf = kt & 1;
+    const bool more = kt + 1 < numK;
+    if (more) load_tile((kt + 1) * BK);
+    multiply(buf);
     if (more) {
       store_tile(buf ^ 1);
       __syncthreads();
     }
   }
+#endif
 
-  // Epilogue: rows ty*4 + {0..3} and + 64; columns tx*4 + {0..3} and + 64.
+  // Epilogue.
   tile_origin(m0, n0);
   const bool c_vec = aligned16(C) && (ldc & 3) == 0 && m0 + BM <= M && n0 + BN <= N;
 #pragma unroll
@@ -275,19 +384,6 @@ constexpr int A_U4 = BM * ROWB / 16;           // A tile: first half of a stage
 constexpr int CHUNKS = STAGE_U4 / 2 / NTHREADS;  // A (and B) chunks per thread per stage
 static_assert(ROWB == 64 || ROWB == 32, "ROWB");
 static_assert(STAGES * STAGE_BYTES <= 49152, "static shared memory over 48 KiB");
-
-TW_DI unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-TW_DI void cp_async16(unsigned dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-TW_DI void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-TW_DI void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 TW_DI void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

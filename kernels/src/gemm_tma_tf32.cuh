@@ -1,7 +1,7 @@
-// tw_gemm_tf32_sm90a_tma (and _m128, _m64): the TF32 GEMM with TMA loads
-// and warp specialisation. Included by gemm.cu after gemm_tma.cuh (whose
-// TensorMap, mbarrier, TMA and setmaxnreg helpers it uses), inside the
-// sm_90a guard; docs/tensor-ops.md is the contract.
+// tw_gemm_tf32_sm90a_tma (and _n256, _m128, _m64): the TF32 GEMM with TMA
+// loads and warp specialisation. Included by gemm.cu after gemm_tma.cuh
+// (whose TensorMap, mbarrier, TMA and setmaxnreg helpers it uses), inside
+// the sm_90a guard; docs/tensor-ops.md is the contract.
 //
 // wgmma takes 32-bit operands from shared memory only K-major, and B ([K,
 // N], N contiguous) is not, so the kernel computes the tile of
@@ -11,31 +11,49 @@
 // tf32 in place, so every input is rounded to nearest as in the other TF32
 // GEMMs.
 //
-// Tile: TBM (256, 128 or 64) rows x 128 columns of C. Stage: TBM x 32 of A
-// (one {32, TBM, 1} box), 32 x 128 of B (four {32, 32, 1} boxes), 128-byte
-// swizzle. Warpgroup 0 issues the TMA loads; consumer cw (0, 1) owns columns
-// cw * 64 .. + 64 of the tile and all TBM rows: wgmma.m64n(TBM)k8, whose 64
-// rows are C columns and whose TBM columns are C rows. Both consumers read
-// the whole A stage, and each rounds half of it with cvt.rna, then arrives
-// on the stage's "ready" mbarrier; tile kt + 1 is rounded while tile kt's
-// wgmmas run. (The rounding pass is what keeps this kernel below cuBLAS,
-// which does not round: without it the same kernel ran at 0.90x on the
-// H100; an integer rounding on the ALU pipe and a variant that also
-// transposed B into a second shared-memory operand were both slower.)
-// Grid: (ceil(N / 128), ceil(M / TBM), batch).
+// Tile: TBM rows x TBN columns of C, TBN = 128 NB: 256 x 128 (the main
+// entry), 128 x 256 (_n256), 128 x 128 (_m128), 64 x 128 (_m64). Stage:
+// TBM x 32 of A (one {32, TBM, 1} box), 32 x TBN of B ({32, 32, 1} boxes),
+// 128-byte swizzle. Warpgroup 0 issues the TMA loads; consumer cw (0, 1)
+// owns 64 NB columns of the tile and all TBM rows: NB wgmma.m64n(TBM)k8 per
+// k8, whose 64 rows are C columns and whose TBM columns are C rows. Both
+// consumers read the whole A stage, and each rounds half of it with
+// cvt.rna, then arrives on the stage's "ready" mbarrier. The wgmmas of tile
+// kt run while the consumers round tile kt + 1 and load its B fragments
+// into a second set of registers; wgmma_wait<1> then retires tile kt - 1
+// and releases its stage.
+//
+// Shared memory bandwidth is what bounds this kernel: per multiply-add the
+// wgmma reads of A^T, the TMA writes, the B fragment loads and the rounding
+// pass (a read and a write of every A element) come to about 1.4 times what
+// the same kernel needs without the pass (on the H100: 0.73 of cuBLAS at
+// 4096^3 with 128 x 256 tiles, 0.95 without the pass). The 128 x 256 tile
+// shares each rounded A stage among 256 columns, halving the pass per
+// multiply-add against 256 x 128 (which in turn loads less B per
+// multiply-add, and wins where the pass is not needed). A tensor map of
+// type TFLOAT32 would round for free, but the H100's TMA rounds ties to
+// even, not away from zero as cvt.rna (checked bit by bit). The column order
+// inside a consumer's 64 columns (colw below) makes a thread's two fragment
+// rows neighbouring columns, one 8-byte load per k, and keeps a half-warp's
+// loads on 32 different banks through the swizzle (the plain order had
+// two-way bank conflicts).
+// Grid: (ceil(N / TBN), ceil(M / TBM), batch).
 
 namespace tw_detail {
 namespace tma {
 
-constexpr int T32_BN = 128;
 constexpr int T32_BK = 32;
 constexpr int T32_B_BOX_BYTES = T32_BK * 32 * 4;  // 4 KiB: 32 K rows x 32 columns
-constexpr int T32_B_BYTES = T32_BN / 32 * T32_B_BOX_BYTES;
 
-template <int TBM>
+// A tile of TBM x 128 NB: its stage, its ring depth (as many stages as fit
+// 192 KiB, at most 8) and the dynamic shared memory it needs (the same sum
+// as tma_shared_bytes in kernels/src/table/gemm.rs).
+template <int TBM, int NB>
 struct Shape32 {
+  static constexpr int TBN = 128 * NB;
   static constexpr int A_BYTES = TBM * T32_BK * 4;
-  static constexpr int STAGE_BYTES = A_BYTES + T32_B_BYTES;
+  static constexpr int B_BYTES = TBN / 32 * T32_B_BOX_BYTES;
+  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int STAGES = 192 * 1024 / STAGE_BYTES < 8 ? 192 * 1024 / STAGE_BYTES : 8;
   // Stages, 3 * STAGES mbarriers (full, empty, ready), 1024 bytes of slack.
   static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 3 * STAGES * 8 + 1024;
@@ -76,12 +94,20 @@ TW_DI void wgmma_rs_tf32_n<64>(float (&d)[32], const unsigned (&a)[4], unsigned 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
-template <int TBM>
+TW_DI uint2 lds64(unsigned addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+
+template <int TBM, int NB>
 TW_DI void gemm_tma_tf32(const TensorMap& tmA, const TensorMap& tmB, float* __restrict__ C,
                          int M, int N, int K, long long ldc, long long sC, int zA, int zB,
                          float alpha, float beta) {
   using namespace tma;
-  using S = Shape32<TBM>;
+  using S = Shape32<TBM, NB>;
+  constexpr int TBN = S::TBN;
+  using Frags = unsigned[T32_BK / 8][NB][4];  // B^T fragments of one K tile
   extern __shared__ unsigned char dsmem[];
   const unsigned base = (smem_addr(dsmem) + 1023u) & ~1023u;
   const unsigned bars = base + S::STAGES * S::STAGE_BYTES;
@@ -92,7 +118,7 @@ TW_DI void gemm_tma_tf32(const TensorMap& tmA, const TensorMap& tmB, float* __re
   init_ring<S::STAGES, 256>(bars);  // ready: every consumer thread
 
   int m0, n0;
-  tile_origin<TBM, T32_BN, T_GROUP_M>(m0, n0);
+  tile_origin<TBM, TBN, T_GROUP_M>(m0, n0);
   const int z = blockIdx.z;
   const int numK = (K + T32_BK - 1) / T32_BK;
 
@@ -108,7 +134,7 @@ TW_DI void gemm_tma_tf32(const TensorMap& tmA, const TensorMap& tmB, float* __re
         const unsigned a = base + s * S::STAGE_BYTES;
         tma_load_3d(a, &tmA, full, kt * T32_BK, m0, z * zA);
 #pragma unroll
-        for (int j = 0; j < T32_BN / 32; ++j)
+        for (int j = 0; j < TBN / 32; ++j)
           tma_load_3d(a + S::A_BYTES + j * T32_B_BOX_BYTES, &tmB, full, n0 + 32 * j,
                       kt * T32_BK, z * zB);
       }
@@ -121,103 +147,149 @@ TW_DI void gemm_tma_tf32(const TensorMap& tmA, const TensorMap& tmB, float* __re
   const int ct = tid - 128;  // thread among the 256 consumers
   const int lane = tid & 31, wq = (tid >> 5) & 3;
   const int g = lane >> 2, t = lane & 3;
-  float d[TBM / 2];
+  float d[NB][TBM / 2];
 #pragma unroll
-  for (int i = 0; i < TBM / 2; ++i) d[i] = 0.0f;
+  for (int b = 0; b < NB; ++b)
+#pragma unroll
+    for (int i = 0; i < TBM / 2; ++i) d[b][i] = 0.0f;
+
+  // Row wq*16 + g + 8h of block b's m64 is tile column
+  // cw*64*NB + 64 b + colw + h. B box col / 32 holds row k at 128 k bytes,
+  // 16-byte chunk (col % 32) / 4 swizzled with k % 8; in a k8 step the
+  // thread's rows are k = t (a[0], a[1]) and t + 4 (a[2], a[3]).
+  const int colw = 32 * (wq >> 1) + 16 * ((g >> 1) & 1) + 8 * (wq & 1) + 4 * (g >> 2) + 2 * (g & 1);
+  unsigned boff[NB][2];
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+#pragma unroll
+    for (int hk = 0; hk < 2; ++hk) {
+      const int col = cw * 64 * NB + 64 * b + colw;
+      const int k = t + 4 * hk;
+      boff[b][hk] = S::A_BYTES + (col >> 5) * T32_B_BOX_BYTES + k * 128 +
+                    ((((col & 31) >> 2) ^ k) << 4) + (col & 3) * 4;
+    }
+  auto load_b = [&](int kt, Frags& f) {
+    const unsigned stage = base + (kt % S::STAGES) * S::STAGE_BYTES;
+#pragma unroll
+    for (int ks = 0; ks < T32_BK / 8; ++ks)
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+#pragma unroll
+        for (int hk = 0; hk < 2; ++hk) {
+          const uint2 v = lds64(stage + boff[b][hk] + ks * 8 * 128);
+          f[ks][b][2 * hk] = to_tf32(v.x);
+          f[ks][b][2 * hk + 1] = to_tf32(v.y);
+        }
+  };
 
   // The A stage of tile kt rounded in place once it has landed: consumer
-  // thread ct takes 16-byte chunks ct, ct + 256, ..., in batches of up to
-  // four loads before their stores, fences its generic-proxy writes before
-  // the tensor cores' reads and arrives on ready(s).
+  // thread ct takes 16-byte chunks ct, ct + 256, ..., loads them all before
+  // it stores them, fences its generic-proxy writes before the tensor
+  // cores' reads and arrives on ready(s).
   uint4* const ring = reinterpret_cast<uint4*>(dsmem + (base - smem_addr(dsmem)));
   auto round_a = [&](int kt) {
     const int s = kt % S::STAGES;
     mbar_wait(bars + 8 * s, (kt / S::STAGES) & 1);
     uint4* const stage = ring + s * (S::STAGE_BYTES / 16);
-    constexpr int CHUNKS = S::A_BYTES / 16;
-    constexpr int BATCH = CHUNKS >= 1024 ? 4 : CHUNKS / 256;
-    static_assert(CHUNKS % (BATCH * 256) == 0, "whole batches");
+    constexpr int PER = S::A_BYTES / 16 / 256;
+    uint4 v[PER];
 #pragma unroll
-    for (int i0 = ct; i0 < CHUNKS; i0 += BATCH * 256) {
-      uint4 v[BATCH];
+    for (int j = 0; j < PER; ++j) v[j] = stage[j * 256 + ct];
 #pragma unroll
-      for (int j = 0; j < BATCH; ++j) v[j] = stage[i0 + j * 256];
-#pragma unroll
-      for (int j = 0; j < BATCH; ++j) {
-        v[j].x = to_tf32(v[j].x);
-        v[j].y = to_tf32(v[j].y);
-        v[j].z = to_tf32(v[j].z);
-        v[j].w = to_tf32(v[j].w);
-      }
-#pragma unroll
-      for (int j = 0; j < BATCH; ++j) stage[i0 + j * 256] = v[j];
+    for (int j = 0; j < PER; ++j) {
+      v[j].x = to_tf32(v[j].x);
+      v[j].y = to_tf32(v[j].y);
+      v[j].z = to_tf32(v[j].z);
+      v[j].w = to_tf32(v[j].w);
     }
+#pragma unroll
+    for (int j = 0; j < PER; ++j) stage[j * 256 + ct] = v[j];
     fence_proxy_async();
     mbar_arrive(bars + 8 * (2 * S::STAGES + s));
   };
-  round_a(0);
-
-  for (int kt = 0; kt < numK; ++kt) {
+  auto issue = [&](int kt, const Frags& f) {
     const int s = kt % S::STAGES;
     mbar_wait(bars + 8 * (2 * S::STAGES + s), (kt / S::STAGES) & 1);
     const unsigned a = base + s * S::STAGE_BYTES;
-    const unsigned b = a + S::A_BYTES;
-    // B^T fragments of m64nTBMk8: rows n = cw*64 + wq*16 + g (+8), k = t
-    // (+4); B box n / 32 holds row k at 128 k bytes, 16-byte chunk
-    // (n % 32) / 4 swizzled with k % 8.
-    unsigned af[T32_BK / 8][4];
-#pragma unroll
-    for (int ks = 0; ks < T32_BK / 8; ++ks)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int k = ks * 8 + t + (e >> 1) * 4;
-        const int n = cw * 64 + wq * 16 + g + (e & 1) * 8;
-        const unsigned addr = b + (n >> 5) * T32_B_BOX_BYTES + k * 128 +
-                              ((((n & 31) >> 2) ^ (k & 7)) << 4) + (n & 3) * 4;
-        af[ks][e] = to_tf32(lds32(addr));
-      }
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < T32_BK / 8; ++ks)
-      wgmma_rs_tf32_n<TBM>(d, af[ks], gmma_desc(a + ks * 32, 16, 1024, 1));
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+        wgmma_rs_tf32_n<TBM>(d[b], f[ks][b], gmma_desc(a + ks * 32, 16, 1024, 1));
     wgmma_commit();
-    if (kt + 1 < numK) round_a(kt + 1);
-    // The register operands may not change while a wgmma reads them (ptxas
-    // would serialise the wgmmas): wait for all, then release the stage.
-    wgmma_wait<0>();
-    if (lane == 0) mbar_arrive(bars + 8 * (S::STAGES + s));
-  }
-#pragma unroll
-  for (int i = 0; i < TBM / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
-  tile_origin<TBM, T32_BN, T_GROUP_M>(m0, n0);
-
-  // d[4 j + e]: row (a C column) wq*16 + g + 8 (e >> 1), column (a C row)
-  // 8 j + 2 t + (e & 1).
-  C += (long long)z * sC;
-#pragma unroll
-  for (int j = 0; j < TBM / 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = m0 + 8 * j + 2 * t + (e & 1);
-      const int c = n0 + cw * 64 + wq * 16 + g + 8 * (e >> 1);
-      if (r < M && c < N) {
-        float* p = C + (long long)r * ldc + c;
-        *p = epi(d[4 * j + e], alpha, beta, p);
-      }
+  };
+  // Tile kt in flight on `cur`; wait<1> retires tile kt - 1, whose stage
+  // goes back to the producer and whose registers (`nxt`) take tile
+  // kt + 1's fragments. The register operands of a wgmma in flight are
+  // never written (ptxas would serialise the wgmmas), hence two sets and a
+  // loop unrolled by two.
+  auto step = [&](int kt, const Frags& cur, Frags& nxt) {
+    issue(kt, cur);
+    wgmma_wait<1>();
+    if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (S::STAGES + (kt - 1) % S::STAGES));
+    if (kt + 1 < numK) {
+      round_a(kt + 1);
+      load_b(kt + 1, nxt);
     }
+  };
+  Frags f0, f1;
+  round_a(0);
+  load_b(0, f0);
+  for (int kt = 0; kt < numK; kt += 2) {
+    step(kt, f0, f1);
+    if (kt + 1 < numK) step(kt + 1, f1, f0);
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+#pragma unroll
+    for (int i = 0; i < TBM / 2; ++i) asm volatile("" : "+f"(d[b][i])::"memory");
+  tile_origin<TBM, TBN, T_GROUP_M>(m0, n0);
+
+  // d[b][4 j + e]: row (C column n0 + cw*64*NB + 64 b + colw + (e >> 1)),
+  // column (C row m0 + 8 j + 2 t + (e & 1)): a thread's e and e + 2 are
+  // neighbours in a row of C, stored as one float2 where C allows it.
+  C += (long long)z * sC;
+  const bool pairs = (reinterpret_cast<unsigned long long>(C) & 7) == 0 && (ldc & 1) == 0;
+#pragma unroll
+  for (int b = 0; b < NB; ++b) {
+    const int c = n0 + cw * 64 * NB + 64 * b + colw;
+#pragma unroll
+    for (int j = 0; j < TBM / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = m0 + 8 * j + 2 * t + e;
+        if (r >= M) continue;
+        float* p = C + (long long)r * ldc + c;
+        const float v0 = d[b][4 * j + e], v1 = d[b][4 * j + e + 2];
+        if (pairs && c + 1 < N) {
+          float2 o = make_float2(alpha * v0, alpha * v1);
+          if (beta != 0.0f) {
+            const float2 old = *reinterpret_cast<const float2*>(p);
+            o = make_float2(fmaf(alpha, v0, beta * old.x), fmaf(alpha, v1, beta * old.y));
+          }
+          *reinterpret_cast<float2*>(p) = o;
+        } else {
+          if (c < N) *p = epi(v0, alpha, beta, p);
+          if (c + 1 < N) p[1] = epi(v1, alpha, beta, p + 1);
+        }
+      }
+  }
 }
 
 }  // namespace tw_detail
 
-#define TW_GEMM_TMA_TF32_ENTRY(name, TBM)                                                     \
+#define TW_GEMM_TMA_TF32_ENTRY(name, TBM, NB)                                                 \
   extern "C" __global__ void __launch_bounds__(tw_detail::tma::T_THREADS, 1)                  \
   name(const __grid_constant__ tw_detail::TensorMap tmA,                                     \
        const __grid_constant__ tw_detail::TensorMap tmB, float* __restrict__ C, int M, int N, \
        int K, long long ldc, long long sC, int zA, int zB, float alpha, float beta) {          \
-    tw_detail::gemm_tma_tf32<TBM>(tmA, tmB, C, M, N, K, ldc, sC, zA, zB, alpha, beta);        \
+    tw_detail::gemm_tma_tf32<TBM, NB>(tmA, tmB, C, M, N, K, ldc, sC, zA, zB, alpha, beta);    \
   }
 
-TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma, 256)
-TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_m128, 128)
-TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_m64, 64)
+TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma, 256, 1)
+TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_n256, 128, 2)
+TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_m128, 128, 1)
+TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_m64, 64, 1)
 #undef TW_GEMM_TMA_TF32_ENTRY

@@ -39,8 +39,8 @@ const fn tma16(entry: &'static str, operands: &'static str, bn: u32) -> BuiltinK
     }
 }
 
-/// The TF32 TMA GEMM (gemm_tma_tf32.cuh) of `bm` x 128 tiles.
-const fn tma_tf32(entry: &'static str, bm: u32) -> BuiltinKernel {
+/// The TF32 TMA GEMM (gemm_tma_tf32.cuh) of `bm` x `bn` tiles.
+const fn tma_tf32(entry: &'static str, bm: u32, bn: u32) -> BuiltinKernel {
     BuiltinKernel {
         entry,
         op: "gemm (precision 1), Hopper TMA + wgmma",
@@ -49,8 +49,8 @@ const fn tma_tf32(entry: &'static str, bm: u32) -> BuiltinKernel {
         min_sm: 90,
         arch_specific: true,
         block: block(384, 1),
-        geometry: Geometry::GemmTiles { bm, bn: 128 },
-        dynamic_shared: gemm::tma_shared_bytes(bm, 128, 4),
+        geometry: Geometry::GemmTiles { bm, bn },
+        dynamic_shared: gemm::tma_shared_bytes(bm, bn, 4),
         oracle: "oracle::gemm",
     }
 }
@@ -147,9 +147,10 @@ pub static KERNELS: &[BuiltinKernel] = &[
     tma16("tw_gemm_f16_sm90a_tma", F16_TMA, 256),
     tma16("tw_gemm_f16_sm90a_tma_n128", F16_TMA, 128),
     tma16("tw_gemm_f16_sm90a_tma_n64", F16_TMA, 64),
-    tma_tf32("tw_gemm_tf32_sm90a_tma", 256),
-    tma_tf32("tw_gemm_tf32_sm90a_tma_m128", 128),
-    tma_tf32("tw_gemm_tf32_sm90a_tma_m64", 64),
+    tma_tf32("tw_gemm_tf32_sm90a_tma", 256, 128),
+    tma_tf32("tw_gemm_tf32_sm90a_tma_n256", 128, 256),
+    tma_tf32("tw_gemm_tf32_sm90a_tma_m128", 128, 128),
+    tma_tf32("tw_gemm_tf32_sm90a_tma_m64", 64, 128),
     BuiltinKernel {
         entry: "tw_reduce_sum_f32",
         op: "reduce_sum (inner == 1)",

@@ -109,11 +109,16 @@ fn plan_tma(g: &Gemm) -> Result<Option<LaunchPlan>, AbiError> {
         GemmPrecision::F32 => return Ok(None),
     };
     let name = if tf32 {
-        let bm = tile_width(g.m, |bm| g.m.div_ceil(bm) * g.n.div_ceil(128) * g.batch);
-        match bm {
-            256 => "tw_gemm_tf32_sm90a_tma",
-            128 => "tw_gemm_tf32_sm90a_tma_m128",
-            _ => "tw_gemm_tf32_sm90a_tma_m64",
+        // 128 x 256 first (it rounds each A tile for twice the columns),
+        // then the widest tile along M of 128 columns.
+        if g.m > 64 && tile_width(g.n, |bn| g.m.div_ceil(128) * g.n.div_ceil(bn) * g.batch) == 256 {
+            "tw_gemm_tf32_sm90a_tma_n256"
+        } else {
+            match tile_width(g.m, |bm| g.m.div_ceil(bm) * g.n.div_ceil(128) * g.batch) {
+                256 => "tw_gemm_tf32_sm90a_tma",
+                128 => "tw_gemm_tf32_sm90a_tma_m128",
+                _ => "tw_gemm_tf32_sm90a_tma_m64",
+            }
         }
     } else {
         let bn = tile_width(g.n, |bn| g.m.div_ceil(128) * g.n.div_ceil(bn) * g.batch);
@@ -249,9 +254,11 @@ mod tests {
     #[test]
     fn hopper_tf32_gemms_take_the_tma_tile_that_fills_the_gpu() {
         for (m, n, entry, grid, bm) in [
-            (4096, 4096, "tw_gemm_tf32_sm90a_tma", (32, 16, 1), 256),
+            (4096, 4096, "tw_gemm_tf32_sm90a_tma_n256", (16, 32, 1), 128),
+            (32768, 128, "tw_gemm_tf32_sm90a_tma", (1, 128, 1), 256),
             (16384, 128, "tw_gemm_tf32_sm90a_tma_m128", (1, 128, 1), 128),
             (1024, 1024, "tw_gemm_tf32_sm90a_tma_m64", (8, 16, 1), 64),
+            (64, 65536, "tw_gemm_tf32_sm90a_tma_m64", (512, 1, 1), 64),
         ] {
             let p = plan(&gemm(GemmPrecision::Tf32, m, n, 64), true).unwrap();
             assert_eq!(p.kernel.entry, entry);
@@ -368,6 +375,7 @@ mod tests {
         assert_eq!(tma_shared_bytes(128, 128, 2), 6 * 32 * 1024 + 12 * 8 + 1024);
         assert_eq!(tma_shared_bytes(128, 64, 2), 8 * 24 * 1024 + 16 * 8 + 1024);
         assert_eq!(tma_shared_bytes(256, 128, 4), 4 * 48 * 1024 + 12 * 8 + 1024);
+        assert_eq!(tma_shared_bytes(128, 256, 4), 4 * 48 * 1024 + 12 * 8 + 1024);
         assert_eq!(tma_shared_bytes(128, 128, 4), 6 * 32 * 1024 + 18 * 8 + 1024);
         assert_eq!(tma_shared_bytes(64, 128, 4), 8 * 24 * 1024 + 24 * 8 + 1024);
         for k in super::super::KERNELS {
