@@ -31,7 +31,7 @@ use crate::lower::KernelTrap;
 /// Removes every `HeapMisaligned` test of `func` whose offset is known to
 /// be aligned; how many it removed.
 pub(super) fn drop_proven_alignment_tests(func: &mut Function) -> usize {
-    let Some(zeros) = known_zeros(func) else {
+    let Some(zeros) = known_zeros(func, &[]) else {
         return 0;
     };
     let mut proven: Vec<Inst> = Vec::new();
@@ -110,6 +110,96 @@ fn misalignment_test(func: &Function, inst: Inst) -> Option<(Value, u32)> {
     Some((dfg.resolve_aliases(ea), mask.count_ones()))
 }
 
+/// The guest accesses of `func` of more than one byte not flagged
+/// `aligned`: each with its `ea` (the access is at `mem_base + ea`) and the
+/// low zero bits its size needs.
+pub(in crate::lower::translate) fn guest_accesses(
+    func: &Function,
+    mem_base: Value,
+) -> Vec<(Inst, Value, u32)> {
+    let dfg = &func.dfg;
+    let mut found = Vec::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            let data = &dfg.insts[inst];
+            let (address, bytes) = match (data.opcode(), dfg.inst_args(inst)) {
+                (Opcode::Load, &[a]) => (a, dfg.value_type(dfg.first_result(inst)).bytes()),
+                (Opcode::Store, &[v, a]) => (a, dfg.value_type(v).bytes()),
+                (Opcode::Uload16 | Opcode::Sload16, &[a]) | (Opcode::Istore16, &[_, a]) => (a, 2),
+                (Opcode::Uload32 | Opcode::Sload32, &[a]) | (Opcode::Istore32, &[_, a]) => (a, 4),
+                _ => continue,
+            };
+            let whole = matches!(data, InstructionData::Load { offset, .. } | InstructionData::Store { offset, .. } if i32::from(*offset) == 0);
+            let aligned = data.memflags_data(dfg).is_some_and(|f| f.aligned());
+            if bytes < 2 || !whole || aligned {
+                continue;
+            }
+            let Some(def) = dfg.value_def(dfg.resolve_aliases(address)).inst() else {
+                continue;
+            };
+            let InstructionData::Binary {
+                opcode: Opcode::Iadd,
+                args: [x, y],
+            } = dfg.insts[def]
+            else {
+                continue;
+            };
+            let (x, y) = (dfg.resolve_aliases(x), dfg.resolve_aliases(y));
+            let ea = match (x == mem_base, y == mem_base) {
+                (true, false) => y,
+                (false, true) => x,
+                _ => continue,
+            };
+            found.push((inst, ea, bytes.trailing_zeros()));
+        }
+    }
+    found
+}
+
+/// How many of `func`'s [`guest_accesses`] are not known aligned when the
+/// `assumed` arguments have their low bits zero (`usize::MAX` when the
+/// analysis gives up).
+pub(in crate::lower::translate) fn unproven_accesses(
+    func: &Function,
+    mem_base: Value,
+    assumed: &[(Value, u32)],
+) -> usize {
+    let Some(zeros) = known_zeros(func, assumed) else {
+        return usize::MAX;
+    };
+    guest_accesses(func, mem_base)
+        .into_iter()
+        .filter(|&(_, ea, bits)| zeros[index(ea)] < bits)
+        .count()
+}
+
+/// Flags `aligned` every guest access whose `ea` is known to be a multiple
+/// of its size (`mem_base` is 16-byte aligned, `docs/kernels.md`), so the
+/// PTX lowerer makes it one access with no alignment test; how many.
+pub(super) fn flag_aligned_accesses(func: &mut Function, mem_base: Value) -> usize {
+    let Some(zeros) = known_zeros(func, &[]) else {
+        return 0;
+    };
+    let proven: Vec<Inst> = guest_accesses(func, mem_base)
+        .into_iter()
+        .filter(|&(_, ea, bits)| zeros[index(ea)] >= bits)
+        .map(|(inst, _, _)| inst)
+        .collect();
+    for &inst in &proven {
+        let dfg = &mut func.dfg;
+        let Some(flags) = dfg.insts[inst].memflags_data(dfg) else {
+            continue;
+        };
+        let Ok(flags) = dfg.mem_flags.insert(flags.with_aligned()) else {
+            continue;
+        };
+        if let Some(slot) = dfg.insts[inst].memflags_mut() {
+            *slot = flags;
+        }
+    }
+    proven.len()
+}
+
 fn index(v: Value) -> usize {
     v.as_u32() as usize
 }
@@ -119,14 +209,19 @@ fn index(v: Value) -> usize {
 /// once a round).
 const MAX_ROUNDS: usize = 32;
 
-/// By value number, how many low bits are known to be zero; `None` when
-/// the fixed point takes more than [`MAX_ROUNDS`] rounds.
-fn known_zeros(func: &Function) -> Option<Vec<u32>> {
+/// By value number, how many low bits are known to be zero, the kernel's
+/// arguments knowing none but the `assumed` ones (an argument and its
+/// count); `None` when the fixed point takes more than [`MAX_ROUNDS`]
+/// rounds.
+fn known_zeros(func: &Function, assumed: &[(Value, u32)]) -> Option<Vec<u32>> {
     let dfg = &func.dfg;
     let mut zeros: Vec<u32> = dfg.values().map(|v| dfg.value_type(v).bits()).collect();
     if let Some(entry) = func.layout.entry_block() {
         for &p in dfg.block_params(entry) {
-            zeros[index(p)] = 0;
+            zeros[index(p)] = assumed
+                .iter()
+                .find(|&&(a, _)| a == p)
+                .map_or(0, |&(_, bits)| bits);
         }
     }
     for _ in 0..MAX_ROUNDS {

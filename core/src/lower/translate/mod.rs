@@ -7,10 +7,12 @@
 
 mod align;
 mod body;
+mod copy;
 mod counted;
 mod detect;
 mod merge;
 mod module;
+mod specialize;
 mod version;
 
 pub use detect::MAX_STACK_WINDOW;
@@ -237,13 +239,17 @@ pub fn translate_kernel_within(
     let abi = KernelAbi {
         wasm_params: params.len() + globals.len(),
     };
+    let entry = function
+        .layout
+        .entry_block()
+        .ok_or_else(|| LowerError::Invalid(String::from("translator: no entry block")))?;
+    let mem_base = function.dfg.block_params(entry)[abi.hidden(KernelAbi::MEM_BASE)];
+    specialize::specialize_for_aligned_arguments(&mut function, abi.wasm_params, mem_base);
     align::drop_proven_alignment_tests(&mut function);
     counted::charge_counted_loops(&mut function);
-    if let Some(entry) = function.layout.entry_block() {
-        let mem_base = function.dfg.block_params(entry)[abi.hidden(KernelAbi::MEM_BASE)];
-        version::version_loops(&mut function, mem_base);
-    }
+    version::version_loops(&mut function, mem_base);
     merge::merge_bounds_tests(&mut function, shared_bounds.as_ref());
+    align::flag_aligned_accesses(&mut function, mem_base);
 
     #[cfg(debug_assertions)]
     {

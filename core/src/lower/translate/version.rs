@@ -53,12 +53,13 @@ use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I8, I16, I32, I64};
 use cranelift_codegen::ir::{
-    Block, BlockArg, BlockCall, Function, Inst, InstBuilder, InstructionData, JumpTableData,
-    Opcode, Value, ValueDef,
+    Block, BlockArg, BlockCall, Function, Inst, InstBuilder, InstructionData, Opcode, Value,
+    ValueDef,
 };
 use cranelift_codegen::loop_analysis::LoopAnalysis;
 
 use super::align::{compare_trap, constant};
+use super::copy::{copy_blocks, resolved};
 use super::counted::minus_one;
 use crate::lower::KernelTrap;
 
@@ -509,7 +510,7 @@ fn version(func: &mut Function, c: &Candidate) -> Option<Block> {
         .map(|a| a.as_value().map(|v| func.dfg.resolve_aliases(v)))
         .collect::<Option<_>>()?;
     let outs = live_outs(func, &c.blocks);
-    let copy = copy_blocks(func, &c.blocks);
+    let copy = copy_blocks(func, &c.blocks, BTreeMap::new());
     let copy_header = copy.blocks[c.blocks.iter().position(|&b| b == c.header)?];
 
     // One way out for both loops: `join(exit args.., live-outs..)`, which
@@ -590,14 +591,6 @@ fn rename(func: &mut Function, skip: &BTreeSet<Block>, renamed: &BTreeMap<Value,
             });
         }
     }
-}
-
-/// Every value of `func` with its aliases resolved, by number.
-fn resolved(func: &Function) -> Vec<Value> {
-    let dfg = &func.dfg;
-    (0..dfg.num_values())
-        .map(|i| dfg.resolve_aliases(Value::new(i)))
-        .collect()
 }
 
 /// Removes, from `blocks`, [`pure`] instructions whose results nothing
@@ -730,81 +723,4 @@ fn live_outs(func: &Function, blocks: &[Block]) -> Vec<Value> {
         }
     }
     outs
-}
-
-/// What [`copy_blocks`] made: each value and instruction of the copied
-/// blocks to its copy, and the new blocks in order.
-struct Copied {
-    values: BTreeMap<Value, Value>,
-    insts: BTreeMap<Inst, Inst>,
-    blocks: Vec<Block>,
-}
-
-impl Copied {
-    /// `v`'s copy, or `v` when it was defined outside the blocks.
-    fn value(&self, v: Value) -> Value {
-        self.values.get(&v).copied().unwrap_or(v)
-    }
-}
-
-/// Copies `blocks` to the end of the layout: every parameter and result a
-/// new value, branches between them to the copies, values from outside
-/// unchanged.
-fn copy_blocks(func: &mut Function, blocks: &[Block]) -> Copied {
-    let mut copied = Copied {
-        values: BTreeMap::new(),
-        insts: BTreeMap::new(),
-        blocks: Vec::new(),
-    };
-    let mut block_map: BTreeMap<Block, Block> = BTreeMap::new();
-    for &block in blocks {
-        let copy = func.dfg.make_block();
-        for p in func.dfg.block_params(block).to_vec() {
-            let ty = func.dfg.value_type(p);
-            let q = func.dfg.append_block_param(copy, ty);
-            copied.values.insert(p, q);
-        }
-        func.layout.append_block(copy);
-        block_map.insert(block, copy);
-        copied.blocks.push(copy);
-        let insts: Vec<Inst> = func.layout.block_insts(block).collect();
-        for inst in insts {
-            let new = func.dfg.clone_inst(inst);
-            func.layout.append_inst(new, copy);
-            func.set_srcloc(new, func.srcloc(inst));
-            let (old, now) = (func.dfg.inst_results(inst), func.dfg.inst_results(new));
-            for (&a, &b) in old.iter().zip(now) {
-                copied.values.insert(a, b);
-            }
-            copied.insts.insert(inst, new);
-        }
-    }
-    let resolved = resolved(func);
-    for &new in copied.insts.values() {
-        let dfg = &mut func.dfg;
-        // A branch table's targets live in a table the copy must not share.
-        if let InstructionData::BranchTable { table, .. } = dfg.insts[new] {
-            let data = dfg.jump_tables[table].clone();
-            let default = data.default_block().deep_clone(&mut dfg.value_lists);
-            let targets: Vec<BlockCall> = data
-                .as_slice()
-                .iter()
-                .map(|t| t.deep_clone(&mut dfg.value_lists))
-                .collect();
-            let fresh = dfg.jump_tables.push(JumpTableData::new(default, &targets));
-            if let InstructionData::BranchTable { table, .. } = &mut dfg.insts[new] {
-                *table = fresh;
-            }
-        }
-        dfg.map_inst_values(new, |v| copied.value(resolved[v.index()]));
-        let pool = &mut dfg.value_lists;
-        for call in
-            dfg.insts[new].branch_destination_mut(&mut dfg.jump_tables, &mut dfg.exception_tables)
-        {
-            if let Some(&to) = block_map.get(&call.block(pool)) {
-                call.set_block(to, pool);
-            }
-        }
-    }
-    copied
 }

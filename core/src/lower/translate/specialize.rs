@@ -1,0 +1,157 @@
+//! The kernel's copy for aligned arguments. A kernel's pointers arrive as
+//! `i32` arguments, and nothing says they are aligned, so an access at
+//! `a + (i << 2)` keeps the PTX lowerer's alignment test (a branch to
+//! byte accesses), which also keeps loads from overlapping. Guests pass
+//! aligned pointers almost always; this pass makes a second copy of the
+//! kernel's body in which chosen arguments are known to have their low
+//! bits zero, and the kernel's entry picks it when they do.
+//!
+//! The arguments and bits are chosen by the alignment analysis
+//! (`align::unproven_accesses`): every `i32` argument assumed a multiple
+//! of the widest unproven access's size, then, one at a time, each
+//! assumption dropped or narrowed while no more accesses go unproven. If
+//! the assumptions prove no access more, nothing changes. Otherwise the
+//! entry block computes, for each chosen argument `a` with `k` bits,
+//! `a & !(2^k - 1)` (equal to `a` when the test below passes, and known to
+//! the analysis to have `k` low zero bits), and replaces its `jump` into
+//! the body by `brif (or of each a & (2^k - 1)) == 0, copy, body`; the copy
+//! reads the masked values where the body reads the arguments. The
+//! accesses the analysis then proves are flagged `aligned` by
+//! `align::flag_aligned_accesses`, in the copy and wherever else they are
+//! proven. The test is the same for every thread of a launch (the
+//! arguments are), so the threads of a block take the same copy.
+
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+
+use cranelift_codegen::cursor::{Cursor, FuncCursor};
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::I32;
+use cranelift_codegen::ir::{Block, BlockArg, Function, InstBuilder, InstructionData, Value};
+
+use super::align::{guest_accesses, unproven_accesses};
+use super::copy::copy_blocks;
+
+/// The most instructions a kernel may have to be copied (a copy doubles
+/// the code ptxas and the driver compile).
+const MAX_KERNEL_INSTS: usize = 4096;
+
+/// Makes the aligned-argument copy of `func` when it proves some access
+/// aligned (module docs); whether it did. `wasm_params` are the kernel's
+/// Wasm parameters (the first entry parameters), `mem_base` its memory's
+/// base.
+pub(super) fn specialize_for_aligned_arguments(
+    func: &mut Function,
+    wasm_params: usize,
+    mem_base: Value,
+) -> bool {
+    let Some(entry) = func.layout.entry_block() else {
+        return false;
+    };
+    let size: usize = func
+        .layout
+        .blocks()
+        .map(|b| func.layout.block_insts(b).count())
+        .sum();
+    if size > MAX_KERNEL_INSTS {
+        return false;
+    }
+    let Some(jump) = func.layout.last_inst(entry) else {
+        return false;
+    };
+    if !matches!(func.dfg.insts[jump], InstructionData::Jump { .. }) {
+        return false;
+    }
+    let Some(assumed) = choose(func, entry, wasm_params, mem_base) else {
+        return false;
+    };
+
+    // The masked arguments and the test, before the entry's jump.
+    let srcloc = func.srcloc(jump);
+    let mut pos = FuncCursor::new(func).at_inst(jump).with_srcloc(srcloc);
+    let mut masked: BTreeMap<Value, Value> = BTreeMap::new();
+    let mut low_bits = None;
+    for &(argument, bits) in &assumed {
+        let mask = (1i64 << bits) - 1;
+        let kept = pos.ins().band_imm_s(argument, !mask);
+        masked.insert(argument, kept);
+        let low = pos.ins().band_imm_s(argument, mask);
+        low_bits = Some(match low_bits {
+            None => low,
+            Some(others) => pos.ins().bor(others, low),
+        });
+    }
+    let Some(low_bits) = low_bits else {
+        return false;
+    };
+    let aligned = pos.ins().icmp_imm_s(IntCC::Equal, low_bits, 0);
+
+    // The copy of everything after the entry block.
+    let body: Vec<Block> = func.layout.blocks().filter(|&b| b != entry).collect();
+    let copy = copy_blocks(func, &body, masked);
+    let InstructionData::Jump { destination, .. } = func.dfg.insts[jump] else {
+        return false;
+    };
+    let target = destination.block(&func.dfg.value_lists);
+    let args: Vec<Value> = destination
+        .args(&func.dfg.value_lists)
+        .filter_map(|a| a.as_value())
+        .collect();
+    let Some(index) = body.iter().position(|&b| b == target) else {
+        return false;
+    };
+    let copy_target = copy.blocks[index];
+    let plain: Vec<BlockArg> = args.iter().map(|&v| v.into()).collect();
+    let mapped: Vec<BlockArg> = args.iter().map(|&v| copy.value(v).into()).collect();
+    let mut pos = FuncCursor::new(func).at_inst(jump).with_srcloc(srcloc);
+    pos.ins()
+        .brif(aligned, copy_target, &mapped, target, &plain);
+    func.layout.remove_inst(jump);
+    true
+}
+
+/// The arguments to assume aligned, each with its low zero bits: `None`
+/// when no assumption proves an access more.
+fn choose(
+    func: &Function,
+    entry: Block,
+    wasm_params: usize,
+    mem_base: Value,
+) -> Option<Vec<(Value, u32)>> {
+    let unproven = |assumed: &[(Value, u32)]| unproven_accesses(func, mem_base, assumed);
+    let widest = guest_accesses(func, mem_base)
+        .into_iter()
+        .map(|(_, _, bits)| bits)
+        .max()?;
+    let params = func.dfg.block_params(entry);
+    let mut assumed: Vec<(Value, u32)> = params[..wasm_params.min(params.len())]
+        .iter()
+        .filter(|&&p| func.dfg.value_type(p) == I32)
+        .map(|&p| (p, widest))
+        .collect();
+    let none = unproven(&[]);
+    let best = unproven(&assumed);
+    if best >= none {
+        return None;
+    }
+    // Drop or narrow each assumption that proves nothing more.
+    let mut k = 0;
+    while k < assumed.len() {
+        let (argument, bits) = assumed[k];
+        let mut keep = bits;
+        for fewer in (0..bits).rev() {
+            assumed[k] = (argument, fewer);
+            if unproven(&assumed) > best {
+                break;
+            }
+            keep = fewer;
+        }
+        if keep == 0 {
+            assumed.remove(k);
+        } else {
+            assumed[k] = (argument, keep);
+            k += 1;
+        }
+    }
+    Some(assumed)
+}
