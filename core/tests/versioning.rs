@@ -247,11 +247,13 @@ fn fuel_short_of_the_count_traps_at_the_header() {
 }
 
 /// The translated CLIF: the kernel has two copies of its body (the second
-/// for aligned `$a`, `$b`, `$out` and `$stride`), each with its loop and
-/// that loop's versioned copy. Only the two original loops test fuel; the
-/// versioned copies' three accesses are flagged `aligned` and `notrap`,
+/// for aligned `$a`, `$b`, `$out` and `$stride`), each with its loop, that
+/// loop's versioned copy, and the copy unrolled into a chain of four links
+/// (`unroll.rs`). Only the two original loops test fuel; the versioned
+/// copies' and links' three accesses are flagged `aligned` and `notrap`,
 /// the aligned-argument copy's original loop's three `aligned` only (they
-/// keep their bounds tests); every loop reads the clock.
+/// keep their bounds tests); the loops and the chains' first links read
+/// the clock, the other links do not.
 #[test]
 fn the_copies_drop_their_checks() {
     let clif = clif_of(&RUNNING_DOT.replace("OFFSET", "0"));
@@ -261,11 +263,16 @@ fn the_copies_drop_their_checks() {
             .count()
     };
     assert_eq!(traps(&clif, "trapz", KernelTrap::OutOfFuel), 2, "{clif}");
-    assert_eq!(accesses(" notrap aligned "), 6, "{clif}");
-    assert_eq!(accesses(" aligned "), 9, "{clif}");
-    assert_eq!(accesses(" little "), 12, "{clif}");
-    // Each copy's virtual block, and its four loops' headers.
-    assert_eq!(traps(&clif, "trapnz", KernelTrap::TimeLimit), 6, "{clif}");
+    // Per body: the versioned copy and four links, three accesses each.
+    assert_eq!(accesses(" notrap aligned "), 2 * 5 * 3, "{clif}");
+    assert_eq!(accesses(" aligned "), 2 * 5 * 3 + 3, "{clif}");
+    assert_eq!(accesses(" little "), 2 * 6 * 3, "{clif}");
+    // Each body's virtual block, loop, versioned copy and first link.
+    assert_eq!(
+        traps(&clif, "trapnz", KernelTrap::TimeLimit),
+        2 * 4,
+        "{clif}"
+    );
 }
 
 /// Straight code over pointer arguments (no loop): the `f32`s at `a + 4 t`

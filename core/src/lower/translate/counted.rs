@@ -204,7 +204,7 @@ pub(super) fn minus_one(func: &Function, v: Value) -> Option<Value> {
 /// The time check ending in `trapnz` of `arg`: `[trapnz, icmp, isub,
 /// call]` (`icmp ugt (isub (call clock) start) limit`), or `None` when it
 /// has another shape.
-fn clock_chain(func: &Function, trapnz: Inst, arg: Value) -> Option<[Inst; 4]> {
+pub(super) fn clock_chain(func: &Function, trapnz: Inst, arg: Value) -> Option<[Inst; 4]> {
     let dfg = &func.dfg;
     let def = |v: Value| dfg.value_def(dfg.resolve_aliases(v)).inst();
     let compare = def(arg)?;

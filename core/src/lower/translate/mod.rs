@@ -13,6 +13,7 @@ mod detect;
 mod merge;
 mod module;
 mod specialize;
+mod unroll;
 mod version;
 
 pub use detect::MAX_STACK_WINDOW;

@@ -61,6 +61,7 @@ use cranelift_codegen::loop_analysis::LoopAnalysis;
 use super::align::{compare_trap, constant};
 use super::copy::{copy_blocks, resolved};
 use super::counted::minus_one;
+use super::unroll::unroll;
 use crate::lower::KernelTrap;
 
 /// The most instructions a loop may have to be copied.
@@ -574,7 +575,15 @@ fn version(func: &mut Function, c: &Candidate) -> Option<Block> {
         }
     }
     drop_unused(func, &copy.blocks);
-    entry_test(func, c, copy_header);
+    let enter = unroll(
+        func,
+        &copy.blocks,
+        copy_header,
+        copy.insts[&c.latch],
+        c.counter,
+    )
+    .unwrap_or(copy_header);
+    entry_test(func, c, enter);
     Some(copy_header)
 }
 
@@ -624,7 +633,8 @@ fn drop_unused(func: &mut Function, blocks: &[Block]) {
 }
 
 /// Replaces the loop's entry `jump header(args)` by `brif ok,
-/// copy(args), header(args)`, `ok` the module docs' entry test.
+/// copy(args), header(args)`, `ok` the module docs' entry test, `copy`
+/// the copy's header or its unrolled chain's dispatch block (`unroll`).
 fn entry_test(func: &mut Function, c: &Candidate, copy_header: Block) {
     let srcloc = func.srcloc(c.entry);
     let args: Vec<Value> = match func.dfg.insts[c.entry] {
