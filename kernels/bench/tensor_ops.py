@@ -23,14 +23,21 @@ GEMM, with ref = alpha * A @ B + beta * C0 in float64:
     inputs to tf32);
   * elem = max_ij |C - ref_seen|_ij / D_ij, D = |alpha| |A| @ |B| + |beta| |C0|,
     where ref_seen is the float64 product of the operands as the kernel
-    multiplies them (tf32: inputs rounded to tf32, ties away from zero, as
-    cvt.rna.tf32.f32 does; otherwise the inputs themselves): what is left is
+    multiplies them (tf32: inputs rounded to tf32 to nearest, ties to even, as
+    every TF32 entry rounds them; otherwise the inputs themselves): what is left is
     f32 accumulation error, so this catches a dropped or doubled term in any
     single element: elem <= 1e-5 (f32) / 1e-4 (tensor cores; one missing term
     at K = 4097 gives ~4e-4);
   * every element of C inside the matrix was written (no NaN left from the
     poison when beta == 0), and every element outside it (row padding of ldc,
     the element before an offset pointer) is unchanged.
+TF32 rounding, exactly (every TF32 entry): A of edge values (halfway cases with
+  an even and an odd last kept bit, either side of them, normal and subnormal,
+  both signs, random bits) times an identity gives C == tf32(A) bit for bit
+  (zeros up to sign), and an identity times such a B gives tf32(B); a NaN in A
+  (B) makes its row (column) of C NaN and nothing else. On sm_90 a TFLOAT32
+  tensor map (kernels/test/tma_box_copy.ptx) turns every word of a box into
+  tf32(word), NaNs into 0x7fffe000.
 reduce_sum / reduce_mean: |y - ref| <= 1e-5 * sum|x| (/ n for mean); reduce_max:
   |y - ref| <= 1e-5 |ref|.
 softmax: max |y - ref| / |ref| <= 1e-5 (ref > 0 everywhere).
@@ -192,13 +199,18 @@ TMA_BM = 128
 TMA_TF32_BN = 128
 
 
+# cuTensorMapEncodeTiled's data types (cuda.h, CUtensorMapDataType): the TF32 GEMM's maps are TFLOAT32 (the TMA
+# unit rounds to tf32, ties to even, subnormals kept), not TFLOAT32_FTZ (12).
+CU_TENSOR_MAP_DATA_TYPE = {"f16": 6, "f32": 7, "bf16": 9, "tf32": 11}
+
+
 def tma_shared_bytes(bm, bn, esize):
     """Dynamic shared memory of a TMA GEMM: as many stages as fit 192 KiB (at most 8), their mbarriers (full and
-    empty; TF32 also ready) and 1 KiB of alignment slack (table/gemm.rs, tma_shared_bytes)."""
-    bk, barriers = (64, 2) if esize == 2 else (32, 3)
+    empty) and 1 KiB of alignment slack (table/gemm.rs, tma_shared_bytes)."""
+    bk = 64 if esize == 2 else 32
     stage = (bm + bn) * bk * esize
     stages = min(192 * 1024 // stage, 8)
-    return stages * stage + barriers * stages * 8 + 1024
+    return stages * stage + 2 * stages * 8 + 1024
 
 
 def tma_tf32_bm(M, N, batch):
@@ -277,10 +289,10 @@ class Kernels:
         zA, zB = int(sA != 0), int(sB != 0)
         if "tf32" in name:
             bm = tma_tf32_bm(M, N, batch)
-            dt, esz, bn, box_a, box_b = 7, 4, TMA_TF32_BN, (32, bm, 1), (32, 32, 1)
+            dt, esz, bn, box_a, box_b = CU_TENSOR_MAP_DATA_TYPE["tf32"], 4, TMA_TF32_BN, (32, bm, 1), (32, 32, 1)
             fn, smem = f[bm], tma_shared_bytes(bm, TMA_TF32_BN, 4)
         else:
-            dt = 9 if "bf16" in name else 6  # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 / FLOAT16
+            dt = CU_TENSOR_MAP_DATA_TYPE["bf16" if "bf16" in name else "f16"]
             esz, bm, bn = 2, TMA_BM, tma_bn(M, N, batch)
             box_a, box_b = (64, 128, 1), (64, 64, 1)
             fn, smem = f[bn], tma_shared_bytes(TMA_BM, bn, 2)
@@ -369,9 +381,24 @@ def bits_equal(a, b):
     return torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
-def tf32_rna(x):
-    bits = x.contiguous().view(torch.int32)
-    return ((bits + 0x1000) & -0x2000).view(torch.float32)
+TF32_NAN = 0x7fffe000
+
+
+def tf32_rne_bits(bits):
+    """f32 bits (an int64 tensor, 0 .. 2^32) rounded to tf32: to nearest, ties to even; a NaN to 0x7fffe000
+    (kernels/src/oracle.rs, tf32_round)."""
+    r = (bits + 0xfff + ((bits >> 13) & 1)) & 0xffffe000
+    return torch.where((bits & 0x7fffffff) > 0x7f800000, torch.full_like(bits, TF32_NAN), r)
+
+
+def i32_of(bits):
+    """Bits 0 .. 2^32 (int64) as int32 words."""
+    return (((bits + 2**31) % 2**32) - 2**31).to(torch.int32)
+
+
+def tf32_rne(x):
+    bits = x.contiguous().view(torch.int32).to(torch.int64) & 0xffffffff
+    return i32_of(tf32_rne_bits(bits)).view(torch.float32).view(x.shape)
 
 
 TDTYPE = {"f32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -412,7 +439,7 @@ def gemm_case(k, dt, M, N, K, batch=1, lda=None, ldb=None, ldc=None, bcast=None,
         ref = ref + beta * C0v
         D = D + abs(beta) * C0v.abs()
     if dt == "tf32":
-        As, Bs = tf32_rna(A.float()).double(), tf32_rna(B.float()).double()
+        As, Bs = tf32_rne(A.float()).double(), tf32_rne(B.float()).double()
         ref_seen = alpha * torch.matmul(As, Bs) + (beta * C0v if beta != 0.0 else 0.0)
     else:
         ref_seen = ref
@@ -432,6 +459,93 @@ def gemm_case(k, dt, M, N, K, batch=1, lda=None, ldb=None, ldc=None, bcast=None,
     if beta != 0.0 or alpha != 1.0:
         desc += f" alpha={alpha} beta={beta}"
     record(desc, ok, f"fro={fro:.2e} elem={elem:.2e} finite={finite} outside_untouched={outside_ok}")
+
+
+def tf32_edge_bits(n, subnormal):
+    """n f32 bit patterns (int64) for the exact rounding checks: halfway cases with an even and an odd last kept
+    bit and either side of them, both signs, normal (exponents of 2^-126, 1 and 2^127) or subnormal; then random
+    bits of the same kind. None rounds to an infinity (which times an identity's zeros would give NaN)."""
+    words = []
+    for sign in (0, 0x80000000):
+        for expo in ((0,) if subnormal else (0x00800000, 0x3f800000, 0x7f000000)):
+            for kept in (0, 0x2000, 0x7fe000):
+                for dropped in (0, 1, 0xfff, 0x1000, 0x1001, 0x1fff):
+                    words.append(sign | expo | kept | dropped)
+    rnd = torch.randint(0, 2**32, (n - len(words),), dtype=torch.int64) & 0x807fffff
+    if not subnormal:
+        rnd |= torch.randint(1, 255, rnd.shape, dtype=torch.int64) << 23
+    bits = torch.cat([torch.tensor(words, dtype=torch.int64), rnd])
+    return torch.where((tf32_rne_bits(bits) & 0x7fffffff) >= 0x7f800000, torch.full_like(bits, 0x3f801000), bits)
+
+
+def check_tf32_rounding(k, label=""):
+    """The TF32 entry rounds A and B to nearest, ties to even, bit for bit: edge values times an identity, both
+    ways round; and a NaN in A or B gives NaN in its row or column of C and nowhere else."""
+    eye = torch.eye(64, device=DEV)
+    for kind, subnormal in (("normal", False), ("subnormal", True)):
+        for side, (M, N, K) in (("A", (256, 64, 64)), ("B", (64, 256, 64))):
+            shape = (M, K) if side == "A" else (K, N)
+            bits = tf32_edge_bits(shape[0] * shape[1], subnormal)
+            X = i32_of(bits).view(torch.float32).view(shape).to(DEV)
+            A, B = (X, eye) if side == "A" else (eye, X)
+            C = torch.full((M, N), float("nan"), device=DEV)
+            k.gemm("tw_gemm_tf32", A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, K, N, N, 0, 0, 0, 1, 1.0, 0.0)
+            k.drv.sync("gemm tf32 rounding")
+            want = i32_of(tf32_rne_bits(bits)).view(torch.float32).view(shape).to(DEV)
+            same = C == want  # zeros up to sign: -0 + 0 sums to +0
+            bad = int((~same).sum())
+            detail = f"{bad} of {same.numel()} differ"
+            if bad:
+                i = int((~same).flatten().nonzero()[0])
+                got = int(C.flatten()[i:i + 1].view(torch.int32)[0]) & 0xffffffff
+                detail += (f", e.g. {int(bits[i]):#010x} -> {got:#010x}, want "
+                           f"{int(tf32_rne_bits(bits[i:i + 1])[0]):#010x}")
+            record(f"{label}gemm tf32 rounds {side} to nearest even, bit for bit ({kind} values)", bad == 0, detail)
+    M, N, K = 96, 80, 40
+    A = torch.randn(M, K, device=DEV)
+    B = torch.randn(K, N, device=DEV)
+    A[5, 7] = float("nan")
+    B[9, 11] = float("nan")
+    C = torch.full((M, N), float("nan"), device=DEV)
+    k.gemm("tw_gemm_tf32", A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, K, N, N, 0, 0, 0, 1, 1.0, 0.0)
+    k.drv.sync("gemm tf32 NaN")
+    want = torch.zeros(M, N, dtype=torch.bool, device=DEV)
+    want[5, :] = True
+    want[:, 11] = True
+    ok = torch.equal(C.isnan(), want)
+    record(f"{label}gemm tf32 NaN in A (row 5) and B (column 11): NaN in that row and column of C only", ok,
+           f"{int(C.isnan().sum())} NaN, want {int(want.sum())}")
+
+
+def check_tf32_tensor_map(k):
+    """On sm_90: a TFLOAT32 tensor map rounds every word of a 32 x 16 box (kernels/test/tma_box_copy.ptx) as
+    tf32_rne_bits does: edge values, subnormals, the largest finite values, infinities, NaNs, random bits."""
+    path = os.path.join(ROOT, "kernels", "test", "tma_box_copy.ptx")
+    if torch.cuda.get_device_capability() != (9, 0) or not os.path.exists(path):
+        return
+    fn = k.drv.function(k.drv.load(path), "tma_box_copy")
+    n = 32 * 16
+    words = [int(b) for b in tf32_edge_bits(150, False)[:144]] + [int(b) for b in tf32_edge_bits(80, True)[:72]]
+    for sign in (0, 0x80000000):
+        words += [sign | w for w in (0x7f7fffff, 0x7f7ff000, 0x7f7fefff, 0x7f800000, 0x7fc00000, 0x7f800001,
+                                     0x7f801000, 0x7fffffff, 0x00000000)]
+    bits = torch.cat([torch.tensor(words, dtype=torch.int64),
+                      torch.randint(0, 2**32, (n - len(words),), dtype=torch.int64)])
+    x = i32_of(bits).to(DEV)
+    out = torch.full((n,), 0x55555555, dtype=torch.int32, device=DEV)
+    tm = k.drv.tensor_map(CU_TENSOR_MAP_DATA_TYPE["tf32"], x.data_ptr(), (32, 16), (32 * 4,), (32, 16), 0)
+    k.drv.launch(fn, (1, 1, 1), (128, 1, 1), "mpiiii", [tm, out.data_ptr(), 0, 0, 0, n * 4], k.stream(),
+                 shared=n * 4 + 1024)
+    k.drv.sync("tma_box_copy (TFLOAT32)")
+    got = out.cpu().to(torch.int64) & 0xffffffff
+    want = tf32_rne_bits(bits)
+    bad = (got != want).nonzero().flatten().tolist()
+    nans = sorted({f"{int(g):#010x}" for g, b in zip(got, bits) if (int(b) & 0x7fffffff) > 0x7f800000})
+    detail = f"{n - len(bad)} of {n} words as tf32_rne; NaNs became {', '.join(nans)}"
+    if bad:
+        detail += "; e.g. " + ", ".join(f"{int(bits[i]):#010x} -> {int(got[i]):#010x} (want {int(want[i]):#010x})"
+                                        for i in bad[:4])
+    record("tensor map TFLOAT32 (11) rounds to nearest even on the way into shared memory", not bad, detail)
 
 
 def check_gemm(k, label="", dtypes=("f32", "tf32", "bf16", "f16")):
@@ -471,6 +585,8 @@ def check_gemm(k, label="", dtypes=("f32", "tf32", "bf16", "f16")):
             except Exception as e:  # noqa: BLE001
                 record(f"{label}gemm {dt} {c}", False, f"exception {e!r}")
                 raise
+    if "tf32" in dtypes:
+        check_tf32_rounding(k, label)
 
 
 def check_reduce(k):
@@ -864,7 +980,8 @@ def main():
     if not args.skip_check:
         for part, fn in (("elementwise", check_elementwise), ("reduce", check_reduce), ("softmax", check_softmax),
                          ("layernorm", check_layernorm),
-                         ("gemm", lambda k: check_gemm(k, dtypes=builtin_dtypes))):
+                         ("gemm", lambda k: check_gemm(k, dtypes=builtin_dtypes)),
+                         ("gemm", lambda k: check_tf32_tensor_map(k) if "tf32" in builtin_dtypes else None)):
             if not want(part):
                 continue
             try:

@@ -10,7 +10,8 @@
 // (<= 48 KiB), f32 accumulate.
 //
 //   tw_gemm_f32    SIMT FFMA, every architecture (sm_75+).
-//   tw_gemm_tf32   mma.sync m16n8k8 tf32 (inputs rounded with cvt.rna), sm_80+.
+//   tw_gemm_tf32   mma.sync m16n8k8 tf32 (inputs rounded to nearest, ties to
+//                  even: to_tf32), sm_80+.
 //   tw_gemm_bf16   mma.sync m16n8k16 bf16, ldmatrix, sm_80+.
 //   tw_gemm_f16    mma.sync m16n8k16 f16, ldmatrix, sm_80+.
 //
@@ -356,7 +357,7 @@ tw_gemm_f32(const float* __restrict__ A, const float* __restrict__ B, float* __r
 // (c & 7) ^ (k & 7): wgmma's N-major 128-byte-swizzle layout.
 //
 // mma.sync warp layout: 8 warps as 2 (M) x 4 (N), each a 64 x 32 tile of C
-// (4 x 4 mma tiles). tf32: the inputs are rounded to tf32 (cvt.rna): A once,
+// (4 x 4 mma tiles). tf32: the inputs are rounded to tf32 (to_tf32): A once,
 // in shared memory, by the thread that loaded it; B as fragments are loaded.
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -404,10 +405,19 @@ TW_DI uint4 lds128(unsigned addr) {
   return v;
 }
 
+// f32 bits rounded to tf32 (10 fraction bits), to nearest with ties to even,
+// as the TMA unit rounds for a TFLOAT32 tensor map and as
+// tensorwasm_kernels::oracle::tf32_round does; sm_80 has only cvt.rna (ties
+// away from zero), hence integer arithmetic on the bits. Adding 0xfff plus
+// the lowest kept bit carries into the kept bits exactly when the dropped
+// 13 bits are above half, or half with the kept bits odd; a carry out of the
+// fraction steps the exponent, up to infinity past the largest tf32.
+// Infinities stay; a NaN becomes 0x7fffe000 (the TMA unit's NaN), since
+// clearing the low bits of a NaN could leave an infinity. Subnormals round
+// like the rest.
 TW_DI unsigned to_tf32(unsigned x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
-  return r;
+  const unsigned r = (x + 0xfffu + ((x >> 13) & 1u)) & 0xffffe000u;
+  return (x & 0x7fffffffu) > 0x7f800000u ? 0x7fffe000u : r;
 }
 
 TW_DI void mma_tf32(float* d, const unsigned* a, const unsigned* b) {
@@ -782,7 +792,7 @@ tw_gemm_f16(const __half* __restrict__ A, const __half* __restrict__ B, float* _
 // tf32: wgmma takes 32-bit B operands only K-major, and A (K-major) is what
 // we have in shared memory, so each warpgroup computes 64 columns x 128 rows
 // of C^T = B^T A^T with wgmma.m64n128k8: B^T from registers (loaded from the
-// B tile like the mma.sync fragments, rounded with cvt.rna), A^T as the
+// B tile like the mma.sync fragments, rounded with to_tf32), A^T as the
 // shared-memory operand (rounded to tf32 in place first).
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

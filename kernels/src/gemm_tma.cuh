@@ -103,17 +103,15 @@ TW_DI void setmaxnreg_dec() {
 }
 
 // Thread 0 sets up a ring's mbarriers at `bars`: STAGES "full" (one arrival:
-// the producer's, plus the TMA bytes), STAGES "empty" (one per consumer
-// warp), and, when READY > 0, STAGES "ready" of READY arrivals; then the
-// block waits for them.
-template <int STAGES, int READY>
+// the producer's, plus the TMA bytes) and STAGES "empty" (one per consumer
+// warp); then the block waits for them.
+template <int STAGES>
 TW_DI void init_ring(unsigned bars) {
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars + 8 * s, 1);
       mbar_init(bars + 8 * (STAGES + s), tma::T_CONSUMER_WARPS);
-      if (READY > 0) mbar_init(bars + 8 * (2 * STAGES + s), READY);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -185,7 +183,7 @@ TW_DI void gemm_tma(const TensorMap& tmA, const TensorMap& tmB, float* __restric
   // full(s) = bars + 8 s; empty(s) = bars + 8 (T_STAGES + s).
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
-  init_ring<T_STAGES, 0>(bars);
+  init_ring<T_STAGES>(bars);
 
   int m0, n0;
   tile_origin<TBM, TBN, T_GROUP_M>(m0, n0);

@@ -1,42 +1,35 @@
-// tw_gemm_tf32_sm90a_tma (and _n256, _m128, _m64): the TF32 GEMM with TMA
+// tw_gemm_tf32_sm90a_tma (and _m128, _m64): the TF32 GEMM with TMA
 // loads and warp specialisation. Included by gemm.cu after gemm_tma.cuh
 // (whose TensorMap, mbarrier, TMA and setmaxnreg helpers it uses), inside
 // the sm_90a guard; docs/tensor-ops.md is the contract.
 //
+// A and B come through tensor maps of type TFLOAT32
+// (CU_TENSOR_MAP_DATA_TYPE_TFLOAT32, not the _FTZ one: subnormals are
+// kept): the TMA unit rounds each f32 to tf32 as it copies it into shared
+// memory, to nearest with ties to even (NaN becomes 0x7fffe000, a NaN), as
+// the other TF32 GEMMs and the CPU oracle round. So every operand lands in
+// shared memory ready for the tensor cores, and the kernel has no rounding
+// pass.
+//
 // wgmma takes 32-bit operands from shared memory only K-major, and B ([K,
 // N], N contiguous) is not, so the kernel computes the tile of
 // C^T = B^T A^T: B^T is wgmma's register operand (each consumer thread loads
-// its fragments from the B stage and rounds them with cvt.rna), A^T its
-// shared-memory operand (A rows are K-major), which the consumers round to
-// tf32 in place, so every input is rounded to nearest as in the other TF32
-// GEMMs.
+// its fragments from the B stage), A^T its shared-memory operand (A rows
+// are K-major).
 //
-// Tile: TBM rows x TBN columns of C, TBN = 128 NB: 256 x 128 (the main
-// entry), 128 x 256 (_n256), 128 x 128 (_m128), 64 x 128 (_m64). Stage:
-// TBM x 32 of A (one {32, TBM, 1} box), 32 x TBN of B ({32, 32, 1} boxes),
-// 128-byte swizzle. Warpgroup 0 issues the TMA loads; consumer cw (0, 1)
-// owns 64 NB columns of the tile and all TBM rows: NB wgmma.m64n(TBM)k8 per
-// k8, whose 64 rows are C columns and whose TBM columns are C rows. Both
-// consumers read the whole A stage, and each rounds half of it with
-// cvt.rna, then arrives on the stage's "ready" mbarrier. The wgmmas of tile
-// kt run while the consumers round tile kt + 1 and load its B fragments
+// Tile: TBM rows x 128 columns of C: 256 x 128 (the main entry), 128 x 128
+// (_m128), 64 x 128 (_m64); with the rounding pass gone, 256 x 128 beats
+// 128 x 256 (it loads less B per multiply-add). Stage: TBM x 32 of A (one
+// {32, TBM, 1} box), 32 x 128 of B (four {32, 32, 1} boxes), 128-byte
+// swizzle. Warpgroup 0 issues the TMA loads; consumer cw (0, 1) owns 64
+// columns of the tile and all TBM rows: one wgmma.m64n(TBM)k8 per k8, whose
+// 64 rows are C columns and whose TBM columns are C rows. The
+// wgmmas of tile kt run while the consumers load tile kt + 1's B fragments
 // into a second set of registers; wgmma_wait<1> then retires tile kt - 1
-// and releases its stage.
-//
-// Shared memory bandwidth is what bounds this kernel: per multiply-add the
-// wgmma reads of A^T, the TMA writes, the B fragment loads and the rounding
-// pass (a read and a write of every A element) come to about 1.4 times what
-// the same kernel needs without the pass (on the H100: 0.73 of cuBLAS at
-// 4096^3 with 128 x 256 tiles, 0.95 without the pass). The 128 x 256 tile
-// shares each rounded A stage among 256 columns, halving the pass per
-// multiply-add against 256 x 128 (which in turn loads less B per
-// multiply-add, and wins where the pass is not needed). A tensor map of
-// type TFLOAT32 would round for free, but the H100's TMA rounds ties to
-// even, not away from zero as cvt.rna (checked bit by bit). The column order
-// inside a consumer's 64 columns (colw below) makes a thread's two fragment
-// rows neighbouring columns, one 8-byte load per k, and keeps a half-warp's
-// loads on 32 different banks through the swizzle (the plain order had
-// two-way bank conflicts).
+// and releases its stage. The column order inside a consumer's 64 columns
+// (colw below) makes a thread's two fragment rows neighbouring columns, one
+// 8-byte load per k, and keeps a half-warp's loads on 32 different banks
+// through the swizzle (the plain order had two-way bank conflicts).
 // Grid: (ceil(N / TBN), ceil(M / TBM), batch).
 
 namespace tw_detail {
@@ -45,18 +38,18 @@ namespace tma {
 constexpr int T32_BK = 32;
 constexpr int T32_B_BOX_BYTES = T32_BK * 32 * 4;  // 4 KiB: 32 K rows x 32 columns
 
-// A tile of TBM x 128 NB: its stage, its ring depth (as many stages as fit
+// A tile of TBM x 128: its stage, its ring depth (as many stages as fit
 // 192 KiB, at most 8) and the dynamic shared memory it needs (the same sum
 // as tma_shared_bytes in kernels/src/table/gemm.rs).
-template <int TBM, int NB>
+template <int TBM>
 struct Shape32 {
-  static constexpr int TBN = 128 * NB;
+  static constexpr int TBN = 128;
   static constexpr int A_BYTES = TBM * T32_BK * 4;
   static constexpr int B_BYTES = TBN / 32 * T32_B_BOX_BYTES;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int STAGES = 192 * 1024 / STAGE_BYTES < 8 ? 192 * 1024 / STAGE_BYTES : 8;
-  // Stages, 3 * STAGES mbarriers (full, empty, ready), 1024 bytes of slack.
-  static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 3 * STAGES * 8 + 1024;
+  // Stages, 2 * STAGES mbarriers (full, empty), 1024 bytes of slack.
+  static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 opt-in shared memory");
 };
 
@@ -100,22 +93,21 @@ TW_DI uint2 lds64(unsigned addr) {
   return v;
 }
 
-template <int TBM, int NB>
+template <int TBM>
 TW_DI void gemm_tma_tf32(const TensorMap& tmA, const TensorMap& tmB, float* __restrict__ C,
                          int M, int N, int K, long long ldc, long long sC, int zA, int zB,
                          float alpha, float beta) {
   using namespace tma;
-  using S = Shape32<TBM, NB>;
+  using S = Shape32<TBM>;
   constexpr int TBN = S::TBN;
-  using Frags = unsigned[T32_BK / 8][NB][4];  // B^T fragments of one K tile
+  using Frags = unsigned[T32_BK / 8][4];  // B^T fragments of one K tile
   extern __shared__ unsigned char dsmem[];
   const unsigned base = (smem_addr(dsmem) + 1023u) & ~1023u;
   const unsigned bars = base + S::STAGES * S::STAGE_BYTES;
-  // full(s) = bars + 8 s, empty(s) = bars + 8 (STAGES + s),
-  // ready(s) = bars + 8 (2 STAGES + s).
+  // full(s) = bars + 8 s, empty(s) = bars + 8 (STAGES + s).
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
-  init_ring<S::STAGES, 256>(bars);  // ready: every consumer thread
+  init_ring<S::STAGES>(bars);
 
   int m0, n0;
   tile_origin<TBM, TBN, T_GROUP_M>(m0, n0);
@@ -144,79 +136,47 @@ TW_DI void gemm_tma_tf32(const TensorMap& tmA, const TensorMap& tmB, float* __re
 
   setmaxnreg_inc<232>();
   const int cw = wg - 1;
-  const int ct = tid - 128;  // thread among the 256 consumers
   const int lane = tid & 31, wq = (tid >> 5) & 3;
   const int g = lane >> 2, t = lane & 3;
-  float d[NB][TBM / 2];
+  float d[TBM / 2];
 #pragma unroll
-  for (int b = 0; b < NB; ++b)
-#pragma unroll
-    for (int i = 0; i < TBM / 2; ++i) d[b][i] = 0.0f;
+  for (int i = 0; i < TBM / 2; ++i) d[i] = 0.0f;
 
-  // Row wq*16 + g + 8h of block b's m64 is tile column
-  // cw*64*NB + 64 b + colw + h. B box col / 32 holds row k at 128 k bytes,
-  // 16-byte chunk (col % 32) / 4 swizzled with k % 8; in a k8 step the
-  // thread's rows are k = t (a[0], a[1]) and t + 4 (a[2], a[3]).
+  // Row wq*16 + g + 8h of the m64 is tile column cw*64 + colw + h. B box
+  // col / 32 holds row k at 128 k bytes, 16-byte chunk (col % 32) / 4
+  // swizzled with k % 8; in a k8 step the thread's rows are k = t (a[0],
+  // a[1]) and t + 4 (a[2], a[3]).
   const int colw = 32 * (wq >> 1) + 16 * ((g >> 1) & 1) + 8 * (wq & 1) + 4 * (g >> 2) + 2 * (g & 1);
-  unsigned boff[NB][2];
+  unsigned boff[2];
 #pragma unroll
-  for (int b = 0; b < NB; ++b)
-#pragma unroll
-    for (int hk = 0; hk < 2; ++hk) {
-      const int col = cw * 64 * NB + 64 * b + colw;
-      const int k = t + 4 * hk;
-      boff[b][hk] = S::A_BYTES + (col >> 5) * T32_B_BOX_BYTES + k * 128 +
-                    ((((col & 31) >> 2) ^ k) << 4) + (col & 3) * 4;
-    }
+  for (int hk = 0; hk < 2; ++hk) {
+    const int col = cw * 64 + colw;
+    const int k = t + 4 * hk;
+    boff[hk] = S::A_BYTES + (col >> 5) * T32_B_BOX_BYTES + k * 128 +
+               ((((col & 31) >> 2) ^ k) << 4) + (col & 3) * 4;
+  }
+  // Tile kt's B fragments, once its stage has landed (already tf32: the
+  // TMA unit rounded them).
   auto load_b = [&](int kt, Frags& f) {
-    const unsigned stage = base + (kt % S::STAGES) * S::STAGE_BYTES;
+    const int s = kt % S::STAGES;
+    mbar_wait(bars + 8 * s, (kt / S::STAGES) & 1);
+    const unsigned stage = base + s * S::STAGE_BYTES;
 #pragma unroll
     for (int ks = 0; ks < T32_BK / 8; ++ks)
 #pragma unroll
-      for (int b = 0; b < NB; ++b)
-#pragma unroll
-        for (int hk = 0; hk < 2; ++hk) {
-          const uint2 v = lds64(stage + boff[b][hk] + ks * 8 * 128);
-          f[ks][b][2 * hk] = to_tf32(v.x);
-          f[ks][b][2 * hk + 1] = to_tf32(v.y);
-        }
+      for (int hk = 0; hk < 2; ++hk) {
+        const uint2 v = lds64(stage + boff[hk] + ks * 8 * 128);
+        f[ks][2 * hk] = v.x;
+        f[ks][2 * hk + 1] = v.y;
+      }
   };
-
-  // The A stage of tile kt rounded in place once it has landed: consumer
-  // thread ct takes 16-byte chunks ct, ct + 256, ..., loads them all before
-  // it stores them, fences its generic-proxy writes before the tensor
-  // cores' reads and arrives on ready(s).
-  uint4* const ring = reinterpret_cast<uint4*>(dsmem + (base - smem_addr(dsmem)));
-  auto round_a = [&](int kt) {
-    const int s = kt % S::STAGES;
-    mbar_wait(bars + 8 * s, (kt / S::STAGES) & 1);
-    uint4* const stage = ring + s * (S::STAGE_BYTES / 16);
-    constexpr int PER = S::A_BYTES / 16 / 256;
-    uint4 v[PER];
-#pragma unroll
-    for (int j = 0; j < PER; ++j) v[j] = stage[j * 256 + ct];
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      v[j].x = to_tf32(v[j].x);
-      v[j].y = to_tf32(v[j].y);
-      v[j].z = to_tf32(v[j].z);
-      v[j].w = to_tf32(v[j].w);
-    }
-#pragma unroll
-    for (int j = 0; j < PER; ++j) stage[j * 256 + ct] = v[j];
-    fence_proxy_async();
-    mbar_arrive(bars + 8 * (2 * S::STAGES + s));
-  };
+  // Tile kt's wgmmas; load_b(kt) has waited for its stage.
   auto issue = [&](int kt, const Frags& f) {
-    const int s = kt % S::STAGES;
-    mbar_wait(bars + 8 * (2 * S::STAGES + s), (kt / S::STAGES) & 1);
-    const unsigned a = base + s * S::STAGE_BYTES;
+    const unsigned a = base + (kt % S::STAGES) * S::STAGE_BYTES;
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < T32_BK / 8; ++ks)
-#pragma unroll
-      for (int b = 0; b < NB; ++b)
-        wgmma_rs_tf32_n<TBM>(d[b], f[ks][b], gmma_desc(a + ks * 32, 16, 1024, 1));
+      wgmma_rs_tf32_n<TBM>(d, f[ks], gmma_desc(a + ks * 32, 16, 1024, 1));
     wgmma_commit();
   };
   // Tile kt in flight on `cur`; wait<1> retires tile kt - 1, whose stage
@@ -228,13 +188,9 @@ TW_DI void gemm_tma_tf32(const TensorMap& tmA, const TensorMap& tmB, float* __re
     issue(kt, cur);
     wgmma_wait<1>();
     if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (S::STAGES + (kt - 1) % S::STAGES));
-    if (kt + 1 < numK) {
-      round_a(kt + 1);
-      load_b(kt + 1, nxt);
-    }
+    if (kt + 1 < numK) load_b(kt + 1, nxt);
   };
   Frags f0, f1;
-  round_a(0);
   load_b(0, f0);
   for (int kt = 0; kt < numK; kt += 2) {
     step(kt, f0, f1);
@@ -242,54 +198,48 @@ TW_DI void gemm_tma_tf32(const TensorMap& tmA, const TensorMap& tmB, float* __re
   }
   wgmma_wait<0>();
 #pragma unroll
-  for (int b = 0; b < NB; ++b)
-#pragma unroll
-    for (int i = 0; i < TBM / 2; ++i) asm volatile("" : "+f"(d[b][i])::"memory");
+  for (int i = 0; i < TBM / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
   tile_origin<TBM, TBN, T_GROUP_M>(m0, n0);
 
-  // d[b][4 j + e]: row (C column n0 + cw*64*NB + 64 b + colw + (e >> 1)),
-  // column (C row m0 + 8 j + 2 t + (e & 1)): a thread's e and e + 2 are
-  // neighbours in a row of C, stored as one float2 where C allows it.
+  // d[4 j + e]: row (C column n0 + cw*64 + colw + (e >> 1)), column (C row
+  // m0 + 8 j + 2 t + (e & 1)): a thread's e and e + 2 are neighbours in a
+  // row of C, stored as one float2 where C allows it.
   C += (long long)z * sC;
   const bool pairs = (reinterpret_cast<unsigned long long>(C) & 7) == 0 && (ldc & 1) == 0;
+  const int c = n0 + cw * 64 + colw;
 #pragma unroll
-  for (int b = 0; b < NB; ++b) {
-    const int c = n0 + cw * 64 * NB + 64 * b + colw;
+  for (int j = 0; j < TBM / 8; ++j)
 #pragma unroll
-    for (int j = 0; j < TBM / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int r = m0 + 8 * j + 2 * t + e;
-        if (r >= M) continue;
-        float* p = C + (long long)r * ldc + c;
-        const float v0 = d[b][4 * j + e], v1 = d[b][4 * j + e + 2];
-        if (pairs && c + 1 < N) {
-          float2 o = make_float2(alpha * v0, alpha * v1);
-          if (beta != 0.0f) {
-            const float2 old = *reinterpret_cast<const float2*>(p);
-            o = make_float2(fmaf(alpha, v0, beta * old.x), fmaf(alpha, v1, beta * old.y));
-          }
-          *reinterpret_cast<float2*>(p) = o;
-        } else {
-          if (c < N) *p = epi(v0, alpha, beta, p);
-          if (c + 1 < N) p[1] = epi(v1, alpha, beta, p + 1);
+    for (int e = 0; e < 2; ++e) {
+      const int r = m0 + 8 * j + 2 * t + e;
+      if (r >= M) continue;
+      float* p = C + (long long)r * ldc + c;
+      const float v0 = d[4 * j + e], v1 = d[4 * j + e + 2];
+      if (pairs && c + 1 < N) {
+        float2 o = make_float2(alpha * v0, alpha * v1);
+        if (beta != 0.0f) {
+          const float2 old = *reinterpret_cast<const float2*>(p);
+          o = make_float2(fmaf(alpha, v0, beta * old.x), fmaf(alpha, v1, beta * old.y));
         }
+        *reinterpret_cast<float2*>(p) = o;
+      } else {
+        if (c < N) *p = epi(v0, alpha, beta, p);
+        if (c + 1 < N) p[1] = epi(v1, alpha, beta, p + 1);
       }
-  }
+    }
 }
 
 }  // namespace tw_detail
 
-#define TW_GEMM_TMA_TF32_ENTRY(name, TBM, NB)                                                 \
+#define TW_GEMM_TMA_TF32_ENTRY(name, TBM)                                                     \
   extern "C" __global__ void __launch_bounds__(tw_detail::tma::T_THREADS, 1)                  \
   name(const __grid_constant__ tw_detail::TensorMap tmA,                                     \
        const __grid_constant__ tw_detail::TensorMap tmB, float* __restrict__ C, int M, int N, \
        int K, long long ldc, long long sC, int zA, int zB, float alpha, float beta) {          \
-    tw_detail::gemm_tma_tf32<TBM, NB>(tmA, tmB, C, M, N, K, ldc, sC, zA, zB, alpha, beta);    \
+    tw_detail::gemm_tma_tf32<TBM>(tmA, tmB, C, M, N, K, ldc, sC, zA, zB, alpha, beta);        \
   }
 
-TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma, 256, 1)
-TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_n256, 128, 2)
-TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_m128, 128, 1)
-TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_m64, 64, 1)
+TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma, 256)
+TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_m128, 128)
+TW_GEMM_TMA_TF32_ENTRY(tw_gemm_tf32_sm90a_tma_m64, 64)
 #undef TW_GEMM_TMA_TF32_ENTRY

@@ -433,15 +433,26 @@ pub fn f32_to_f16(x: f32) -> u16 {
     sign | magnitude as u16
 }
 
-/// Rounds an f32 to TF32 (10 mantissa bits, low 13 bits zero) to nearest
-/// with ties away from zero, as `cvt.rna.tf32.f32` does. Infinities and NaN
-/// pass through; a finite value past TF32's largest rounds to infinity.
+/// Rounds an f32 to TF32 (10 fraction bits, the low 13 bits zero) to
+/// nearest with ties to even, as every TF32 GEMM rounds its inputs (the
+/// TMA unit through a TFLOAT32 tensor map, `to_tf32` in gemm.cu elsewhere).
+/// Subnormals round like the rest (no flush to zero); a finite value past
+/// TF32's largest rounds to infinity; infinities stay; a NaN becomes
+/// `0x7fffe000`, the NaN the TMA unit makes (clearing a NaN's low bits
+/// could leave an infinity).
 pub fn tf32_round(x: f32) -> f32 {
-    if !x.is_finite() {
-        return x;
+    if x.is_nan() {
+        return f32::from_bits(TF32_NAN);
     }
-    f32::from_bits(x.to_bits().wrapping_add(0x1000) & !0x1fff)
+    // Adding 0xfff plus the lowest kept bit carries into the kept bits
+    // exactly when the dropped bits are above half, or half with the kept
+    // bits odd. At most 0xff80_0000 + 0x1000: no wrap.
+    let bits = x.to_bits();
+    f32::from_bits((bits + 0xfff + ((bits >> 13) & 1)) & !0x1fff)
 }
+
+/// The NaN [`tf32_round`] makes of every NaN.
+pub const TF32_NAN: u32 = 0x7fff_e000;
 
 // ---------------------------------------------------------------------------
 // Tolerances
@@ -872,20 +883,107 @@ mod tests {
     }
 
     #[test]
-    fn tf32_rounds_ties_away_from_zero() {
+    fn tf32_rounds_ties_to_even() {
         let ulp = 2f32.powi(-10);
         assert_eq!(tf32_round(1.0), 1.0);
         assert_eq!(tf32_round(1.0 + ulp), 1.0 + ulp);
-        // Halfway: away from zero, whichever side is even.
-        assert_eq!(tf32_round(1.0 + ulp / 2.0), 1.0 + ulp);
-        assert_eq!(tf32_round(-(1.0 + ulp / 2.0)), -(1.0 + ulp));
+        // Halfway: to the even neighbour, down from an even one, up from an
+        // odd one, the same for negative values.
+        assert_eq!(tf32_round(1.0 + ulp / 2.0), 1.0);
         assert_eq!(tf32_round(1.0 + 1.5 * ulp), 1.0 + 2.0 * ulp);
-        assert_eq!(tf32_round(f32::from_bits(0x3f80_0fff)), 1.0);
-        assert_eq!(tf32_round(f32::MAX), f32::INFINITY);
-        assert_eq!(tf32_round(f32::INFINITY), f32::INFINITY);
-        assert!(tf32_round(f32::NAN).is_nan());
+        assert_eq!(tf32_round(-(1.0 + ulp / 2.0)), -1.0);
+        assert_eq!(tf32_round(-(1.0 + 1.5 * ulp)), -(1.0 + 2.0 * ulp));
+        for (x, want) in [
+            (0x3f80_1000u32, 0x3f80_0000u32), // tie, kept bits even: down
+            (0x3f80_3000, 0x3f80_4000),       // tie, kept bits odd: up
+            (0x3f80_1001, 0x3f80_2000),       // just above half: up
+            (0x3f80_0fff, 0x3f80_0000),       // just below half: down
+            (0x3f80_2fff, 0x3f80_2000),
+            (0x3fff_f000, 0x4000_0000), // a tie carries into the exponent
+            (0xbf80_1000, 0xbf80_0000),
+            (0xbf80_3000, 0xbf80_4000),
+            (0x7f7f_e000, 0x7f7f_e000), // the largest tf32 stays
+            (0x7f7f_efff, 0x7f7f_e000),
+            (0x7f7f_f000, 0x7f80_0000), // a tie past it, odd: infinity
+            (0xff7f_ffff, 0xff80_0000),
+            (0x0000_0000, 0x0000_0000),
+            (0x8000_0000, 0x8000_0000), // -0 keeps its sign
+        ] {
+            assert_eq!(tf32_round(f32::from_bits(x)).to_bits(), want, "{x:#010x}");
+        }
         assert_eq!(tf32_round(0.1).to_bits() & 0x1fff, 0);
         assert!(((tf32_round(0.1) - 0.1) / 0.1).abs() <= 2f32.powi(-11));
+    }
+
+    #[test]
+    fn tf32_keeps_subnormals() {
+        for (x, want) in [
+            (0x0000_2000u32, 0x0000_2000u32), // the smallest tf32 subnormal
+            (0x0000_1000, 0x0000_0000),       // half of it: to even (0)
+            (0x0000_1001, 0x0000_2000),
+            (0x0000_3000, 0x0000_4000), // tie, odd: up
+            (0x0000_5000, 0x0000_4000), // tie, even: down
+            (0x0000_0001, 0x0000_0000),
+            (0x007f_f000, 0x0080_0000), // up into the normal range
+            (0x007f_e000, 0x007f_e000),
+            (0x8000_3000, 0x8000_4000),
+            (0x8000_1000, 0x8000_0000),
+        ] {
+            assert_eq!(tf32_round(f32::from_bits(x)).to_bits(), want, "{x:#010x}");
+        }
+    }
+
+    #[test]
+    fn tf32_keeps_infinities_and_nan() {
+        assert_eq!(tf32_round(f32::INFINITY), f32::INFINITY);
+        assert_eq!(tf32_round(f32::NEG_INFINITY), f32::NEG_INFINITY);
+        assert_eq!(tf32_round(f32::MAX), f32::INFINITY);
+        assert_eq!(tf32_round(f32::MIN), f32::NEG_INFINITY);
+        // Every NaN, even one whose payload lies only in the dropped bits
+        // (clearing them would leave an infinity), becomes the one NaN.
+        for nan in [
+            0x7fc0_0000u32,
+            0x7f80_0001,
+            0x7f80_1fff,
+            0xffc0_0000,
+            0xff80_0001,
+            0xffff_ffff,
+        ] {
+            let r = tf32_round(f32::from_bits(nan));
+            assert!(r.is_nan(), "{nan:#010x}");
+            assert_eq!(r.to_bits(), TF32_NAN, "{nan:#010x}");
+        }
+    }
+
+    /// Against round-half-even in f64 on the grid of tf32 values around x:
+    /// every 4099th bit pattern (all exponents, both signs) and every
+    /// dropped-bit pattern under a few kept ones.
+    #[test]
+    fn tf32_round_matches_round_half_even_in_f64() {
+        let reference = |x: f32| -> f32 {
+            let e = (x.to_bits() >> 23) & 0xff;
+            // Spacing of tf32 values at x: 2^(e - 137), subnormals as e = 1.
+            let ulp = 2f64.powi(e.max(1) as i32 - 137);
+            ((f64::from(x) / ulp).round_ties_even() * ulp) as f32
+        };
+        let kept = [
+            0x3f80_0000u32,
+            0x3f80_2000,
+            0x0000_0000,
+            0x8000_6000,
+            0x7f7f_c000,
+        ];
+        let patterns = (0..=u32::MAX)
+            .step_by(4099)
+            .chain(kept.iter().flat_map(|&k| (0..0x2000).map(move |d| k | d)));
+        for bits in patterns {
+            let x = f32::from_bits(bits);
+            if x.is_nan() {
+                continue;
+            }
+            let (got, want) = (tf32_round(x), reference(x));
+            assert_eq!(got.to_bits(), want.to_bits(), "{bits:#010x}");
+        }
     }
 
     #[test]

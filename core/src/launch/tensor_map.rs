@@ -34,6 +34,11 @@ pub enum TensorMapDtype {
     Bf16,
     /// IEEE single precision.
     F32,
+    /// IEEE single precision in memory, rounded to TF32 (10 fraction bits,
+    /// to nearest with ties to even, subnormals kept, a NaN stays a NaN) as
+    /// a copy moves it into shared memory: what a TF32 tensor-core operand
+    /// needs. CUDA's `TFLOAT32`, not its flush-to-zero variant.
+    Tf32,
 }
 
 impl TensorMapDtype {
@@ -42,7 +47,7 @@ impl TensorMapDtype {
         match self {
             TensorMapDtype::U8 => 1,
             TensorMapDtype::F16 | TensorMapDtype::Bf16 => 2,
-            TensorMapDtype::F32 => 4,
+            TensorMapDtype::F32 | TensorMapDtype::Tf32 => 4,
         }
     }
 }
@@ -564,6 +569,66 @@ mod tests {
         big.strides = [(1 << 40) - 16; 4];
         assert_eq!(big.extent_bytes(), None);
         assert_eq!(big.validate(), Err(TensorMapError::Extent));
+    }
+
+    #[test]
+    fn tf32_maps_hold_f32_elements_and_check_like_f32() {
+        assert_eq!(TensorMapDtype::Tf32.size_bytes(), 4);
+        assert_eq!(
+            TensorMapDtype::Tf32.size_bytes(),
+            TensorMapDtype::F32.size_bytes()
+        );
+        // The TF32 GEMM's A map: {K, M, batch}, a {32, 256, 1} box, the
+        // 128-byte swizzle (32 elements are exactly its span).
+        let a = TensorMapSpec::new(
+            TensorMapDtype::Tf32,
+            BASE,
+            &[4096, 4096, 1],
+            &[4 * 4096, 4 * 4096 * 4096],
+            &[32, 256, 1],
+            TensorMapSwizzle::B128,
+        )
+        .expect("valid");
+        assert_eq!(a.box_bytes(), 32 * 256 * 4);
+        assert_eq!(a.extent_bytes(), Some(4 * 4096 * 4096));
+        // Every check reads the same as for F32.
+        for f32_map in [
+            matrix(),
+            TensorMapSpec {
+                box_dims: [6, 16, 0, 0, 0],
+                ..matrix()
+            },
+            TensorMapSpec {
+                box_dims: [36, 16, 0, 0, 0],
+                swizzle: TensorMapSwizzle::B128,
+                ..matrix()
+            },
+            TensorMapSpec {
+                strides: [324, 0, 0, 0],
+                ..matrix()
+            },
+            TensorMapSpec {
+                base: DevicePtr(BASE.0 + 4),
+                ..matrix()
+            },
+        ] {
+            let tf32 = TensorMapSpec {
+                dtype: TensorMapDtype::Tf32,
+                ..f32_map
+            };
+            assert_eq!(tf32.validate(), f32_map.validate(), "{f32_map:?}");
+            assert_eq!(tf32.box_bytes(), f32_map.box_bytes());
+            assert_eq!(tf32.extent_bytes(), f32_map.extent_bytes());
+        }
+        assert_eq!(
+            TensorMapSpec {
+                dtype: TensorMapDtype::Tf32,
+                box_dims: [6, 16, 0, 0, 0],
+                ..matrix()
+            }
+            .validate(),
+            Err(TensorMapError::BoxRow { bytes: 24 })
+        );
     }
 
     #[test]

@@ -13,6 +13,9 @@ fn data_type(dtype: TensorMapDtype) -> sys::CUtensorMapDataType {
         TensorMapDtype::F16 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         TensorMapDtype::Bf16 => T::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         TensorMapDtype::F32 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        // Rounds to nearest, ties to even, and keeps subnormals (the _FTZ
+        // type would flush them).
+        TensorMapDtype::Tf32 => T::CU_TENSOR_MAP_DATA_TYPE_TFLOAT32,
     }
 }
 
@@ -104,6 +107,12 @@ mod tests {
         assert_eq!(data_type(TensorMapDtype::F16).0, 6);
         assert_eq!(data_type(TensorMapDtype::F32).0, 7);
         assert_eq!(data_type(TensorMapDtype::Bf16).0, 9);
+        // CU_TENSOR_MAP_DATA_TYPE_TFLOAT32, not 12 (TFLOAT32_FTZ).
+        assert_eq!(data_type(TensorMapDtype::Tf32).0, 11);
+        assert_eq!(
+            data_type(TensorMapDtype::Tf32),
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
+        );
         assert_eq!(swizzle(TensorMapSwizzle::None).0, 0);
         assert_eq!(swizzle(TensorMapSwizzle::B128).0, 3);
     }

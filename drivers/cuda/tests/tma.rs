@@ -157,6 +157,81 @@ fn a_tma_box_lands_in_opt_in_shared_memory_with_zeros_past_the_edges() {
     assert_eq!(f.dynamic_shared_allowed(), SHARED_BYTES);
 }
 
+/// f32 bits rounded to tf32 to nearest, ties to even; a NaN to 0x7fffe000
+/// (what `TensorMapDtype::Tf32` promises; the built-in TF32 GEMM's
+/// `tensorwasm_kernels::oracle::tf32_round`).
+fn tf32_bits(x: u32) -> u32 {
+    if x & 0x7fff_ffff > 0x7f80_0000 {
+        0x7fff_e000
+    } else {
+        (x + 0xfff + ((x >> 13) & 1)) & 0xffff_e000
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_tf32_map_rounds_ties_to_even_and_keeps_subnormals() {
+    let Some(d) = hopper() else { return };
+    let f = tma_box_copy(&d);
+    // Halfway cases with an even and an odd last kept bit, either side of
+    // them, exact values, in normal and subnormal ranges and next to the
+    // largest finite value (which rounds up to infinity), both signs; then
+    // infinities, NaNs and random bits.
+    let mut words = Vec::new();
+    for sign in [0, 0x8000_0000u32] {
+        for exponent in [0, 0x0080_0000, 0x3f80_0000, 0x7f00_0000] {
+            for kept in [0, 0x2000, 0x7f_e000] {
+                for dropped in [0, 1, 0xfff, 0x1000, 0x1001, 0x1fff] {
+                    words.push(sign | exponent | kept | dropped);
+                }
+            }
+        }
+        words.extend([0x7f80_0000, 0x7fc0_0000, 0x7f80_0001, 0x7f80_1000].map(|w| sign | w));
+    }
+    let seed = 0x7f32_2026_u64;
+    println!("random words from xorshift64 seed {seed:#x}");
+    let mut state = seed;
+    let box_len = (BOX[0] * BOX[1]) as usize;
+    while words.len() < box_len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        words.push((state >> 32) as u32);
+    }
+    let tensor = d.alloc_device(box_len * 4).unwrap();
+    let host: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    d.copy_to_device(tensor.full(), &host).unwrap();
+    let map = TensorMapSpec::new(
+        TensorMapDtype::Tf32,
+        tensor.device_ptr(),
+        &[u64::from(BOX[0]), u64::from(BOX[1])],
+        &[u64::from(BOX[0]) * 4],
+        &BOX,
+        TensorMapSwizzle::None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = d.alloc_device(box_len * 4).unwrap();
+    let s = d.create_stream().unwrap();
+    // SAFETY: the map covers exactly `tensor`, and the kernel writes
+    // `box_len` words to `out`; both live past the sync.
+    unsafe {
+        d.launch(
+            &s,
+            &f,
+            &config(SHARED_BYTES),
+            &params(map, out.device_ptr(), 0, 0),
+        )
+    }
+    .unwrap_or_else(|e| panic!("{e}"));
+    d.stream_synchronize(&s).unwrap();
+    let mut bytes = vec![0u8; box_len * 4];
+    d.copy_from_device(&mut bytes, out.full()).unwrap();
+    for (x, ch) in words.iter().zip(bytes.chunks_exact(4)) {
+        let got = u32::from_le_bytes(ch.try_into().unwrap());
+        assert_eq!(got, tf32_bits(*x), "{x:#010x} became {got:#010x}");
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn too_much_shared_memory_and_bad_maps_are_refused_before_the_driver() {

@@ -338,7 +338,8 @@ impl GemmInput for F32Input {
     }
 }
 
-/// `tw_gemm_tf32`: f32 rounded as `cvt.rna.tf32.f32` rounds it.
+/// `tw_gemm_tf32`: f32 rounded to tf32 as the CUDA kernels round it (to
+/// nearest, ties to even; a NaN stays a NaN).
 struct Tf32Input;
 impl GemmInput for Tf32Input {
     type Stored = f32;
@@ -1367,6 +1368,94 @@ mod tests {
         let (rig, mut rng) = (Rig::new(), Rng::new("gemm_tf32"));
         for case in gemm_cases(4) {
             run_gemm(&rig, &mut rng, "tw_gemm_tf32", GemmPrecision::Tf32, case);
+        }
+    }
+
+    /// `tw_gemm_tf32` of one block, unit alpha, zero beta, dense operands.
+    fn gemm_tf32_once(rig: &Rig, a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+        let (a_buf, b_buf) = (rig.f32s(a, 0), rig.f32s(b, 0));
+        let c_buf = rig.f32s(&vec![f32::NAN; m * n], 0);
+        let params = [
+            a_buf.param(),
+            b_buf.param(),
+            c_buf.param(),
+            i32p(m),
+            i32p(n),
+            i32p(k),
+            i64p(k as i64),
+            i64p(n as i64),
+            i64p(n as i64),
+            i64p(0),
+            i64p(0),
+            i64p(0),
+            KernelParam::F32(1.0),
+            KernelParam::F32(0.0),
+        ];
+        let grid = Dim3 {
+            x: n.div_ceil(128) as u32,
+            y: m.div_ceil(128) as u32,
+            z: 1,
+        };
+        rig.launch("tw_gemm_tf32", grid, BLOCK_256, &params)
+            .unwrap();
+        rig.read(&c_buf, m * n)
+    }
+
+    /// Halfway cases with an even and an odd last kept bit and either side
+    /// of them, normal and subnormal, both signs, times an identity (and an
+    /// identity times them): C is the rounded input, bit for bit (zeros up
+    /// to sign). A NaN in A or B makes its row or column of C NaN.
+    #[test]
+    fn gemm_tf32_rounds_ties_to_even_bit_for_bit() {
+        let rig = Rig::new();
+        let mut words = Vec::new();
+        for sign in [0, 0x8000_0000u32] {
+            for exponent in [0, 0x0080_0000, 0x3f80_0000, 0x7e80_0000] {
+                for kept in [0, 0x2000, 0x7f_e000] {
+                    for dropped in [0x1000, 0xfff, 0x1001, 0x1fff] {
+                        words.push(sign | exponent | kept | dropped);
+                    }
+                }
+            }
+        }
+        let x: Vec<f32> = words.iter().map(|&w| f32::from_bits(w)).collect();
+        let (rows, k) = (6, 16);
+        assert_eq!(x.len(), rows * k);
+        let eye: Vec<f32> = (0..k * k)
+            .map(|i| if i / k == i % k { 1.0 } else { 0.0 })
+            .collect();
+        for (c, what) in [
+            (gemm_tf32_once(&rig, &x, &eye, rows, k, k), "A"),
+            (gemm_tf32_once(&rig, &eye, &x, k, rows, k), "B"),
+        ] {
+            for (i, (&got, &input)) in c.iter().zip(&x).enumerate() {
+                let want = tf32_round(input);
+                assert!(
+                    got == want,
+                    "{what}[{i}] = {:#010x}: got {:#010x}, want {:#010x}",
+                    input.to_bits(),
+                    got.to_bits(),
+                    want.to_bits()
+                );
+            }
+        }
+        // Ties go both ways: some round down, some up.
+        let ties = words.iter().filter(|&&w| w & 0x1fff == 0x1000);
+        let up = ties
+            .clone()
+            .filter(|&&w| tf32_round(f32::from_bits(w)).to_bits() > w)
+            .count();
+        assert!(up > 0 && up < ties.count());
+
+        let (m, n, k) = (5, 7, 3);
+        let mut a = vec![0.5f32; m * k];
+        let mut b = vec![0.25f32; k * n];
+        a[2 * k + 1] = f32::NAN;
+        b[n + 4] = f32::NAN;
+        let c = gemm_tf32_once(&rig, &a, &b, m, n, k);
+        for (i, v) in c.iter().enumerate() {
+            let (row, col) = (i / n, i % n);
+            assert_eq!(v.is_nan(), row == 2 || col == 4, "C[{row}][{col}] = {v}");
         }
     }
 

@@ -44,7 +44,7 @@ const fn tma_tf32(entry: &'static str, bm: u32, bn: u32) -> BuiltinKernel {
     BuiltinKernel {
         entry,
         op: "gemm (precision 1), Hopper TMA + wgmma",
-        operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]; inputs rounded to TF32; A, B by TMA descriptor",
+        operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]; A, B by TF32 TMA descriptor (inputs rounded to TF32 as they load)",
         file: PtxFile::Gemm,
         min_sm: 90,
         arch_specific: true,
@@ -148,7 +148,6 @@ pub static KERNELS: &[BuiltinKernel] = &[
     tma16("tw_gemm_f16_sm90a_tma_n128", F16_TMA, 128),
     tma16("tw_gemm_f16_sm90a_tma_n64", F16_TMA, 64),
     tma_tf32("tw_gemm_tf32_sm90a_tma", 256, 128),
-    tma_tf32("tw_gemm_tf32_sm90a_tma_n256", 128, 256),
     tma_tf32("tw_gemm_tf32_sm90a_tma_m128", 128, 128),
     tma_tf32("tw_gemm_tf32_sm90a_tma_m64", 64, 128),
     BuiltinKernel {

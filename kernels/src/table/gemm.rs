@@ -17,18 +17,17 @@ use super::{Dim3, Geometry, LaunchPlan, entry, grid_x, grid_yz, int, long, ptr};
 
 /// Dynamic shared memory of a TMA GEMM with `bm` x `bn` tiles of
 /// `esize`-byte inputs: as many stages as fit 192 KiB (at most 8), their
-/// mbarriers (full and empty; TF32 also ready) and 1 KiB to align the
-/// window to the 128-byte swizzle's 1024 bytes. The same sums as `Shape`
-/// in gemm_tma.cuh (K tiles of 64) and `Shape32` in gemm_tma_tf32.cuh (K
-/// tiles of 32).
+/// mbarriers (full and empty) and 1 KiB to align the window to the
+/// 128-byte swizzle's 1024 bytes. The same sums as `Shape` in gemm_tma.cuh
+/// (K tiles of 64) and `Shape32` in gemm_tma_tf32.cuh (K tiles of 32).
 pub(super) const fn tma_shared_bytes(bm: u32, bn: u32, esize: u32) -> u32 {
-    let (bk, barriers) = if esize == 2 { (64, 2) } else { (32, 3) };
+    let bk = if esize == 2 { 64 } else { 32 };
     let stage = (bm + bn) * bk * esize;
     let mut stages = 192 * 1024 / stage;
     if stages > 8 {
         stages = 8;
     }
-    stages * stage + barriers * stages * 8 + 1024
+    stages * stage + 2 * stages * 8 + 1024
 }
 
 /// Tiles below which a TMA GEMM takes the next narrower tile: about one
@@ -99,26 +98,23 @@ fn tile_width(extent: u64, tiles_with: impl Fn(u64) -> u64) -> u32 {
 /// A TMA entry's launch, or `None` when the operands do not suit tensor
 /// maps: A and B 16-byte aligned with row strides of whole 16 bytes, and
 /// batch strides of whole 16 bytes that either broadcast (0) or step over
-/// a whole matrix.
+/// a whole matrix. TF32 operands are f32 maps of type `Tf32`: the TMA unit
+/// rounds them to tf32 (ties to even) on the way into shared memory.
 fn plan_tma(g: &Gemm) -> Result<Option<LaunchPlan>, AbiError> {
     let tf32 = g.precision == GemmPrecision::Tf32;
     let (dtype, esize) = match g.precision {
-        GemmPrecision::Tf32 => (TensorMapDtype::F32, 4),
+        GemmPrecision::Tf32 => (TensorMapDtype::Tf32, 4),
         GemmPrecision::Bf16 => (TensorMapDtype::Bf16, 2),
         GemmPrecision::F16 => (TensorMapDtype::F16, 2),
         GemmPrecision::F32 => return Ok(None),
     };
     let name = if tf32 {
-        // 128 x 256 first (it rounds each A tile for twice the columns),
-        // then the widest tile along M of 128 columns.
-        if g.m > 64 && tile_width(g.n, |bn| g.m.div_ceil(128) * g.n.div_ceil(bn) * g.batch) == 256 {
-            "tw_gemm_tf32_sm90a_tma_n256"
-        } else {
-            match tile_width(g.m, |bm| g.m.div_ceil(bm) * g.n.div_ceil(128) * g.batch) {
-                256 => "tw_gemm_tf32_sm90a_tma",
-                128 => "tw_gemm_tf32_sm90a_tma_m128",
-                _ => "tw_gemm_tf32_sm90a_tma_m64",
-            }
+        // The widest tile along M of 128 columns (256 x 128 loads less B
+        // per multiply-add than 128 x 256, and measured faster).
+        match tile_width(g.m, |bm| g.m.div_ceil(bm) * g.n.div_ceil(128) * g.batch) {
+            256 => "tw_gemm_tf32_sm90a_tma",
+            128 => "tw_gemm_tf32_sm90a_tma_m128",
+            _ => "tw_gemm_tf32_sm90a_tma_m64",
         }
     } else {
         let bn = tile_width(g.n, |bn| g.m.div_ceil(128) * g.n.div_ceil(bn) * g.batch);
@@ -254,23 +250,39 @@ mod tests {
     #[test]
     fn hopper_tf32_gemms_take_the_tma_tile_that_fills_the_gpu() {
         for (m, n, entry, grid, bm) in [
-            (4096, 4096, "tw_gemm_tf32_sm90a_tma_n256", (16, 32, 1), 128),
+            (4096, 4096, "tw_gemm_tf32_sm90a_tma", (32, 16, 1), 256),
+            (8192, 8192, "tw_gemm_tf32_sm90a_tma", (64, 32, 1), 256),
             (32768, 128, "tw_gemm_tf32_sm90a_tma", (1, 128, 1), 256),
+            // 256 rows would make 64 tiles: 128.
             (16384, 128, "tw_gemm_tf32_sm90a_tma_m128", (1, 128, 1), 128),
+            // 100 rows fill more than half of 128 (not of 256): 128 x 128
+            // from 128 tiles on, 64 x 128 below.
+            (100, 16384, "tw_gemm_tf32_sm90a_tma_m128", (128, 1, 1), 128),
+            (100, 16256, "tw_gemm_tf32_sm90a_tma_m64", (127, 2, 1), 64),
             (1024, 1024, "tw_gemm_tf32_sm90a_tma_m64", (8, 16, 1), 64),
             (64, 65536, "tw_gemm_tf32_sm90a_tma_m64", (512, 1, 1), 64),
         ] {
             let p = plan(&gemm(GemmPrecision::Tf32, m, n, 64), true).unwrap();
-            assert_eq!(p.kernel.entry, entry);
-            assert_eq!((p.grid.x, p.grid.y, p.grid.z), grid);
+            assert_eq!(p.kernel.entry, entry, "{m}x{n}");
+            assert_eq!((p.grid.x, p.grid.y, p.grid.z), grid, "{m}x{n}");
+            let Geometry::GemmTiles { bm: tile_m, bn } = p.kernel.geometry else {
+                unreachable!()
+            };
+            assert_eq!((tile_m, bn), (bm, 128), "{m}x{n}");
+            assert_eq!(p.shared_bytes, tma_shared_bytes(bm, 128, 4));
+            // Both operands through TF32 maps: the TMA unit rounds them.
             let (a, b) = (map(&p, 0), map(&p, 1));
             assert_eq!(
-                (a.dtype, a.box_dims()),
-                (TensorMapDtype::F32, &[32, bm, 1][..])
+                (a.dtype, a.dims(), a.box_dims()),
+                (TensorMapDtype::Tf32, &[64, m, 1][..], &[32, bm, 1][..])
             );
             assert_eq!(
-                (b.strides(), b.box_dims()),
-                (&[4 * n, 4 * n * 64][..], &[32, 32, 1][..])
+                (b.dtype, b.strides(), b.box_dims()),
+                (
+                    TensorMapDtype::Tf32,
+                    &[4 * n, 4 * n * 64][..],
+                    &[32, 32, 1][..]
+                )
             );
         }
     }
@@ -374,10 +386,9 @@ mod tests {
         assert_eq!(tma_shared_bytes(128, 256, 2), 4 * 48 * 1024 + 8 * 8 + 1024);
         assert_eq!(tma_shared_bytes(128, 128, 2), 6 * 32 * 1024 + 12 * 8 + 1024);
         assert_eq!(tma_shared_bytes(128, 64, 2), 8 * 24 * 1024 + 16 * 8 + 1024);
-        assert_eq!(tma_shared_bytes(256, 128, 4), 4 * 48 * 1024 + 12 * 8 + 1024);
-        assert_eq!(tma_shared_bytes(128, 256, 4), 4 * 48 * 1024 + 12 * 8 + 1024);
-        assert_eq!(tma_shared_bytes(128, 128, 4), 6 * 32 * 1024 + 18 * 8 + 1024);
-        assert_eq!(tma_shared_bytes(64, 128, 4), 8 * 24 * 1024 + 24 * 8 + 1024);
+        assert_eq!(tma_shared_bytes(256, 128, 4), 4 * 48 * 1024 + 8 * 8 + 1024);
+        assert_eq!(tma_shared_bytes(128, 128, 4), 6 * 32 * 1024 + 12 * 8 + 1024);
+        assert_eq!(tma_shared_bytes(64, 128, 4), 8 * 24 * 1024 + 16 * 8 + 1024);
         for k in super::super::KERNELS {
             assert!(k.dynamic_shared <= 227 * 1024, "{}", k.entry);
         }
