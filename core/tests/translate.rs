@@ -2026,6 +2026,12 @@ fn bounds_tests_merge_per_base_within_a_run() {
         (i64.load offset=16 (local.get $j))))";
     // One run: the loads' group; the store's test (another address) stays.
     assert_eq!(shape(guest), (1, 0, 5), "three guest loads, one address");
+    // `j - 8` (an `isub` of a constant) does not end the run: j's two
+    // loads still form a group; `j - 8`'s test stays in its place.
+    let subtracted = "(i64.store (i32.const 64) (i64.add (i64.add
+        (i64.load offset=0 (local.get $j)) (i64.load (i32.sub (local.get $j) (i32.const 8))))
+        (i64.load offset=8 (local.get $j))))";
+    assert_eq!(shape(subtracted), (1, 0, 6), "j, j - 8, j + 8");
     let apart = "(i64.store (i32.const 64) (i64.add
         (i64.load (local.get $i)) (i64.load (local.get $j))))";
     assert_eq!(shape(apart), (0, 0, 3), "no two tests at one address");

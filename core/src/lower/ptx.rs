@@ -1039,7 +1039,10 @@ impl Emitter<'_> {
     /// [`Root::Unknown`] for anything else (a `select`, `stack_addr`, two
     /// addresses added). Block parameters and loaded values are offsets:
     /// the translator computes each host address just before its access,
-    /// and no Wasm value (locals, globals, memory) ever holds one. Each
+    /// and no Wasm value (locals, globals, memory) ever holds one. (A
+    /// versioned loop's 64-bit pointers are block parameters that do: an
+    /// access at one is taken for generic in a generic kernel, which is
+    /// right for every space, and is global in the others.) Each
     /// value's root is worked out once (`root_memo`), by an explicit stack:
     /// a guest's `x = x + x` chains share operands, and a walk that did not
     /// remember them would take time exponential in the chain.

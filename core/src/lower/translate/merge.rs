@@ -15,8 +15,8 @@
 //! test) lies between its tests, so nothing observable happens between the
 //! first and the last. Each test's address is written as a sum of *leaves*
 //! (values available at the run's first test) and a constant, through the
-//! `iadd`s and constants the run itself computes; a test whose address is
-//! not such a sum ends the run. Tests of the same kind and leaves form a
+//! `iadd`s (and `isub`s of a constant) and constants the run itself
+//! computes; a test whose address is not such a sum ends the run. Tests of the same kind and leaves form a
 //! *group*:
 //!
 //! - guest accesses at one `i32` address (same leaves and constant) with
@@ -306,6 +306,14 @@ fn terms(
                 l.extend(r);
                 (l.len() <= MAX_LEAVES).then_some((l, a.wrapping_add(b)))
             })
+        }
+        // `x - c` is `x + (-c)` (mod 2^32): a stencil's `p - 4`.
+        Some(&InstructionData::Binary {
+            opcode: Opcode::Isub,
+            args: [x, y],
+        }) if depth < MAX_DEPTH && constant(func, y).is_some() => {
+            let c = constant(func, y)? as i32;
+            terms(func, x, inside, depth + 1).map(|(l, a)| (l, a.wrapping_sub(c)))
         }
         _ => None,
     };

@@ -59,7 +59,7 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::loop_analysis::LoopAnalysis;
 
 use super::align::{compare_trap, constant};
-use super::copy::{copy_blocks, resolved};
+use super::copy::{Copied, copy_blocks, resolved};
 use super::counted::minus_one;
 use super::unroll::unroll;
 use crate::lower::KernelTrap;
@@ -123,7 +123,7 @@ pub(super) fn version_loops(func: &mut Function, mem_base: Value) -> usize {
             break;
         };
         done.insert(candidate.header);
-        if let Some(copy) = version(func, &candidate) {
+        if let Some(copy) = version(func, &candidate, mem_base) {
             done.insert(copy);
             versioned += 1;
         }
@@ -498,7 +498,7 @@ fn hoist(
 
 /// Makes the copy of `c`'s loop and the entry test that picks it; the
 /// copy's header, or `None` if the loop's exit could not be routed.
-fn version(func: &mut Function, c: &Candidate) -> Option<Block> {
+fn version(func: &mut Function, c: &Candidate, mem_base: Value) -> Option<Block> {
     let InstructionData::Brif {
         blocks: [_, exit], ..
     } = func.dfg.insts[c.latch]
@@ -574,6 +574,7 @@ fn version(func: &mut Function, c: &Candidate) -> Option<Block> {
             set_trusted(func, copy.insts[&access]);
         }
     }
+    let pointers = host_pointers(func, c, &copy);
     drop_unused(func, &copy.blocks);
     let enter = unroll(
         func,
@@ -583,8 +584,63 @@ fn version(func: &mut Function, c: &Candidate) -> Option<Block> {
         c.counter,
     )
     .unwrap_or(copy_header);
-    entry_test(func, c, enter);
+    entry_test(func, c, enter, &pointers, mem_base);
     Some(copy_header)
+}
+
+/// Gives the copy a 64-bit host pointer per induction parameter `p` that
+/// some access uses directly (at `uextend(p) + offset`): a new header
+/// parameter `P`, `mem_base + uextend(p)` on entry and `P + uextend(s)` on
+/// the back edge, and those accesses at `P + offset`. In the copy no `i32`
+/// address wraps (the entry test), so `P` is `mem_base + uextend(p)` on
+/// every pass that accesses memory, and the offsets fold into the
+/// accesses (`ld.global [P+8]`) where each address was a 32-bit add, a
+/// widening and a 64-bit add. Returns the parameters given one, in the
+/// order of the new header parameters.
+fn host_pointers(func: &mut Function, c: &Candidate, copy: &Copied) -> Vec<usize> {
+    let mut params: Vec<usize> = c
+        .tests
+        .iter()
+        .filter(|t| t.plus.is_none())
+        .map(|t| t.param)
+        .collect();
+    params.sort_unstable();
+    params.dedup();
+    let header = copy.blocks[c.blocks.iter().position(|&b| b == c.header).unwrap_or(0)];
+    let latch = copy.insts[&c.latch];
+    for &param in &params {
+        let pointer = func.dfg.append_block_param(header, I64);
+        // The back edge passes `P + uextend(s)`.
+        let stride = c
+            .tests
+            .iter()
+            .find(|t| t.param == param)
+            .map(|t| copy.value(t.stride));
+        let Some(stride) = stride else { continue };
+        let mut pos = FuncCursor::new(func).at_inst(latch);
+        let wide = pos.ins().uextend(I64, stride);
+        let next = pos.ins().iadd(pointer, wide);
+        let dfg = &mut func.dfg;
+        if let InstructionData::Brif { blocks, .. } = &mut dfg.insts[latch] {
+            blocks[0].append_argument(next, &mut dfg.value_lists);
+        }
+        // Each access at `uextend(p) + offset`: at `P + offset`.
+        for t in c
+            .tests
+            .iter()
+            .filter(|t| t.param == param && t.plus.is_none())
+        {
+            for &(access, _) in &t.accesses {
+                let access = copy.insts[&access];
+                let mut pos = FuncCursor::new(func).at_inst(access);
+                let address = pos.ins().iadd_imm_u(pointer, t.offset);
+                let dfg = &mut pos.func.dfg;
+                let at = usize::from(dfg.insts[access].opcode().can_store());
+                dfg.inst_args_mut(access)[at] = address;
+            }
+        }
+    }
+    params
 }
 
 /// Replaces, in every block but `skip`, each use of a key of `renamed`
@@ -635,7 +691,13 @@ fn drop_unused(func: &mut Function, blocks: &[Block]) {
 /// Replaces the loop's entry `jump header(args)` by `brif ok,
 /// copy(args), header(args)`, `ok` the module docs' entry test, `copy`
 /// the copy's header or its unrolled chain's dispatch block (`unroll`).
-fn entry_test(func: &mut Function, c: &Candidate, copy_header: Block) {
+fn entry_test(
+    func: &mut Function,
+    c: &Candidate,
+    copy_header: Block,
+    pointers: &[usize],
+    mem_base: Value,
+) {
     let srcloc = func.srcloc(c.entry);
     let args: Vec<Value> = match func.dfg.insts[c.entry] {
         InstructionData::Jump { destination, .. } => destination
@@ -690,8 +752,13 @@ fn entry_test(func: &mut Function, c: &Candidate, copy_header: Block) {
         }
     }
     let block_args: Vec<BlockArg> = args.iter().map(|&v| v.into()).collect();
+    let mut copy_args = block_args.clone();
+    for &param in pointers {
+        let first = pos.ins().uextend(I64, args[param]);
+        copy_args.push(pos.ins().iadd(mem_base, first).into());
+    }
     pos.ins()
-        .brif(ok, copy_header, &block_args, c.header, &block_args);
+        .brif(ok, copy_header, &copy_args, c.header, &block_args);
     pos.func.layout.remove_inst(c.entry);
 }
 
