@@ -885,7 +885,8 @@ fn fuel_is_spent_once_per_loop_header() {
 /// makes one) is charged its 5 fuel on entry: its header neither tests
 /// fuel nor reads the clock; with 5 fuel (plus the first loop's 1) it
 /// runs, with less it traps out of fuel at its header before its first
-/// iteration. A loop counted from a parameter keeps its checks.
+/// iteration. A loop counted from a parameter keeps its checks (and gets
+/// a versioned copy).
 #[test]
 fn a_counted_loop_is_charged_on_entry() {
     let counted = r#"(module (memory (export "memory") 1)
@@ -920,9 +921,13 @@ fn a_counted_loop_is_charged_on_entry() {
     );
     assert_eq!(memory[20], 0x80 | 20, "no iteration ran");
 
+    // Counted from a parameter, the loop keeps its checks, and gets a
+    // versioned copy (`version.rs`) that reads the clock too, and its
+    // unrolled chain (`unroll.rs`) that reads it once a chain pass.
     let from_a_parameter = counted.replace("(i32.const 5))", "(local.get $n))");
     let clif = clif_of(&from_a_parameter);
-    assert_eq!(traps(&clif, "trapnz", KernelTrap::TimeLimit), 3, "{clif}");
+    assert_eq!(traps(&clif, "trapz", KernelTrap::OutOfFuel), 2, "{clif}");
+    assert_eq!(traps(&clif, "trapnz", KernelTrap::TimeLimit), 5, "{clif}");
 }
 
 /// The byte offset of the module's only function body: where a trap of the

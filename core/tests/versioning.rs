@@ -13,7 +13,7 @@
 #[allow(dead_code)] // the translator suite's harness; these tests use part of it
 mod harness;
 
-use harness::Ty::I32;
+use harness::Ty::{F32, I32};
 use harness::*;
 use tensorwasm_core::lower::KernelTrap;
 use wasmparser::Operator;
@@ -248,7 +248,7 @@ fn fuel_short_of_the_count_traps_at_the_header() {
 
 /// The translated CLIF: the kernel has two copies of its body (the second
 /// for aligned `$a`, `$b`, `$out` and `$stride`), each with its loop, that
-/// loop's versioned copy, and the copy unrolled into a chain of four links
+/// loop's versioned copy, and the copy unrolled into a chain of eight links
 /// (`unroll.rs`). Only the two original loops test fuel; the versioned
 /// copies' and links' three accesses are flagged `aligned` and `notrap`,
 /// the aligned-argument copy's original loop's three `aligned` only (they
@@ -263,10 +263,10 @@ fn the_copies_drop_their_checks() {
             .count()
     };
     assert_eq!(traps(&clif, "trapz", KernelTrap::OutOfFuel), 2, "{clif}");
-    // Per body: the versioned copy and four links, three accesses each.
-    assert_eq!(accesses(" notrap aligned "), 2 * 5 * 3, "{clif}");
-    assert_eq!(accesses(" aligned "), 2 * 5 * 3 + 3, "{clif}");
-    assert_eq!(accesses(" little "), 2 * 6 * 3, "{clif}");
+    // Per body: the versioned copy and eight links, three accesses each.
+    assert_eq!(accesses(" notrap aligned "), 2 * 9 * 3, "{clif}");
+    assert_eq!(accesses(" aligned "), 2 * 9 * 3 + 3, "{clif}");
+    assert_eq!(accesses(" little "), 2 * 10 * 3, "{clif}");
     // Each body's virtual block, loop, versioned copy and first link.
     assert_eq!(
         traps(&clif, "trapnz", KernelTrap::TimeLimit),
@@ -313,4 +313,63 @@ fn the_aligned_argument_copy_matches_wasmtime() {
     // The copy's five accesses; the store at 8 is proven in both.
     assert_eq!(aligned, 7, "{clif}");
     assert!(clif.contains("band v0, "), "{clif}");
+}
+
+/// A loop without memory accesses, counted down from `$n` (the shape of
+/// the Wasm-kernel benchmark's mul-add loop): its versioned copy drops
+/// only the fuel test, and its chain of links runs the passes in eights.
+/// Every count from 1 to 40 (chains and the copy's remainders) gives the
+/// host's `f32` result; one fuel short traps at the header with nothing
+/// stored; a zero count (2^32 passes) runs out of fuel.
+#[test]
+fn a_loop_without_accesses_runs_its_passes_exactly() {
+    let wat = r#"(module (memory (export "memory") 1)
+      (func (export "kernel") (param $n i32) (param $a f32) (param $b f32)
+        (local $v f32)
+        (local.set $v (f32.const 1.5))
+        (loop $next
+          (local.set $v (f32.add (f32.mul (local.get $v) (local.get $a)) (local.get $b)))
+          (br_if $next (local.tee $n (i32.sub (local.get $n) (i32.const 1)))))
+        (f32.store (i32.const 0) (local.get $v))))"#;
+    let wasm = wat::parse_str(wat).expect("wat");
+    let kernel = translate(&wasm);
+    let header = offset_of(&wasm, 0, |op| matches!(op, Operator::Loop { .. }));
+    let (a, b) = (0.999_f32, 0.25_f32);
+    let args = |n: u64| {
+        [
+            Arg(I32, n),
+            Arg(F32, u64::from(a.to_bits())),
+            Arg(F32, u64::from(b.to_bits())),
+        ]
+    };
+    for n in 1..=40u64 {
+        let mut want = 1.5_f32;
+        for _ in 0..n {
+            want = want * a + b;
+        }
+        let mut memory = vec![0u8; PAGE];
+        assert_eq!(
+            interpret(&kernel, &args(n), &mut memory, n as i64),
+            Outcome::Returned,
+            "n = {n}"
+        );
+        assert_eq!(memory[..4], want.to_le_bytes(), "n = {n}");
+        let mut memory = vec![0u8; PAGE];
+        let short = interpret(&kernel, &args(n), &mut memory, n as i64 - 1);
+        let trap = Outcome::Trapped {
+            trap: KernelTrap::OutOfFuel,
+            offset: header,
+        };
+        assert_eq!(short, trap, "n = {n}, one fuel short");
+        assert_eq!(memory[..4], [0; 4], "n = {n}: nothing stored");
+    }
+    let mut memory = vec![0u8; PAGE];
+    let endless = interpret(&kernel, &args(0), &mut memory, 1000);
+    assert_eq!(
+        endless,
+        Outcome::Trapped {
+            trap: KernelTrap::OutOfFuel,
+            offset: header
+        }
+    );
 }

@@ -33,7 +33,7 @@ use super::counted::clock_chain;
 use crate::lower::KernelTrap;
 
 /// Passes per link of the chain.
-const FACTOR: i64 = 4;
+const FACTOR: i64 = 8;
 
 /// The most instructions a copy may have to be unrolled.
 const MAX_BODY_INSTS: usize = 96;

@@ -17,11 +17,12 @@
 //!   `c = k != 0` runs its header exactly `k` times;
 //! - its fuel, if the header tests it, goes down by one a pass (the
 //!   translator's `trapz fuel` then `fuel - 1`);
-//! - at least one guest access is at an *induction* address: `uextend(p
-//!   [+ q]) [+ offset]`, `p` a header parameter the back edge passes as
-//!   `p + s` (`i32`, wrapping), with `q` and the stride `s` loop-invariant
-//!   (defined outside the loop, or computed in it from such values by
-//!   arithmetic that cannot trap, which the entry test recomputes).
+//! - its header tests fuel, or at least one guest access is at an
+//!   *induction* address: `uextend(p [+ q]) [+ offset]`, `p` a header
+//!   parameter the back edge passes as `p + s` (`i32`, wrapping), with `q`
+//!   and the stride `s` loop-invariant (defined outside the loop, or
+//!   computed in it from such values by arithmetic that cannot trap, which
+//!   the entry test recomputes).
 //!
 //! At the entry the pass computes, from the entry's arguments, `k` (as
 //! `u64`) and for each induction access its first address `A0 =
@@ -258,7 +259,8 @@ fn candidate(
             });
         }
     }
-    if tests.is_empty() {
+    // Nothing to drop: no copy.
+    if tests.is_empty() && fuel_test.is_none() {
         return None;
     }
     Some(Candidate {
