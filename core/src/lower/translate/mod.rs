@@ -245,10 +245,12 @@ pub fn translate_kernel_within(
         .entry_block()
         .ok_or_else(|| LowerError::Invalid(String::from("translator: no entry block")))?;
     let mem_base = function.dfg.block_params(entry)[abi.hidden(KernelAbi::MEM_BASE)];
-    specialize::specialize_for_aligned_arguments(&mut function, abi.wasm_params, mem_base);
+    let unspecialized =
+        specialize::specialize_for_aligned_arguments(&mut function, abi.wasm_params, mem_base)
+            .unwrap_or_default();
     align::drop_proven_alignment_tests(&mut function);
     counted::charge_counted_loops(&mut function);
-    version::version_loops(&mut function, mem_base);
+    version::version_loops(&mut function, mem_base, &unspecialized);
     merge::merge_bounds_tests(&mut function, shared_bounds.as_ref());
     align::flag_aligned_accesses(&mut function, mem_base);
 

@@ -19,7 +19,10 @@
 //! accesses the analysis then proves are flagged `aligned` by
 //! `align::flag_aligned_accesses`, in the copy and wherever else they are
 //! proven. The test is the same for every thread of a launch (the
-//! arguments are), so the threads of a block take the same copy.
+//! arguments are), so the threads of a block take the same copy. Loop
+//! versioning (`version`) then works on the copy only: the original body
+//! runs for misaligned pointers, rarely, and keeps every check (which
+//! halves the code the kernel adds).
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -37,16 +40,17 @@ use super::copy::copy_blocks;
 const MAX_KERNEL_INSTS: usize = 4096;
 
 /// Makes the aligned-argument copy of `func` when it proves some access
-/// aligned (module docs); whether it did. `wasm_params` are the kernel's
-/// Wasm parameters (the first entry parameters), `mem_base` its memory's
-/// base.
+/// aligned (module docs); the blocks of the original body (which runs only
+/// when an argument is not aligned) if it did. `wasm_params` are the
+/// kernel's Wasm parameters (the first entry parameters), `mem_base` its
+/// memory's base.
 pub(super) fn specialize_for_aligned_arguments(
     func: &mut Function,
     wasm_params: usize,
     mem_base: Value,
-) -> bool {
+) -> Option<Vec<Block>> {
     let Some(entry) = func.layout.entry_block() else {
-        return false;
+        return None;
     };
     let size: usize = func
         .layout
@@ -54,17 +58,15 @@ pub(super) fn specialize_for_aligned_arguments(
         .map(|b| func.layout.block_insts(b).count())
         .sum();
     if size > MAX_KERNEL_INSTS {
-        return false;
+        return None;
     }
     let Some(jump) = func.layout.last_inst(entry) else {
-        return false;
+        return None;
     };
     if !matches!(func.dfg.insts[jump], InstructionData::Jump { .. }) {
-        return false;
+        return None;
     }
-    let Some(assumed) = choose(func, entry, wasm_params, mem_base) else {
-        return false;
-    };
+    let assumed = choose(func, entry, wasm_params, mem_base)?;
 
     // The masked arguments and the test, before the entry's jump.
     let srcloc = func.srcloc(jump);
@@ -81,25 +83,21 @@ pub(super) fn specialize_for_aligned_arguments(
             Some(others) => pos.ins().bor(others, low),
         });
     }
-    let Some(low_bits) = low_bits else {
-        return false;
-    };
+    let low_bits = low_bits?;
     let aligned = pos.ins().icmp_imm_s(IntCC::Equal, low_bits, 0);
 
     // The copy of everything after the entry block.
     let body: Vec<Block> = func.layout.blocks().filter(|&b| b != entry).collect();
     let copy = copy_blocks(func, &body, masked);
     let InstructionData::Jump { destination, .. } = func.dfg.insts[jump] else {
-        return false;
+        return None;
     };
     let target = destination.block(&func.dfg.value_lists);
     let args: Vec<Value> = destination
         .args(&func.dfg.value_lists)
         .filter_map(|a| a.as_value())
         .collect();
-    let Some(index) = body.iter().position(|&b| b == target) else {
-        return false;
-    };
+    let index = body.iter().position(|&b| b == target)?;
     let copy_target = copy.blocks[index];
     let plain: Vec<BlockArg> = args.iter().map(|&v| v.into()).collect();
     let mapped: Vec<BlockArg> = args.iter().map(|&v| copy.value(v).into()).collect();
@@ -107,7 +105,7 @@ pub(super) fn specialize_for_aligned_arguments(
     pos.ins()
         .brif(aligned, copy_target, &mapped, target, &plain);
     func.layout.remove_inst(jump);
-    true
+    Some(body)
 }
 
 /// The arguments to assume aligned, each with its low zero bits: `None`

@@ -114,10 +114,11 @@ struct InductionTest {
     accesses: Vec<(Inst, i64)>,
 }
 
-/// Versions `func`'s qualifying loops (module docs); how many. `mem_base`
-/// is the kernel's guest memory base (accesses are at `mem_base + ea`).
-pub(super) fn version_loops(func: &mut Function, mem_base: Value) -> usize {
-    let mut done: BTreeSet<Block> = BTreeSet::new();
+/// Versions `func`'s qualifying loops (module docs) but those whose header
+/// is in `skip`; how many. `mem_base` is the kernel's guest memory base
+/// (accesses are at `mem_base + ea`).
+pub(super) fn version_loops(func: &mut Function, mem_base: Value, skip: &[Block]) -> usize {
+    let mut done: BTreeSet<Block> = skip.iter().copied().collect();
     let mut versioned = 0;
     while versioned < MAX_VERSIONED {
         let Some(candidate) = next_candidate(func, mem_base, &done) else {
