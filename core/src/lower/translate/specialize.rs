@@ -49,9 +49,7 @@ pub(super) fn specialize_for_aligned_arguments(
     wasm_params: usize,
     mem_base: Value,
 ) -> Option<Vec<Block>> {
-    let Some(entry) = func.layout.entry_block() else {
-        return None;
-    };
+    let entry = func.layout.entry_block()?;
     let size: usize = func
         .layout
         .blocks()
@@ -60,9 +58,7 @@ pub(super) fn specialize_for_aligned_arguments(
     if size > MAX_KERNEL_INSTS {
         return None;
     }
-    let Some(jump) = func.layout.last_inst(entry) else {
-        return None;
-    };
+    let jump = func.layout.last_inst(entry)?;
     if !matches!(func.dfg.insts[jump], InstructionData::Jump { .. }) {
         return None;
     }
