@@ -503,9 +503,13 @@ fn emit(pos: &mut FuncCursor<'_>, check: &Check<'_>) -> Value {
             .ins()
             .icmp(IntCC::UnsignedGreaterThanOrEqual, address, bound),
         Against::Past { end, len } => {
+            // `uextend(address) + end > len` as `uextend(address) > len -
+            // end`, signed: exact (`len <= 2^32`, `end < 2^33`), and the
+            // limit is the same for every test of that `end` (the GPU
+            // compares a zero-extended value with no 64-bit add).
             let ea = pos.ins().uextend(I64, address);
-            let end = pos.ins().iadd_imm_u(ea, end);
-            pos.ins().icmp(IntCC::UnsignedGreaterThan, end, len)
+            let limit = pos.ins().iadd_imm_s(len, -end);
+            pos.ins().icmp(IntCC::SignedGreaterThan, ea, limit)
         }
     }
 }
