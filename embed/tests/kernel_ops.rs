@@ -709,11 +709,11 @@ const NO_WASM_SOURCE: &[(Opcode, Type, Option<Type>, Option<Cond>)] = &[
     // Comparisons make i8 flags and constants are i32/i64: no i8 constant.
     (Opcode::Iconst, I8, None, None),
     // Wasm has no bitwise not (`x ^ -1` is a bxor; only the atomics'
-    // compare-and-swap loops invert their i32 masks), and the translator's
-    // guards combine i8 flags with band only.
+    // compare-and-swap loops invert their i32 masks), and the translator
+    // combines i8 flags with band (guards) and bor (merged bounds tests)
+    // only.
     (Opcode::Bnot, I64, None, None),
     (Opcode::Bnot, I8, None, None),
-    (Opcode::Bor, I8, None, None),
     (Opcode::Bxor, I8, None, None),
     // A Wasm shift or rotate amount has the type of the value shifted.
     (Opcode::Ishl, I32, Some(I64), None),
