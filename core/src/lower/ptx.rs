@@ -949,31 +949,7 @@ impl Emitter<'_> {
         if !aligned {
             return Ok(None);
         }
-        let (opcode, args) = (dfg.insts[inst].opcode(), dfg.inst_args(inst));
-        let (value, load) = match (opcode, args) {
-            (Opcode::Load, &[_]) => (dfg.first_result(inst), true),
-            (Opcode::Store, &[value, _]) => (value, false),
-            _ => return Ok(None),
-        };
-        let (InstructionData::Load { offset, .. } | InstructionData::Store { offset, .. }) =
-            dfg.insts[inst]
-        else {
-            return Ok(None);
-        };
-        let kind = match dfg.value_type(value) {
-            I32 => "u32",
-            I64 => "u64",
-            F32 => "f32",
-            F64 => "f64",
-            _ => return Ok(None),
-        };
-        let off = i32::from(offset);
-        let reg = self.reg(value)?;
-        Ok(Some(if load {
-            format!("ld.global.{kind} {reg}, [{global}+{off}];")
-        } else {
-            format!("st.global.{kind} [{global}+{off}], {reg};")
-        }))
+        self.whole_access(inst, "global", global)
     }
 
     /// A plain `load` or `store` of a whole `i32`/`i64`/`f32`/`f64` at
@@ -981,6 +957,18 @@ impl Emitter<'_> {
     /// `ld.shared` / `st.shared` (the translator trapped on misaligned
     /// shared offsets).
     fn shared_access(&mut self, inst: Inst, shared: &str) -> Result<Option<String>, LowerError> {
+        self.whole_access(inst, "shared", shared)
+    }
+
+    /// `inst` as one `ld.{space}` / `st.{space}` at `address` plus its
+    /// offset, if it is a plain `load` or `store` of a whole
+    /// `i32`/`i64`/`f32`/`f64`.
+    fn whole_access(
+        &mut self,
+        inst: Inst,
+        space: &str,
+        address: &str,
+    ) -> Result<Option<String>, LowerError> {
         let dfg = &self.func.dfg;
         let (opcode, args) = (dfg.insts[inst].opcode(), dfg.inst_args(inst));
         let (value, load) = match (opcode, args) {
@@ -1003,9 +991,9 @@ impl Emitter<'_> {
         let off = i32::from(offset);
         let reg = self.reg(value)?;
         Ok(Some(if load {
-            format!("ld.shared.{kind} {reg}, [{shared}+{off}];")
+            format!("ld.{space}.{kind} {reg}, [{address}+{off}];")
         } else {
-            format!("st.shared.{kind} [{shared}+{off}], {reg};")
+            format!("st.{space}.{kind} [{address}+{off}], {reg};")
         }))
     }
 

@@ -1371,14 +1371,19 @@ mod tests {
         }
     }
 
-    /// `tw_gemm_tf32` of one block, unit alpha, zero beta, dense operands.
-    fn gemm_tf32_once(rig: &Rig, a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
-        let (a_buf, b_buf) = (rig.f32s(a, 0), rig.f32s(b, 0));
-        let c_buf = rig.f32s(&vec![f32::NAN; m * n], 0);
-        let params = [
-            a_buf.param(),
-            b_buf.param(),
-            c_buf.param(),
+    /// A GEMM's parameters over dense row-major `[a, b, c]` of one batch:
+    /// `C = A @ B` (unit alpha, zero beta).
+    fn dense_gemm_params<M: DeviceMemory>(
+        abc: [&Buffer<M>; 3],
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> [KernelParam; 14] {
+        let [a, b, c] = abc;
+        [
+            a.param(),
+            b.param(),
+            c.param(),
             i32p(m),
             i32p(n),
             i32p(k),
@@ -1390,7 +1395,14 @@ mod tests {
             i64p(0),
             KernelParam::F32(1.0),
             KernelParam::F32(0.0),
-        ];
+        ]
+    }
+
+    /// `tw_gemm_tf32` of one block, unit alpha, zero beta, dense operands.
+    fn gemm_tf32_once(rig: &Rig, a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+        let (a_buf, b_buf) = (rig.f32s(a, 0), rig.f32s(b, 0));
+        let c_buf = rig.f32s(&vec![f32::NAN; m * n], 0);
+        let params = dense_gemm_params([&a_buf, &b_buf, &c_buf], m, n, k);
         let grid = Dim3 {
             x: n.div_ceil(128) as u32,
             y: m.div_ceil(128) as u32,
@@ -1828,22 +1840,7 @@ mod tests {
         let b = rig.f32s(&rng.values(k * n, 1.0), 0);
         let c_init = rng.values(m * n, 1.0);
         let c = rig.f32s(&c_init, 0);
-        let params = [
-            a.param(),
-            b.param(),
-            c.param(),
-            i32p(m),
-            i32p(n),
-            i32p(k),
-            i64p(k as i64),
-            i64p(n as i64),
-            i64p(n as i64),
-            i64p(0),
-            i64p(0),
-            i64p(0),
-            KernelParam::F32(1.0),
-            KernelParam::F32(0.0),
-        ];
+        let params = dense_gemm_params([&a, &b, &c], m, n, k);
         let result = rig.launch("tw_gemm_f32", Dim3::linear(1), BLOCK_256, &params);
         assert_fails(result, "tw_gemm_f32: A: 8000 bytes at");
         assert_eq!(rig.read(&c, m * n), c_init, "C was written");

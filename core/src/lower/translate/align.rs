@@ -118,42 +118,55 @@ pub(in crate::lower::translate) fn guest_accesses(
     mem_base: Value,
 ) -> Vec<(Inst, Value, u32)> {
     let dfg = &func.dfg;
-    let mut found = Vec::new();
-    for block in func.layout.blocks() {
-        for inst in func.layout.block_insts(block) {
-            let data = &dfg.insts[inst];
-            let (address, bytes) = match (data.opcode(), dfg.inst_args(inst)) {
-                (Opcode::Load, &[a]) => (a, dfg.value_type(dfg.first_result(inst)).bytes()),
-                (Opcode::Store, &[v, a]) => (a, dfg.value_type(v).bytes()),
-                (Opcode::Uload16 | Opcode::Sload16, &[a]) | (Opcode::Istore16, &[_, a]) => (a, 2),
-                (Opcode::Uload32 | Opcode::Sload32, &[a]) | (Opcode::Istore32, &[_, a]) => (a, 4),
-                _ => continue,
-            };
-            let whole = matches!(data, InstructionData::Load { offset, .. } | InstructionData::Store { offset, .. } if i32::from(*offset) == 0);
-            let aligned = data.memflags_data(dfg).is_some_and(|f| f.aligned());
-            if bytes < 2 || !whole || aligned {
-                continue;
-            }
-            let Some(def) = dfg.value_def(dfg.resolve_aliases(address)).inst() else {
-                continue;
-            };
-            let InstructionData::Binary {
-                opcode: Opcode::Iadd,
-                args: [x, y],
-            } = dfg.insts[def]
-            else {
-                continue;
-            };
-            let (x, y) = (dfg.resolve_aliases(x), dfg.resolve_aliases(y));
-            let ea = match (x == mem_base, y == mem_base) {
-                (true, false) => y,
-                (false, true) => x,
-                _ => continue,
-            };
-            found.push((inst, ea, bytes.trailing_zeros()));
-        }
+    func.layout
+        .blocks()
+        .flat_map(|block| func.layout.block_insts(block))
+        .filter(|&inst| {
+            !dfg.insts[inst]
+                .memflags_data(dfg)
+                .is_some_and(|f| f.aligned())
+        })
+        .filter_map(|inst| {
+            let (ea, bytes) = guest_access(func, inst, mem_base)?;
+            Some((inst, ea, bytes.trailing_zeros()))
+        })
+        .collect()
+}
+
+/// `(ea, bytes)` when `inst` loads or stores `bytes > 1` bytes at
+/// `mem_base + ea` (the translator's guest access, its offset in `ea`).
+pub(in crate::lower::translate) fn guest_access(
+    func: &Function,
+    inst: Inst,
+    mem_base: Value,
+) -> Option<(Value, u32)> {
+    let dfg = &func.dfg;
+    let data = &dfg.insts[inst];
+    let (address, bytes) = match (data.opcode(), dfg.inst_args(inst)) {
+        (Opcode::Load, &[a]) => (a, dfg.value_type(dfg.first_result(inst)).bytes()),
+        (Opcode::Store, &[v, a]) => (a, dfg.value_type(v).bytes()),
+        (Opcode::Uload16 | Opcode::Sload16, &[a]) | (Opcode::Istore16, &[_, a]) => (a, 2),
+        (Opcode::Uload32 | Opcode::Sload32, &[a]) | (Opcode::Istore32, &[_, a]) => (a, 4),
+        _ => return None,
+    };
+    let whole = matches!(data, InstructionData::Load { offset, .. } | InstructionData::Store { offset, .. } if i32::from(*offset) == 0);
+    if bytes < 2 || !whole {
+        return None;
     }
-    found
+    let def = dfg.value_def(dfg.resolve_aliases(address)).inst()?;
+    let InstructionData::Binary {
+        opcode: Opcode::Iadd,
+        args: [x, y],
+    } = dfg.insts[def]
+    else {
+        return None;
+    };
+    let (x, y) = (dfg.resolve_aliases(x), dfg.resolve_aliases(y));
+    match (x == mem_base, y == mem_base) {
+        (true, false) => Some((y, bytes)),
+        (false, true) => Some((x, bytes)),
+        _ => None,
+    }
 }
 
 /// How many of `func`'s [`guest_accesses`] are not known aligned when the

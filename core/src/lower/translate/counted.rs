@@ -60,22 +60,10 @@ struct Counted {
 
 /// Charges `func`'s counted loops on entry (module docs); how many.
 pub(super) fn charge_counted_loops(func: &mut Function) -> usize {
-    let cfg = ControlFlowGraph::with_function(func);
-    let domtree = DominatorTree::with_function(func, &cfg);
-    let mut loops = LoopAnalysis::new();
-    loops.compute(func, &cfg, &domtree);
-    // Loops with a loop inside them (one pass: each marks its parent).
-    let mut outer = alloc::vec![false; loops.loops().len()];
-    for parent in loops.loops().filter_map(|lp| loops.loop_parent(lp)) {
-        outer[parent.index()] = true;
-    }
-    let found: Vec<Counted> = loops
-        .loops()
-        .filter(|lp| !outer[lp.index()])
-        .filter_map(|lp| {
-            let header = loops.loop_header(lp);
-            counted(func, &cfg, header, |b| loops.is_in_loop(b, lp))
-        })
+    let (cfg, innermost) = innermost_loops(func);
+    let found: Vec<Counted> = innermost
+        .iter()
+        .filter_map(|(header, blocks)| counted(func, &cfg, *header, |b| blocks.contains(&b)))
         .collect();
     for loop_ in &found {
         for &(jump, fuel, trips) in &loop_.entries {
@@ -92,6 +80,33 @@ pub(super) fn charge_counted_loops(func: &mut Function) -> usize {
         }
     }
     found.len()
+}
+
+/// `func`'s control flow graph, and its loops with no loop inside them:
+/// each header with the loop's blocks in layout order.
+pub(super) fn innermost_loops(func: &Function) -> (ControlFlowGraph, Vec<(Block, Vec<Block>)>) {
+    let cfg = ControlFlowGraph::with_function(func);
+    let domtree = DominatorTree::with_function(func, &cfg);
+    let mut loops = LoopAnalysis::new();
+    loops.compute(func, &cfg, &domtree);
+    // Loops with a loop inside them (one pass: each marks its parent).
+    let mut outer = alloc::vec![false; loops.loops().len()];
+    for parent in loops.loops().filter_map(|lp| loops.loop_parent(lp)) {
+        outer[parent.index()] = true;
+    }
+    let innermost = loops
+        .loops()
+        .filter(|lp| !outer[lp.index()])
+        .map(|lp| {
+            let blocks = func
+                .layout
+                .blocks()
+                .filter(|&b| loops.is_in_loop(b, lp))
+                .collect();
+            (loops.loop_header(lp), blocks)
+        })
+        .collect();
+    (cfg, innermost)
 }
 
 /// The loop at `header` (its blocks: `inside`) if it is counted.

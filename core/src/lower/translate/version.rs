@@ -48,7 +48,6 @@ use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
-use cranelift_codegen::dominator_tree::DominatorTree;
 use cranelift_codegen::entity::EntityRef;
 use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -57,11 +56,10 @@ use cranelift_codegen::ir::{
     Block, BlockArg, BlockCall, Function, Inst, InstBuilder, InstructionData, Opcode, Value,
     ValueDef,
 };
-use cranelift_codegen::loop_analysis::LoopAnalysis;
 
-use super::align::{compare_trap, constant};
+use super::align::{compare_trap, constant, guest_access};
 use super::copy::{Copied, copy_blocks, resolved};
-use super::counted::minus_one;
+use super::counted::{innermost_loops, minus_one};
 use super::unroll::unroll;
 use crate::lower::KernelTrap;
 
@@ -135,25 +133,11 @@ pub(super) fn version_loops(func: &mut Function, mem_base: Value, skip: &[Block]
 
 /// The first innermost loop not in `done` that qualifies.
 fn next_candidate(func: &Function, mem_base: Value, done: &BTreeSet<Block>) -> Option<Candidate> {
-    let cfg = ControlFlowGraph::with_function(func);
-    let domtree = DominatorTree::with_function(func, &cfg);
-    let mut loops = LoopAnalysis::new();
-    loops.compute(func, &cfg, &domtree);
-    let mut outer = alloc::vec![false; loops.loops().len()];
-    for parent in loops.loops().filter_map(|lp| loops.loop_parent(lp)) {
-        outer[parent.index()] = true;
-    }
-    loops
-        .loops()
-        .filter(|lp| !outer[lp.index()] && !done.contains(&loops.loop_header(*lp)))
-        .find_map(|lp| {
-            let blocks: Vec<Block> = func
-                .layout
-                .blocks()
-                .filter(|&b| loops.is_in_loop(b, lp))
-                .collect();
-            candidate(func, &cfg, loops.loop_header(lp), blocks, mem_base)
-        })
+    let (cfg, innermost) = innermost_loops(func);
+    innermost
+        .into_iter()
+        .filter(|(header, _)| !done.contains(header))
+        .find_map(|(header, blocks)| candidate(func, &cfg, header, blocks, mem_base))
 }
 
 /// The loop at `header` (its blocks: `blocks`) if it qualifies.
@@ -360,31 +344,14 @@ fn induction_test(
 /// The loads and stores of the loop at `mem_base + ea`, of more than one
 /// byte, with their sizes.
 fn accesses_at(func: &Function, blocks: &[Block], mem_base: Value, ea: Value) -> Vec<(Inst, i64)> {
-    let dfg = &func.dfg;
-    let mut found = Vec::new();
-    for &block in blocks {
-        for inst in func.layout.block_insts(block) {
-            let data = &dfg.insts[inst];
-            let (address, bytes) = match (data.opcode(), dfg.inst_args(inst)) {
-                (Opcode::Load, &[a]) => (a, dfg.value_type(dfg.first_result(inst)).bytes()),
-                (Opcode::Store, &[v, a]) => (a, dfg.value_type(v).bytes()),
-                (Opcode::Uload16 | Opcode::Sload16, &[a]) | (Opcode::Istore16, &[_, a]) => (a, 2),
-                (Opcode::Uload32 | Opcode::Sload32, &[a]) | (Opcode::Istore32, &[_, a]) => (a, 4),
-                _ => continue,
-            };
-            let Some((x, y)) = binary(func, address, Opcode::Iadd) else {
-                continue;
-            };
-            let at_ea = (x == mem_base && y == ea) || (y == mem_base && x == ea);
-            if at_ea
-                && bytes > 1
-                && matches!(data, InstructionData::Load { offset, .. } | InstructionData::Store { offset, .. } if i32::from(*offset) == 0)
-            {
-                found.push((inst, i64::from(bytes)));
-            }
-        }
-    }
-    found
+    blocks
+        .iter()
+        .flat_map(|&block| func.layout.block_insts(block))
+        .filter_map(|inst| match guest_access(func, inst, mem_base) {
+            Some((at, bytes)) if at == ea => Some((inst, i64::from(bytes))),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `(x, k)` when `v` is `x + k`, `k` a constant.
