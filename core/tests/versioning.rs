@@ -375,3 +375,33 @@ fn a_loop_without_accesses_runs_its_passes_exactly() {
         }
     );
 }
+
+/// A loop with a warp shuffle is not versioned: lanes of a warp could take
+/// different copies (the entry test reads each lane's own values), and a
+/// shuffle's lanes are those that run it together. Its fuel test (one in
+/// each body: the kernel has an aligned-argument copy, taken by all lanes
+/// alike) and its per-access bounds tests stay; the same loop without
+/// the shuffle gets its versioned copy.
+#[test]
+fn a_loop_with_a_warp_collective_keeps_its_checks() {
+    let wat = r#"(module
+      (import "tensorwasm_kernel" "shfl_xor_i32" (func $xor (param i32 i32) (result i32)))
+      (memory (export "memory") 1)
+      (func (export "kernel") (param $p i32) (param $n i32)
+        (local $s i32)
+        (loop $next
+          (local.set $s (i32.add (local.get $s)
+            (call $xor (i32.load (local.get $p)) (i32.const 1))))
+          (local.set $p (i32.add (local.get $p) (i32.const 4)))
+          (br_if $next (local.tee $n (i32.sub (local.get $n) (i32.const 1)))))
+        (i32.store (i32.const 0) (local.get $s))))"#;
+    let clif = clif_of(wat);
+    assert_eq!(traps(&clif, "trapz", KernelTrap::OutOfFuel), 2, "{clif}");
+    assert!(!clif.contains(" notrap aligned "), "{clif}");
+    let plain = wat.replace(
+        "(call $xor (i32.load (local.get $p)) (i32.const 1))",
+        "(i32.load (local.get $p))",
+    );
+    let clif = clif_of(&plain);
+    assert!(clif.contains(" notrap aligned "), "{clif}");
+}

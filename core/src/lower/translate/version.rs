@@ -17,6 +17,10 @@
 //!   `c = k != 0` runs its header exactly `k` times;
 //! - its fuel, if the header tests it, goes down by one a pass (the
 //!   translator's `trapz fuel` then `fuel - 1`);
+//! - it makes no warp collective (shuffle, ballot, vote): the entry test
+//!   reads each thread's own values, so lanes of one warp may take
+//!   different copies, and a collective must meet its warp at one site
+//!   (barriers are the non-`.aligned` kind and may);
 //! - its header tests fuel, or at least one guest access is at an
 //!   *induction* address: `uextend(p [+ q]) [+ offset]`, `p` a header
 //!   parameter the back edge passes as `p + s` (`i32`, wrapping), with `q`
@@ -61,7 +65,7 @@ use super::align::{compare_trap, constant, guest_access};
 use super::copy::{Copied, copy_blocks, resolved};
 use super::counted::{innermost_loops, minus_one};
 use super::unroll::unroll;
-use crate::lower::KernelTrap;
+use crate::lower::{KernelTrap, RuntimeCheck};
 
 /// The most instructions a loop may have to be copied.
 const MAX_LOOP_INSTS: usize = 2048;
@@ -183,6 +187,29 @@ fn candidate(
         return None;
     };
     if taken.block(&dfg.value_lists) != header || inside(other.block(&dfg.value_lists)) {
+        return None;
+    }
+    // No warp collective inside: threads of one warp may take different
+    // copies (the entry test reads each thread's own values), and a
+    // shuffle or vote must meet its warp at one call site.
+    let collective = blocks
+        .iter()
+        .flat_map(|&b| func.layout.block_insts(b))
+        .any(|inst| {
+            RuntimeCheck::called_by(func, inst).is_some_and(|check| {
+                matches!(
+                    check,
+                    RuntimeCheck::ShflIdx
+                        | RuntimeCheck::ShflUp
+                        | RuntimeCheck::ShflDown
+                        | RuntimeCheck::ShflXor
+                        | RuntimeCheck::Ballot
+                        | RuntimeCheck::VoteAny
+                        | RuntimeCheck::VoteAll
+                )
+            })
+        });
+    if collective {
         return None;
     }
     // No other way out: every branch stays inside, or traps.
