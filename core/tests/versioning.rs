@@ -405,3 +405,28 @@ fn a_loop_with_a_warp_collective_keeps_its_checks() {
     let clif = clif_of(&plain);
     assert!(clif.contains(" notrap aligned "), "{clif}");
 }
+
+/// A kernel of forty small loops: only the first 32 get a versioned copy
+/// (each with its chain of eight links, one access a pass), so what
+/// `kernel_get` compiles stays bounded; the others keep their checks.
+#[test]
+fn a_kernel_of_many_loops_copies_at_most_32() {
+    let one = r#"(local.set $k (local.get $n))
+        (loop $l
+          (local.set $s (i32.add (local.get $s) (i32.load (local.get $p))))
+          (local.set $p (i32.add (local.get $p) (i32.const 4)))
+          (br_if $l (local.tee $k (i32.sub (local.get $k) (i32.const 1)))))"#;
+    let wat = format!(
+        r#"(module (memory (export "memory") 1)
+      (func (export "kernel") (param $p i32) (param $n i32) (local $k i32) (local $s i32)
+        {}
+        (i32.store (i32.const 0) (local.get $s))))"#,
+        one.repeat(40)
+    );
+    let clif = clif_of(&wat);
+    let trusted = clif
+        .lines()
+        .filter(|l| l.contains(" notrap aligned "))
+        .count();
+    assert_eq!(trusted, 32 * 9, "{clif}");
+}

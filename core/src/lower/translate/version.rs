@@ -73,6 +73,11 @@ const MAX_LOOP_INSTS: usize = 2048;
 /// The most loops one kernel has copied (each copy adds a loop).
 const MAX_VERSIONED: usize = 32;
 
+/// No loop is copied once the kernel has this many instructions: the
+/// copies and their chains are lowered and compiled on every first
+/// `kernel_get`, so a kernel of many small loops must not multiply.
+const MAX_KERNEL_INSTS: usize = 16384;
+
 /// The largest trip count the copy takes (keeps the entry test's sums
 /// below 2^64).
 const MAX_TRIPS: i64 = 1 << 31;
@@ -122,7 +127,7 @@ struct InductionTest {
 pub(super) fn version_loops(func: &mut Function, mem_base: Value, skip: &[Block]) -> usize {
     let mut done: BTreeSet<Block> = skip.iter().copied().collect();
     let mut versioned = 0;
-    while versioned < MAX_VERSIONED {
+    while versioned < MAX_VERSIONED && instructions(func) < MAX_KERNEL_INSTS {
         let Some(candidate) = next_candidate(func, mem_base, &done) else {
             break;
         };
@@ -133,6 +138,14 @@ pub(super) fn version_loops(func: &mut Function, mem_base: Value, skip: &[Block]
         }
     }
     versioned
+}
+
+/// How many instructions `func` has.
+fn instructions(func: &Function) -> usize {
+    func.layout
+        .blocks()
+        .map(|b| func.layout.block_insts(b).count())
+        .sum()
 }
 
 /// The first innermost loop not in `done` that qualifies.
