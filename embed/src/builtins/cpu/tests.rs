@@ -913,22 +913,9 @@ fn an_operand_past_its_allocation_fails_the_launch_untouched() {
         rig.f32s(&[1.0; 4], 0),
         rig.f32s(&[1.0; 8], 0),
     );
-    let mut params = [
-        a.param(),
-        b.param(),
-        c.param(),
-        i32p(2),
-        i32p(2),
-        i32p(2),
-        i64p(2),
-        i64p(2),
-        i64p(2),
-        i64p(0),
-        i64p(4),
-        i64p(4),
-        KernelParam::F32(1.0),
-        KernelParam::F32(0.0),
-    ];
+    let mut params = dense_gemm_params([&a, &b, &c], 2, 2, 2);
+    params[10] = i64p(4);
+    params[11] = i64p(4);
     let result = rig.launch("tw_gemm_f32", Dim3 { x: 1, y: 1, z: 2 }, BLOCK_256, &params);
     assert_fails(result, "B: 16 bytes at");
     // A batch stride whose offsets overflow (in elements for batch 2,
@@ -984,22 +971,8 @@ fn bad_parameters_fail_the_launch() {
         rig.f32s(&[1.0; 4], 0),
         rig.f32s(&[1.0; 8], 0),
     );
-    let params = [
-        a.param(),
-        b.param(),
-        c.param(),
-        i32p(2),
-        i32p(2),
-        i32p(2),
-        i64p(2),
-        i64p(2),
-        i64p(2),
-        i64p(0),
-        i64p(0),
-        i64p(3),
-        KernelParam::F32(1.0),
-        KernelParam::F32(0.0),
-    ];
+    let mut params = dense_gemm_params([&a, &b, &c], 2, 2, 2);
+    params[11] = i64p(3);
     let result = rig.launch("tw_gemm_f32", Dim3 { x: 1, y: 1, z: 2 }, BLOCK_256, &params);
     assert_fails(result, "sC = 3 makes C's batches (4 elements each) overlap");
 }
