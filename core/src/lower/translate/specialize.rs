@@ -7,7 +7,8 @@
 //! bits zero, and the kernel's entry picks it when they do.
 //!
 //! The arguments and bits are chosen by the alignment analysis
-//! (`align::unproven_accesses`): every `i32` argument assumed a multiple
+//! (`align::unproven_accesses`): every `i32` argument (the first
+//! [`MAX_ARGUMENTS`]) assumed a multiple
 //! of the widest unproven access's size, then, one at a time, each
 //! assumption dropped or narrowed while no more accesses go unproven. If
 //! the assumptions prove no access more, nothing changes. Otherwise the
@@ -34,6 +35,11 @@ use cranelift_codegen::ir::{Block, BlockArg, Function, InstBuilder, InstructionD
 
 use super::align::{guest_accesses, unproven_accesses};
 use super::copy::copy_blocks;
+
+/// The most arguments the analysis considers (the first `i32` ones): each
+/// costs up to four runs of the alignment analysis over the kernel, and a
+/// guest may declare a kernel of hundreds of parameters.
+const MAX_ARGUMENTS: usize = 16;
 
 /// The most instructions a kernel may have to be copied (a copy doubles
 /// the code ptxas and the driver compile).
@@ -121,6 +127,7 @@ fn choose(
     let mut assumed: Vec<(Value, u32)> = params[..wasm_params.min(params.len())]
         .iter()
         .filter(|&&p| func.dfg.value_type(p) == I32)
+        .take(MAX_ARGUMENTS)
         .map(|&p| (p, widest))
         .collect();
     let none = unproven(&[]);
