@@ -125,15 +125,23 @@ struct InductionTest {
 /// is in `skip`; how many. `mem_base` is the kernel's guest memory base
 /// (accesses are at `mem_base + ea`).
 pub(super) fn version_loops(func: &mut Function, mem_base: Value, skip: &[Block]) -> usize {
-    let mut done: BTreeSet<Block> = skip.iter().copied().collect();
+    // The innermost loops, found once: versioning one loop adds blocks
+    // around it but changes no other loop's blocks (its entry and exit
+    // edges are read again from a fresh control flow graph each time).
+    let (_, innermost) = innermost_loops(func);
     let mut versioned = 0;
-    while versioned < MAX_VERSIONED && instructions(func) < MAX_KERNEL_INSTS {
-        let Some(candidate) = next_candidate(func, mem_base, &done) else {
+    for (header, blocks) in innermost {
+        if versioned >= MAX_VERSIONED || instructions(func) >= MAX_KERNEL_INSTS {
             break;
+        }
+        if skip.contains(&header) {
+            continue;
+        }
+        let cfg = ControlFlowGraph::with_function(func);
+        let Some(candidate) = candidate(func, &cfg, header, blocks, mem_base) else {
+            continue;
         };
-        done.insert(candidate.header);
-        if let Some(copy) = version(func, &candidate, mem_base) {
-            done.insert(copy);
+        if version(func, &candidate, mem_base).is_some() {
             versioned += 1;
         }
     }
@@ -146,15 +154,6 @@ fn instructions(func: &Function) -> usize {
         .blocks()
         .map(|b| func.layout.block_insts(b).count())
         .sum()
-}
-
-/// The first innermost loop not in `done` that qualifies.
-fn next_candidate(func: &Function, mem_base: Value, done: &BTreeSet<Block>) -> Option<Candidate> {
-    let (cfg, innermost) = innermost_loops(func);
-    innermost
-        .into_iter()
-        .filter(|(header, _)| !done.contains(header))
-        .find_map(|(header, blocks)| candidate(func, &cfg, header, blocks, mem_base))
 }
 
 /// The loop at `header` (its blocks: `blocks`) if it qualifies.
@@ -671,29 +670,52 @@ fn rename(func: &mut Function, skip: &BTreeSet<Block>, renamed: &BTreeMap<Value,
 /// Removes, from `blocks`, [`pure`] instructions whose results nothing
 /// uses (the copy's dropped tests leave their comparisons behind).
 fn drop_unused(func: &mut Function, blocks: &[Block]) {
-    loop {
-        let resolved = resolved(func);
-        let mut used = alloc::vec![false; resolved.len()];
-        for block in func.layout.blocks() {
-            for inst in func.layout.block_insts(block) {
-                for v in func.dfg.inst_values(inst) {
-                    used[resolved[v.index()].index()] = true;
-                }
+    let resolved = resolved(func);
+    let mut uses = alloc::vec![0usize; resolved.len()];
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            for v in func.dfg.inst_values(inst) {
+                uses[resolved[v.index()].index()] += 1;
             }
         }
-        let dead: Vec<Inst> = blocks
-            .iter()
-            .flat_map(|&b| func.layout.block_insts(b))
-            .filter(|&inst| {
-                pure(func.dfg.insts[inst].opcode())
-                    && func.dfg.inst_results(inst).iter().all(|r| !used[r.index()])
-            })
-            .collect();
-        if dead.is_empty() {
-            return;
+    }
+    let inside: BTreeSet<Inst> = blocks
+        .iter()
+        .flat_map(|&b| func.layout.block_insts(b))
+        .collect();
+    let dead = |func: &Function, uses: &[usize], inst: Inst| {
+        pure(func.dfg.insts[inst].opcode())
+            && func
+                .dfg
+                .inst_results(inst)
+                .iter()
+                .all(|r| uses[r.index()] == 0)
+    };
+    let mut work: Vec<Inst> = inside
+        .iter()
+        .copied()
+        .filter(|&i| dead(func, &uses, i))
+        .collect();
+    let mut removed: BTreeSet<Inst> = BTreeSet::new();
+    while let Some(inst) = work.pop() {
+        if !removed.insert(inst) {
+            continue;
         }
-        for inst in dead {
-            func.layout.remove_inst(inst);
+        let args: Vec<Value> = func
+            .dfg
+            .inst_values(inst)
+            .map(|v| resolved[v.index()])
+            .collect();
+        func.layout.remove_inst(inst);
+        for arg in args {
+            uses[arg.index()] -= 1;
+            if let ValueDef::Result(def, _) = func.dfg.value_def(arg)
+                && inside.contains(&def)
+                && !removed.contains(&def)
+                && dead(func, &uses, def)
+            {
+                work.push(def);
+            }
         }
     }
 }
