@@ -59,37 +59,6 @@ const BYTE_SUM: &str = r#"(module (memory (export "memory") 1)
       (br_if $next (local.tee $n (i32.sub (local.get $n) (i32.const 1)))))
     (i32.store (i32.const 0) (local.get $sum))))"#;
 
-/// A random memory image: the first and last 4 KiB random, so a float
-/// loaded anywhere there is rarely zero.
-fn image(rng: &mut Rng) -> Vec<u8> {
-    let mut memory = vec![0u8; PAGE];
-    for i in (0..4096).chain(PAGE - 4096..PAGE) {
-        memory[i] = rng.next() as u8;
-    }
-    memory
-}
-
-/// Runs `wat` with `args` both ways on the same random memory and asserts
-/// the same outcome and memory; the outcome.
-fn same_as_wasmtime(wat: &str, args: &[Arg], rng: &mut Rng) -> Outcome {
-    let wasm = wat::parse_str(wat).expect("wat");
-    let kernel = translate(&wasm);
-    let mut reference = Reference::new(&wasm);
-    let start = image(rng);
-    let (mut want, mut got) = (start.clone(), start);
-    let expected = reference.run(args, &mut want);
-    let outcome = interpret(&kernel, args, &mut got, PLENTY);
-    let shown: Vec<u64> = args.iter().map(|a| a.1).collect();
-    assert_eq!(outcome, expected, "args {shown:?}");
-    if let Some(at) = (0..PAGE).find(|&i| want[i] != got[i]) {
-        panic!(
-            "args {shown:?}: memory differs first at byte {at}: wasmtime {}, translated {}",
-            want[at], got[at]
-        );
-    }
-    outcome
-}
-
 /// Pointers near both ends of the memory, aligned and not.
 fn pointer(rng: &mut Rng) -> u64 {
     match rng.below(6) {

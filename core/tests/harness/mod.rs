@@ -436,6 +436,12 @@ pub struct Launch {
     pub clock_reads: Vec<u64>,
     /// The launch values of the kernel's globals.
     pub globals: Vec<Arg>,
+    /// The physical grid (`nctaid.x`) when it is smaller than the virtual
+    /// one: the thread then runs virtual blocks `linear`, `linear +
+    /// physical`, ... (`linear` its virtual block's linear index, which
+    /// must be below `physical`); `None`, one physical block per virtual
+    /// one.
+    pub physical: Option<i64>,
 }
 
 impl Launch {
@@ -450,6 +456,7 @@ impl Launch {
             intrinsics: INTRINSIC_VALUES,
             clock_reads: Vec::new(),
             globals: Vec::new(),
+            physical: None,
         }
     }
 
@@ -520,7 +527,7 @@ pub fn interpret_launch(
         (Intrinsic::BlockIdxX, linear),
         (Intrinsic::BlockIdxY, 0),
         (Intrinsic::BlockIdxZ, 0),
-        (Intrinsic::GridDimX, gx * gy * gz),
+        (Intrinsic::GridDimX, launch.physical.unwrap_or(gx * gy * gz)),
         (Intrinsic::GridDimY, 1),
         (Intrinsic::GridDimZ, 1),
     ] {
@@ -812,4 +819,35 @@ pub fn traps(clif: &str, op: &str, trap: KernelTrap) -> usize {
                 && l.trim_end().ends_with(&code)
         })
         .count()
+}
+
+/// A random memory image: the first and last 4 KiB random, so a float
+/// loaded anywhere there is rarely zero.
+pub fn image(rng: &mut Rng) -> Vec<u8> {
+    let mut memory = vec![0u8; PAGE];
+    for i in (0..4096).chain(PAGE - 4096..PAGE) {
+        memory[i] = rng.next() as u8;
+    }
+    memory
+}
+
+/// Runs `wat` with `args` both ways on the same random memory and asserts
+/// the same outcome and memory; the outcome.
+pub fn same_as_wasmtime(wat: &str, args: &[Arg], rng: &mut Rng) -> Outcome {
+    let wasm = wat::parse_str(wat).expect("wat");
+    let kernel = translate(&wasm);
+    let mut reference = Reference::new(&wasm);
+    let start = image(rng);
+    let (mut want, mut got) = (start.clone(), start);
+    let expected = reference.run(args, &mut want);
+    let outcome = interpret(&kernel, args, &mut got, PLENTY);
+    let shown: Vec<u64> = args.iter().map(|a| a.1).collect();
+    assert_eq!(outcome, expected, "args {shown:?}");
+    if let Some(at) = (0..PAGE).find(|&i| want[i] != got[i]) {
+        panic!(
+            "args {shown:?}: memory differs first at byte {at}: wasmtime {}, translated {}",
+            want[at], got[at]
+        );
+    }
+    outcome
 }

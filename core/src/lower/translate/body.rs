@@ -222,16 +222,21 @@ fn translate_once(
     let grid =
         [KernelAbi::GRID_X, KernelAbi::GRID_Y, KernelAbi::GRID_Z].map(|k| values[abi.hidden(k)]);
     let fuel_param = values[abi.hidden(KernelAbi::FUEL)];
-    translator.virtual_blocks(grid, fuel_param, |t| {
+    let body_srcloc = SourceLoc::new(u32::try_from(body_offset).unwrap_or(u32::MAX));
+    // Source locations are kept relative to the function's first one, and
+    // one just below it would read as none: base them at 0.
+    translator
+        .builder
+        .func
+        .params
+        .ensure_base_srcloc(SourceLoc::new(0));
+    translator.virtual_blocks(grid, fuel_param, body_srcloc, |t| {
         // A trap here carries the kernel body's offset.
-        t.builder.set_srcloc(SourceLoc::new(
-            u32::try_from(body_offset).unwrap_or(u32::MAX),
-        ));
+        t.builder.set_srcloc(body_srcloc);
         for g in &t.globals {
             t.builder.def_var(g.var, g.launch);
         }
         t.reset_window();
-        t.time_check();
         t.inline(func_index, &values[..params.len()])
             .map(|results| results.is_some())
     })?;
@@ -432,6 +437,7 @@ impl<'m> Translator<'m, '_, '_> {
         &mut self,
         grid: [Value; 3],
         fuel: Value,
+        body_srcloc: SourceLoc,
         body: impl FnOnce(&mut Self) -> Result<bool, LowerError>,
     ) -> Result<(), LowerError> {
         let physical = |which: Intrinsic, t: &mut Self| {
@@ -445,21 +451,32 @@ impl<'m> Translator<'m, '_, '_> {
         let total = self.builder.ins().imul(gx, gyz);
         let one_d = self.builder.ins().icmp_imm_u(IntCC::Equal, gyz, 1);
 
+        // The loop is rotated: the entry tests the first virtual block, and
+        // the latch the next one, then checks the thread's time (no time
+        // has passed before the first): a thread of one virtual block, the
+        // usual launch, reads no clock but at its start.
         let header = self.builder.create_block();
         let vb = self.builder.append_block_param(header, I64);
-        let split = self.builder.create_block();
         let flat = self.builder.create_block();
         let deep = self.builder.create_block();
         let start = self.builder.create_block();
         let [bx, by, bz] = [(); 3].map(|()| self.builder.append_block_param(start, I64));
         let exit = self.builder.create_block();
-        self.builder.ins().jump(header, &[first.into()]);
+        // The entry block ends in a jump (the copy for aligned arguments,
+        // `specialize`, replaces it).
+        let enter = self.builder.create_block();
+        self.builder.ins().jump(enter, &[]);
+        self.builder.seal_block(enter);
+        self.builder.switch_to_block(enter);
+        let any = self
+            .builder
+            .ins()
+            .icmp(IntCC::UnsignedLessThan, first, total);
+        self.builder
+            .ins()
+            .brif(any, header, &[first.into()], exit, &[]);
 
         self.builder.switch_to_block(header);
-        let more = self.builder.ins().icmp(IntCC::UnsignedLessThan, vb, total);
-        self.builder.ins().brif(more, split, &[], exit, &[]);
-        self.builder.seal_block(split);
-        self.builder.switch_to_block(split);
         self.builder.ins().brif(one_d, flat, &[], deep, &[]);
         self.builder.seal_block(flat);
         self.builder.seal_block(deep);
@@ -511,6 +528,17 @@ impl<'m> Translator<'m, '_, '_> {
                 self.runtime_call(RuntimeCheck::BlockDone, &[]);
             }
             let next = self.builder.ins().iadd(vb, stride);
+            let more = self
+                .builder
+                .ins()
+                .icmp(IntCC::UnsignedLessThan, next, total);
+            let again = self.builder.create_block();
+            self.builder.ins().brif(more, again, &[], exit, &[]);
+            self.builder.seal_block(again);
+            self.builder.switch_to_block(again);
+            // A trap here records the kernel function body's offset.
+            self.builder.set_srcloc(body_srcloc);
+            self.time_check();
             self.builder.ins().jump(header, &[next.into()]);
         }
         self.builder.seal_block(header);

@@ -22,6 +22,15 @@
 //! - guest accesses at one `i32` address (same leaves and constant) with
 //!   ends `k_i`: the group's test is the member's of largest `k` (the
 //!   `i64` sums cannot wrap), which passes only if every member's does;
+//! - in a *bounded* block (`limits`: the copy for aligned arguments, which
+//!   runs only on memories of at most 4 GiB less 16 MiB), guest accesses
+//!   at `x + d_i` (the same leaves, `x` their sum plus the least constant,
+//!   `d_i < 2^24`) with ends `k_i`: the group's test is `x < lim_E`, `E`
+//!   the largest `d_i + k_i`. When it passes, `x + E <= len`, so no `x +
+//!   d_i` wraps and every member's access is in bounds; when every
+//!   member's passes, `x` is below `len` and no `x + d_i` wraps (`len +
+//!   2^24 <= 2^32`), so it passes too. The hot path's accesses then use
+//!   one 64-bit base, `uextend(x)`, plus `d_i`;
 //! - shared accesses at offsets `y + d_i` (`y` the leaves' sum plus the
 //!   least constant, `d_i >= 0`): with `*` the member of largest `d +
 //!   bytes`, the group's test is `y >= max(bound(bytes*) - d*, 0)`. When it
@@ -37,7 +46,8 @@
 //! group of its own, so a run's tests all become one branch and its loads
 //! follow it in one block, which the GPU's compiler can schedule together
 //! (a stencil's nine loads at six addresses went from 0.66x to 0.75x of
-//! its nvcc twin on an H100).
+//! its nvcc twin on an H100; with one group and one base per row, and the
+//! 32-bit tests of `limits`, 0.85x).
 
 use alloc::vec::Vec;
 
@@ -50,6 +60,7 @@ use cranelift_codegen::ir::{
 
 use super::align::{compare_trap, constant};
 use super::body::SHARED_ACCESS_BYTES;
+use super::limits::{Exact, GuestLimits, guest_test};
 use crate::lower::KernelTrap;
 
 /// The most leaves an address may have.
@@ -72,8 +83,13 @@ enum Limit {
     /// Shared memory: out when `address >= bounds[size]` (`size` indexes
     /// [`SHARED_ACCESS_BYTES`]).
     Shared { size: usize },
-    /// Guest memory: out when `uextend(address) + end > len`.
-    Guest { end: i64, len: Value },
+    /// Guest memory: out when `uextend(address) + end > len`;
+    /// `extended` is the test's `uextend(address)`.
+    Guest {
+        end: i64,
+        len: Value,
+        extended: Value,
+    },
 }
 
 /// One bounds test of a run.
@@ -102,18 +118,38 @@ enum Against {
     Past { end: i64, len: Value },
 }
 
+/// What the groups' tests compare against.
+struct Bounds<'a> {
+    /// The function's shared bounds in [`SHARED_ACCESS_BYTES`] order,
+    /// defined in the entry block, if it has shared memory.
+    shared: Option<&'a [Value; 4]>,
+    /// Shared bounds `max(bound - d, 0)` already made, by `(size, d)`.
+    made: Vec<(usize, i64, Value)>,
+    /// The guest limits (`limits`).
+    limits: &'a mut GuestLimits,
+}
+
 /// Merges the bounds tests of `func` run by run (module docs). `shared`
 /// are the function's shared bounds in [`SHARED_ACCESS_BYTES`] order,
-/// defined in the entry block, if it has shared memory. Returns how many
+/// defined in the entry block, if it has shared memory; `limits` the
+/// guest limits, which also tell the bounded blocks. Returns how many
 /// tests the merged tests replaced.
-pub(super) fn merge_bounds_tests(func: &mut Function, shared: Option<&[Value; 4]>) -> usize {
+pub(super) fn merge_bounds_tests(
+    func: &mut Function,
+    shared: Option<&[Value; 4]>,
+    limits: &mut GuestLimits,
+) -> usize {
     let blocks: Vec<Block> = func.layout.blocks().collect();
     let mut replaced = 0;
-    // Shared bounds `max(bound - d, 0)` already made, by (size, d).
-    let mut made: Vec<(usize, i64, Value)> = Vec::new();
+    let mut bounds = Bounds {
+        shared,
+        made: Vec::new(),
+        limits,
+    };
     for block in blocks {
+        let bounded = bounds.limits.bounded(block);
         for run in runs(func, block, shared) {
-            replaced += rewrite(func, &run, shared, &mut made);
+            replaced += rewrite(func, &run, &mut bounds, bounded);
         }
     }
     replaced
@@ -196,47 +232,22 @@ impl Inside {
 
 /// `(address, limit)` when `inst` is a bounds test with code
 /// `HeapOutOfBounds`: a shared one, `trapnz(icmp uge address, bound)` with
-/// `bound` one of `shared`, or a guest one, `trapnz(icmp ugt (uextend(address)
-/// + k...), len)` with constant `k`s.
+/// `bound` one of `shared`, or a guest one (`limits::guest_test`).
 fn bounds_test(func: &Function, inst: Inst, shared: Option<&[Value; 4]>) -> Option<(Value, Limit)> {
-    let dfg = &func.dfg;
+    if let Some(t) = guest_test(func, inst) {
+        let limit = Limit::Guest {
+            end: t.end,
+            len: t.len,
+            extended: t.extended,
+        };
+        return Some((t.address, limit));
+    }
     let (cond, x, y) = compare_trap(func, inst, KernelTrap::HeapOutOfBounds)?;
-    let (address, limit) = match cond {
-        IntCC::UnsignedGreaterThanOrEqual => {
-            let size = shared?.iter().position(|&b| b == y)?;
-            (x, Limit::Shared { size })
-        }
-        IntCC::UnsignedGreaterThan => {
-            // `x = uextend(address) + k + ...` (at most `MAX_DEPTH` `k`s).
-            let (mut at, mut end) = (x, 0i64);
-            for _ in 0..=MAX_DEPTH {
-                let def = dfg.value_def(at).inst()?;
-                match dfg.insts[def] {
-                    InstructionData::Binary {
-                        opcode: Opcode::Iadd,
-                        args: [a, b],
-                    } => {
-                        let k = constant(func, b)?;
-                        end = end.checked_add(k).filter(|e| (0..1 << 33).contains(e))?;
-                        at = dfg.resolve_aliases(a);
-                    }
-                    InstructionData::Unary {
-                        opcode: Opcode::Uextend,
-                        arg,
-                    } if dfg.value_type(at) == I64 => {
-                        return (dfg.value_type(arg) == I32).then(|| {
-                            let len = y;
-                            (dfg.resolve_aliases(arg), Limit::Guest { end, len })
-                        });
-                    }
-                    _ => return None,
-                }
-            }
-            return None;
-        }
-        _ => return None,
-    };
-    (dfg.value_type(address) == I32).then_some((address, limit))
+    if cond != IntCC::UnsignedGreaterThanOrEqual {
+        return None;
+    }
+    let size = shared?.iter().position(|&b| b == y)?;
+    (func.dfg.value_type(x) == I32).then_some((x, Limit::Shared { size }))
 }
 
 /// Whether `inst` has no effect and cannot trap (cranelift's own test of
@@ -326,9 +337,9 @@ fn terms(
 }
 
 /// The groups of `run` (module docs) of two or more members, as indices
-/// into `run`: guest tests at one address, shared tests of the same leaves
-/// within [`MAX_DISTANCE`] of the least (a set farther apart is no group).
-fn groups(run: &[Test]) -> Vec<Vec<usize>> {
+/// into `run`: tests of one kind and the same leaves within
+/// [`MAX_DISTANCE`] of the least (a set farther apart is no group).
+fn groups(run: &[Test], bounded: bool) -> Vec<Vec<usize>> {
     let mut groups = Vec::new();
     let mut done = alloc::vec![false; run.len()];
     for (i, test) in run.iter().enumerate() {
@@ -337,7 +348,7 @@ fn groups(run: &[Test]) -> Vec<Vec<usize>> {
         }
         let same = |t: &Test| match (t.limit, test.limit) {
             (Limit::Guest { len: a, .. }, Limit::Guest { len: b, .. }) => {
-                a == b && t.leaves == test.leaves && t.constant == test.constant
+                a == b && t.leaves == test.leaves && (bounded || t.constant == test.constant)
             }
             (Limit::Shared { .. }, Limit::Shared { .. }) => t.leaves == test.leaves,
             _ => false,
@@ -359,65 +370,63 @@ fn groups(run: &[Test]) -> Vec<Vec<usize>> {
     groups
 }
 
-/// The test of `group` (module docs): for guest tests at one address,
-/// their farthest; for shared tests, the least offset against the bound
-/// of the member of largest `d + bytes` less its `d` (from `made`).
+/// The test of `group` (module docs), at its least address: for guest
+/// tests, against the limit of the group's reach; for shared tests,
+/// against the bound of the member of largest `d + bytes` less its `d`
+/// (from `made`).
 fn group_check<'r>(
     func: &mut Function,
     run: &'r [Test],
     group: &[usize],
-    shared: Option<&[Value; 4]>,
-    made: &mut Vec<(usize, i64, Value)>,
+    bounds: &mut Bounds<'_>,
+    bounded: bool,
 ) -> Option<Check<'r>> {
     let first = &run[*group.first()?];
     let members = || group.iter().map(|&j| &run[j]);
-    match first.limit {
+    let least = members().map(|t| t.constant).min()?;
+    let reach = |t: &Test| i64::from(t.constant) - i64::from(least);
+    let against = match first.limit {
         Limit::Guest { len, .. } => {
             let end = members()
                 .filter_map(|t| match t.limit {
-                    Limit::Guest { end, .. } => Some(end),
+                    Limit::Guest { end, .. } => Some(reach(t) + end),
                     Limit::Shared { .. } => None,
                 })
                 .max()?;
-            Some(Check {
-                leaves: &first.leaves,
-                constant: first.constant,
-                against: Against::Past { end, len },
-            })
+            guest_against(func, bounds.limits, len, end, bounded)
         }
         Limit::Shared { .. } => {
-            let bounds = shared?;
+            let shared = bounds.shared?;
             let size = |t: &Test| match t.limit {
                 Limit::Shared { size } => size,
                 Limit::Guest { .. } => 0,
             };
-            let least = members().map(|t| t.constant).min()?;
-            let reach = |t: &Test| i64::from(t.constant) - i64::from(least);
             let far =
                 members().max_by_key(|t| reach(t) + i64::from(SHARED_ACCESS_BYTES[size(t)]))?;
-            let bound = bound_minus(func, bounds, size(far), reach(far), made);
-            Some(Check {
-                leaves: &first.leaves,
-                constant: least,
-                against: Against::Below(bound),
-            })
+            Against::Below(bound_minus(
+                func,
+                shared,
+                size(far),
+                reach(far),
+                &mut bounds.made,
+            ))
         }
-    }
+    };
+    Some(Check {
+        leaves: &first.leaves,
+        constant: least,
+        against,
+    })
 }
 
 /// Rewrites one run whose tests form at least one group: the groups'
 /// tests and the branch to the cold block at its first test, the cold
 /// block at the function's end, and the grouped tests removed (a test in
 /// no group stays where it is; the cold block makes it too, in its turn).
-fn rewrite(
-    func: &mut Function,
-    run: &[Test],
-    shared: Option<&[Value; 4]>,
-    made: &mut Vec<(usize, i64, Value)>,
-) -> usize {
+fn rewrite(func: &mut Function, run: &[Test], bounds: &mut Bounds<'_>, bounded: bool) -> usize {
     // Every test of no group is a group of its own: the run's tests all
     // become one branch, so the run's loads follow it in one block.
-    let mut groups = groups(run);
+    let mut groups = groups(run, bounded);
     let mut grouped = alloc::vec![false; run.len()];
     for &j in groups.iter().flatten() {
         grouped[j] = true;
@@ -433,10 +442,20 @@ fn rewrite(
     let first = run[0].inst;
     let checks: Vec<Check<'_>> = groups
         .iter()
-        .filter_map(|g| group_check(func, run, g, shared, made))
+        .filter_map(|g| group_check(func, run, g, bounds, bounded))
         .collect();
     if checks.len() != groups.len() {
         return 0;
+    }
+    // The cold path's own tests.
+    let mut exact = Vec::with_capacity(run.len());
+    for test in run {
+        exact.push(match test.limit {
+            Limit::Shared { size } => bounds.shared.map(|shared| Against::Below(shared[size])),
+            Limit::Guest { end, len, .. } => {
+                Some(guest_against(func, bounds.limits, len, end, bounded))
+            }
+        });
     }
 
     // The hot path: the groups' tests, in the run's first test's place.
@@ -444,12 +463,16 @@ fn rewrite(
     let rest = func.dfg.make_block();
     let cold = func.dfg.make_block();
     func.layout.split_block(rest, first);
+    bounds.limits.inherit(block, rest);
+    bounds.limits.inherit(block, cold);
     let mut pos = FuncCursor::new(func)
         .at_bottom(block)
         .with_srcloc(run[0].srcloc);
     let mut any: Option<Value> = None;
+    let mut addresses = Vec::with_capacity(checks.len());
     for check in &checks {
-        let out = emit(&mut pos, check);
+        let (address, out) = emit(&mut pos, check);
+        addresses.push(address);
         any = Some(match any {
             Some(a) => pos.ins().bor(a, out),
             None => out,
@@ -462,26 +485,23 @@ fn rewrite(
     // failed, so one of them traps) never falls through.
     pos.func.layout.append_block(cold);
     pos.goto_bottom(cold);
-    for test in run {
+    for (test, against) in run.iter().zip(exact) {
+        let Some(against) = against else { continue };
         pos.set_srcloc(test.srcloc);
-        let against = match test.limit {
-            Limit::Shared { size } => match shared {
-                Some(bounds) => Against::Below(bounds[size]),
-                None => continue,
-            },
-            Limit::Guest { end, len } => Against::Past { end, len },
-        };
         let check = Check {
             leaves: &test.leaves,
             constant: test.constant,
             against,
         };
-        let out = emit(&mut pos, &check);
+        let (_, out) = emit(&mut pos, &check);
         pos.ins()
             .trapnz(out, KernelTrap::HeapOutOfBounds.trap_code());
     }
     pos.ins().trap(KernelTrap::HeapOutOfBounds.trap_code());
 
+    if bounded {
+        one_base_per_group(pos.func, run, &groups, &addresses, rest);
+    }
     let grouped: Vec<usize> = groups.into_iter().flatten().collect();
     for &j in &grouped {
         pos.func.layout.remove_inst(run[j].inst);
@@ -489,8 +509,83 @@ fn rewrite(
     grouped.len()
 }
 
-/// `check`'s comparison at `pos`: an `i8`, nonzero when out of bounds.
-fn emit(pos: &mut FuncCursor<'_>, check: &Check<'_>) -> Value {
+/// The exact test of a guest access (or group) of end `end`
+/// (`GuestLimits::exact`).
+fn guest_against(
+    func: &mut Function,
+    limits: &mut GuestLimits,
+    len: Value,
+    end: i64,
+    bounded: bool,
+) -> Against {
+    match limits.exact(func, len, end, bounded) {
+        Exact::Below(limit) => Against::Below(limit),
+        Exact::Past => Against::Past { end, len },
+    }
+}
+
+/// In a bounded block's hot path (`rest`, where every test of `run`
+/// passed), each guest group's members at `x0 + d` (`x0` the group's
+/// least address, its test's, in `addresses`) read `uextend(x0) + d`
+/// instead of their own `uextend(x0 + d)`: the same value, since no `x0 +
+/// d` wraps there (module docs), and one 64-bit base per group, the `d`s
+/// the loads' and stores' immediate offsets. The run's instructions (to
+/// the one that closes it) use the new values.
+fn one_base_per_group(
+    func: &mut Function,
+    run: &[Test],
+    groups: &[Vec<usize>],
+    addresses: &[Value],
+    rest: Block,
+) {
+    let Some(top) = func.layout.first_inst(rest) else {
+        return;
+    };
+    let mut pos = FuncCursor::new(func)
+        .at_inst(top)
+        .with_srcloc(run[0].srcloc);
+    let mut renamed: Vec<(Value, Value)> = Vec::new();
+    for (group, &x0) in groups.iter().zip(addresses) {
+        let least = group.iter().map(|&j| run[j].constant).min();
+        let (Some(least), Some(Limit::Guest { .. })) =
+            (least, group.first().map(|&j| run[j].limit))
+        else {
+            continue;
+        };
+        let base = pos.ins().uextend(I64, x0);
+        for &j in group {
+            if let Limit::Guest { extended, .. } = run[j].limit {
+                let d = i64::from(run[j].constant) - i64::from(least);
+                let at = if d == 0 {
+                    base
+                } else {
+                    pos.ins().iadd_imm_s(base, d)
+                };
+                renamed.push((extended, at));
+            }
+        }
+    }
+    let last = run.last().map(|t| t.inst);
+    let insts: Vec<Inst> = pos.func.layout.block_insts(rest).collect();
+    let mut past_last = false;
+    for inst in insts {
+        pos.func.dfg.map_inst_values(inst, |v| {
+            renamed
+                .iter()
+                .find(|&&(from, _)| from == v)
+                .map_or(v, |&(_, to)| to)
+        });
+        if Some(inst) == last {
+            past_last = true;
+        } else if past_last && !quiet(pos.func, inst) {
+            break;
+        }
+    }
+}
+
+/// `check`'s comparison at `pos`: the address it tests, and an `i8`,
+/// nonzero when out of bounds.
+fn emit(pos: &mut FuncCursor<'_>, check: &Check<'_>) -> (Value, Value) {
     let mut address = match check.leaves.split_first() {
         Some((&first, rest)) => rest.iter().fold(first, |s, &l| pos.ins().iadd(s, l)),
         None => pos.ins().iconst(I32, 0),
@@ -498,20 +593,19 @@ fn emit(pos: &mut FuncCursor<'_>, check: &Check<'_>) -> Value {
     if check.constant != 0 {
         address = pos.ins().iadd_imm_s(address, i64::from(check.constant));
     }
-    match check.against {
+    let out = match check.against {
         Against::Below(bound) => pos
             .ins()
             .icmp(IntCC::UnsignedGreaterThanOrEqual, address, bound),
         Against::Past { end, len } => {
             // `uextend(address) + end > len` as `uextend(address) > len -
-            // end`, signed: exact (`len <= 2^32`, `end < 2^33`), and the
-            // limit is the same for every test of that `end` (the GPU
-            // compares a zero-extended value with no 64-bit add).
+            // end`, signed: exact (`len <= 2^32`, `end < 2^34`).
             let ea = pos.ins().uextend(I64, address);
             let limit = pos.ins().iadd_imm_s(len, -end);
             pos.ins().icmp(IntCC::SignedGreaterThan, ea, limit)
         }
-    }
+    };
+    (address, out)
 }
 
 /// `max(bounds[size] - distance, 0)` (`i32`), defined in the entry block

@@ -10,6 +10,7 @@ mod body;
 mod copy;
 mod counted;
 mod detect;
+mod limits;
 mod merge;
 mod module;
 mod specialize;
@@ -245,14 +246,24 @@ pub fn translate_kernel_within(
         .entry_block()
         .ok_or_else(|| LowerError::Invalid(String::from("translator: no entry block")))?;
     let mem_base = function.dfg.block_params(entry)[abi.hidden(KernelAbi::MEM_BASE)];
-    let unspecialized =
-        specialize::specialize_for_aligned_arguments(&mut function, abi.wasm_params, mem_base)
-            .unwrap_or_default();
+    let mem_len = function.dfg.block_params(entry)[abi.hidden(KernelAbi::MEM_LEN)];
+    let specialized = specialize::specialize_for_aligned_arguments(
+        &mut function,
+        abi.wasm_params,
+        mem_base,
+        mem_len,
+    );
+    let unspecialized = specialized.as_deref().unwrap_or_default();
     align::drop_proven_alignment_tests(&mut function);
     counted::charge_counted_loops(&mut function);
-    version::version_loops(&mut function, mem_base, &unspecialized);
-    merge::merge_bounds_tests(&mut function, shared_bounds.as_ref());
+    version::version_loops(&mut function, mem_base, unspecialized);
+    let mut limits = limits::GuestLimits::new(&function, specialized.is_some())
+        .ok_or_else(|| LowerError::Invalid(String::from("translator: no entry block")))?;
+    merge::merge_bounds_tests(&mut function, shared_bounds.as_ref(), &mut limits);
     align::flag_aligned_accesses(&mut function, mem_base);
+    limits::narrow_guest_tests(&mut function, &mut limits);
+    let blocks: Vec<_> = function.layout.blocks().collect();
+    version::drop_unused(&mut function, &blocks);
 
     #[cfg(debug_assertions)]
     {

@@ -24,6 +24,14 @@
 //! versioning (`version`) then works on the copy only: the original body
 //! runs for misaligned pointers, rarely, and keeps every check (which
 //! halves the code the kernel adds).
+//!
+//! The copy also runs only on memories of [`BOUNDED_MIN_LEN`] (one page)
+//! to [`BOUNDED_LEN`] bytes (4 GiB less 16 MiB: every memory but the empty
+//! one and the largest few hundred page counts). There `merge` may test
+//! several addresses `x + d` (`d < 2^24`) at once with one test of `x`
+//! (none of them can wrap around 2^32), and a bounds test's limit is one
+//! 32-bit subtraction (`limits`). Other memories run the original body,
+//! every check in place.
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -41,19 +49,27 @@ use super::copy::copy_blocks;
 /// guest may declare a kernel of hundreds of parameters.
 const MAX_ARGUMENTS: usize = 16;
 
+/// The largest memory (bytes) the copy runs on (module docs).
+pub(crate) const BOUNDED_LEN: i64 = (1 << 32) - (1 << 24);
+
+/// The smallest memory (bytes) the copy runs on (module docs).
+pub(crate) const BOUNDED_MIN_LEN: i64 = 1 << 16;
+
 /// The most instructions a kernel may have to be copied (a copy doubles
 /// the code ptxas and the driver compile).
 const MAX_KERNEL_INSTS: usize = 4096;
 
 /// Makes the aligned-argument copy of `func` when it proves some access
 /// aligned (module docs); the blocks of the original body (which runs only
-/// when an argument is not aligned) if it did. `wasm_params` are the
-/// kernel's Wasm parameters (the first entry parameters), `mem_base` its
-/// memory's base.
+/// when an argument is not aligned or the memory's length is outside
+/// [`BOUNDED_MIN_LEN`]..=[`BOUNDED_LEN`]) if it did. `wasm_params` are the kernel's Wasm
+/// parameters (the first entry parameters), `mem_base` and `mem_len` its
+/// memory's base and length.
 pub(super) fn specialize_for_aligned_arguments(
     func: &mut Function,
     wasm_params: usize,
     mem_base: Value,
+    mem_len: Value,
 ) -> Option<Vec<Block>> {
     let entry = func.layout.entry_block()?;
     let size: usize = func
@@ -86,7 +102,15 @@ pub(super) fn specialize_for_aligned_arguments(
         });
     }
     let low_bits = low_bits?;
-    let aligned = pos.ins().icmp_imm_s(IntCC::Equal, low_bits, 0);
+    let zero_low = pos.ins().icmp_imm_s(IntCC::Equal, low_bits, 0);
+    // `BOUNDED_MIN_LEN <= len <= BOUNDED_LEN` in one unsigned compare.
+    let above_min = pos.ins().iadd_imm_s(mem_len, -BOUNDED_MIN_LEN);
+    let small = pos.ins().icmp_imm_s(
+        IntCC::UnsignedLessThanOrEqual,
+        above_min,
+        BOUNDED_LEN - BOUNDED_MIN_LEN,
+    );
+    let aligned = pos.ins().band(zero_low, small);
 
     // The copy of everything after the entry block.
     let body: Vec<Block> = func.layout.blocks().filter(|&b| b != entry).collect();

@@ -669,7 +669,7 @@ fn rename(func: &mut Function, skip: &BTreeSet<Block>, renamed: &BTreeMap<Value,
 
 /// Removes, from `blocks`, [`pure`] instructions whose results nothing
 /// uses (the copy's dropped tests leave their comparisons behind).
-fn drop_unused(func: &mut Function, blocks: &[Block]) {
+pub(super) fn drop_unused(func: &mut Function, blocks: &[Block]) {
     let resolved = resolved(func);
     let mut uses = alloc::vec![0usize; resolved.len()];
     for block in func.layout.blocks() {

@@ -1,0 +1,204 @@
+//! Guest bounds tests in 32 bits (`core/src/lower/translate/limits.rs`)
+//! and merged per base (`merge.rs`) against wasmtime: runs of loads at
+//! `p - 4`, `p`, `p + 4` and at `p +/- q`, and lone accesses of 1, 2, 4 and
+//! 8 bytes behind offsets up to 2^32 - 16, at addresses near both ends of
+//! the memory and near 2^32 (where `p - 4` wraps), must give wasmtime's
+//! outcome, trap offset and memory every time. Then the translated CLIF's
+//! shape: a lone access's test is one `i32` compare against a limit.
+
+#[allow(dead_code)] // the translator suite's harness; these tests use part of it
+mod harness;
+
+use harness::Ty::I32;
+use harness::*;
+use tensorwasm_core::lower::KernelTrap;
+
+/// A stencil's run: loads at `p - 4`, `p`, `p + OFFSET` (one base), `p +
+/// q` and `p - q` (two more), stored at `out` as a sum of squares (each
+/// loaded value used twice, so that wasmtime cannot fold a load into the
+/// arithmetic that uses it, which would report its trap at the
+/// arithmetic's offset).
+const RUN: &str = r#"(module (memory (export "memory") 1)
+  (func (export "kernel") (param $p i32) (param $q i32) (param $out i32)
+    (local $a i32) (local $b i32) (local $c i32) (local $d i32) (local $e i32)
+    (local.set $a (i32.load (i32.sub (local.get $p) (i32.const 4))))
+    (local.set $b (i32.load (local.get $p)))
+    (local.set $c (i32.load offset=OFFSET (local.get $p)))
+    (local.set $d (i32.load16_u (i32.add (local.get $p) (local.get $q))))
+    (local.set $e (i32.load8_u offset=3 (i32.sub (local.get $p) (local.get $q))))
+    (i32.store (local.get $out)
+      (i32.add
+        (i32.add (i32.mul (local.get $a) (local.get $a)) (i32.mul (local.get $b) (local.get $b)))
+        (i32.add (i32.mul (local.get $c) (local.get $c))
+          (i32.add (i32.mul (local.get $d) (local.get $d)) (i32.mul (local.get $e) (local.get $e))))))))"#;
+
+/// Loads of each size at `p + OFFSET`, each stored at `out` before the
+/// next: runs of two tests (the load's, the store's).
+const PAIRS: &str = r#"(module (memory (export "memory") 1)
+  (func (export "kernel") (param $p i32) (param $q i32) (param $out i32)
+    (i32.store8 (local.get $out) (i32.load8_u offset=OFFSET (local.get $p)))
+    (i32.store16 (local.get $out) (i32.load16_u offset=OFFSET (local.get $p)))
+    (i32.store (local.get $out) (i32.load offset=OFFSET (local.get $q)))
+    (i64.store (local.get $out) (i64.load offset=OFFSET (local.get $q)))))"#;
+
+/// Stores of each size at `p + OFFSET`, each alone in its branch: tests of
+/// their own.
+const LONE: &str = r#"(module (memory (export "memory") 1)
+  (func (export "kernel") (param $p i32) (param $q i32) (param $out i32)
+    (if (local.get $out) (then (i32.store8 offset=OFFSET (local.get $p) (i32.const 7))))
+    (if (local.get $out) (then (i32.store16 offset=OFFSET (local.get $p) (i32.const 7))))
+    (if (local.get $out) (then (i32.store offset=OFFSET (local.get $q) (i32.const 7))))
+    (if (local.get $out) (then (i64.store offset=OFFSET (local.get $q) (i64.const 7))))))"#;
+
+/// Addresses near both ends of the memory (every alignment), near 2^32,
+/// and anywhere.
+fn address(rng: &mut Rng) -> u64 {
+    match rng.below(5) {
+        0 => rng.below(16),
+        1 => PAGE as u64 - rng.below(24),
+        2 => 0x1_0000_0000 - 1 - rng.below(16),
+        3 => rng.below(PAGE as u64),
+        _ => rng.next() & 0xffff_ffff,
+    }
+}
+
+#[test]
+fn merged_and_narrowed_tests_match_wasmtime() {
+    let mut rng = rng("bounds");
+    let (mut trapped, mut runs) = (0, 0);
+    for offset in [0u64, 4, 8, 65532] {
+        for wat in [RUN, PAIRS, LONE] {
+            let wat = wat.replace("OFFSET", &offset.to_string());
+            for _ in 0..250 {
+                let p = address(&mut rng);
+                let q = match rng.below(3) {
+                    0 => rng.below(64),
+                    1 => address(&mut rng),
+                    _ => p.wrapping_add(rng.below(8)) & 0xffff_ffff,
+                };
+                let out = match rng.below(4) {
+                    0 => address(&mut rng),
+                    _ => 1024 + rng.below(1024),
+                };
+                let args = [p, q, out].map(|v| Arg(I32, v));
+                let outcome = same_as_wasmtime(&wat, &args, &mut rng);
+                if let Outcome::Trapped { .. } = outcome {
+                    trapped += 1;
+                }
+                runs += 1;
+            }
+        }
+    }
+    // Both ways ran: many inputs stay in bounds, many leave.
+    assert!(
+        trapped > runs / 10 && trapped < runs * 9 / 10,
+        "{trapped} of {runs} trapped"
+    );
+}
+
+/// The edges one by one: each lone access exactly at the memory's end and
+/// one byte past it, and the run with `p - 4` at 0 and wrapped.
+#[test]
+fn each_edge_gives_wasmtime_s_result() {
+    let mut rng = rng("bounds_edges");
+    let end = PAGE as u64;
+    for (offset, wat) in [0u64, 4, 32764]
+        .into_iter()
+        .flat_map(|o| [(o, PAIRS), (o, LONE)])
+    {
+        let wat = wat.replace("OFFSET", &offset.to_string());
+        // The byte and the half-word at the last byte(s), then one past;
+        // the word and the double word at the last bytes, then one past.
+        let last = end - offset;
+        for (p, q, expect_trap) in [
+            (last - 2, 0, false),
+            (last - 1, 0, true),
+            (last - 2, last - 8, false),
+            (last - 2, last - 7, true),
+        ] {
+            let outcome =
+                same_as_wasmtime(&wat, &[Arg(I32, p), Arg(I32, q), Arg(I32, 64)], &mut rng);
+            assert_eq!(
+                matches!(outcome, Outcome::Trapped { .. }),
+                expect_trap,
+                "offset {offset}, p {p}, q {q}: {outcome:?}"
+            );
+        }
+    }
+    let wat = RUN.replace("OFFSET", "4");
+    for (p, expect_trap) in [
+        (4, false),
+        (3, true),
+        (0, true),
+        (end - 8, false),
+        (end - 7, true),
+    ] {
+        let outcome = same_as_wasmtime(&wat, &[Arg(I32, p), Arg(I32, 0), Arg(I32, 64)], &mut rng);
+        assert_eq!(
+            matches!(outcome, Outcome::Trapped { .. }),
+            expect_trap,
+            "p {p}: {outcome:?}"
+        );
+    }
+}
+
+/// A lone access's bounds test is `icmp uge` of its `i32` address against
+/// a limit (no 64-bit sum), but, in the original body (which may run on a
+/// 4 GiB memory), a one-byte access's at offset 0 (end 1), which keeps the
+/// 64-bit form (the last byte of a 4 GiB memory).
+#[test]
+fn lone_tests_compare_in_32_bits() {
+    let clif = clif_of(&LONE.replace("OFFSET", "0"));
+    let definition = |value: &str| {
+        clif.lines()
+            .map(str::trim)
+            .map(|l| {
+                l.split_once(' ').map_or(
+                    l,
+                    |(at, rest)| if at.starts_with('@') { rest.trim() } else { l },
+                )
+            })
+            .find(|l| l.starts_with(&format!("{value} = ")))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("{value} is defined in\n{clif}"))
+    };
+    let code = format!(", {}", KernelTrap::HeapOutOfBounds.trap_code());
+    let compares: Vec<String> = clif
+        .lines()
+        .filter_map(|l| l.trim_end().strip_suffix(&code))
+        .filter_map(|l| l.split_whitespace().last().map(str::to_owned))
+        .map(|v| definition(&v))
+        .collect();
+    // Four stores, one of a byte, in the body and in its copy for aligned
+    // arguments (where the byte's test is narrow too).
+    assert_eq!(compares.len(), 8, "{clif}");
+    let narrow = compares.iter().filter(|d| d.contains(" uge ")).count();
+    let wide = compares.iter().filter(|d| d.contains(" ugt ")).count();
+    assert_eq!((narrow, wide), (7, 1), "{compares:#?}");
+}
+
+/// In the copy for aligned arguments, which runs only on memories of 64
+/// KiB to 4 GiB less 16 MiB (the entry tests the length), a run's guest
+/// tests at `j - 8`, `j` and `j + 8` are one test; in the original body,
+/// which may run on a larger memory (where those addresses can wrap around
+/// 2^32 apart), only the two at `j` are.
+#[test]
+fn the_aligned_copy_tests_each_base_once() {
+    let clif = clif_of(
+        r#"(module (memory 1)
+  (func (export "kernel") (param $j i32) (param $out i32)
+    (i64.store (local.get $out) (i64.add (i64.add
+      (i64.load offset=0 (local.get $j)) (i64.load (i32.sub (local.get $j) (i32.const 8))))
+      (i64.load offset=8 (local.get $j))))))"#,
+    );
+    assert!(
+        clif.lines()
+            .any(|l| l.contains(" = icmp ule ") && l.ends_with("= 0xfeff_0000")),
+        "the entry tests the memory's length:\n{clif}"
+    );
+    // The entry's `bor` of the arguments' low bits; the copy's run: two
+    // tests (the loads', the store's), one `bor`; the original's: three
+    // (`j`'s two loads, `j - 8`'s, the store's), two.
+    let bors = clif.lines().filter(|l| l.contains(" = bor ")).count();
+    assert_eq!(bors, 4, "{clif}");
+}
