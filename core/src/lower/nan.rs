@@ -31,7 +31,7 @@ use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::{Function, Inst, Opcode, Value, ValueDef};
 use cranelift_codegen::loop_analysis::LoopAnalysis;
 
-use super::table::{self, Status};
+use super::table::{self, RowIndex, Status};
 
 /// By value number: which `canonical_nan` results keep their fix-up and
 /// which values are made canonical before the uses that see them.
@@ -40,11 +40,14 @@ pub(super) struct NanPlan {
     keep: Vec<bool>,
     /// A value that may hold PTX's NaN and that some use sees.
     fix_before_use: Vec<bool>,
+    /// The op table's rows by opcode (the emitter looks up through it too).
+    pub(super) rows: RowIndex,
 }
 
 impl NanPlan {
     /// The plan for `func`'s values.
     pub(super) fn of(func: &Function) -> NanPlan {
+        let rows = RowIndex::new();
         let dfg = &func.dfg;
         let n = dfg.num_values();
         let cfg = ControlFlowGraph::with_function(func);
@@ -57,7 +60,7 @@ impl NanPlan {
         let mut edges: Vec<(Value, Value)> = Vec::new();
         for block in func.layout.blocks() {
             for inst in func.layout.block_insts(block) {
-                if blind(func, inst) {
+                if blind(&rows, func, inst) {
                     continue;
                 }
                 for &arg in dfg.inst_args(inst) {
@@ -93,7 +96,7 @@ impl NanPlan {
         let mut work: Vec<Value> = Vec::new();
         for v in dfg.values() {
             if let ValueDef::Result(inst, 0) = dfg.value_def(v)
-                && canonical_nan_rule(func, inst)
+                && canonical_nan_rule(&rows, func, inst)
                 && !keep[index(v)]
             {
                 ptx_nan[index(v)] = true;
@@ -119,6 +122,7 @@ impl NanPlan {
         NanPlan {
             keep,
             fix_before_use,
+            rows,
         }
     }
 
@@ -133,7 +137,7 @@ impl NanPlan {
     /// operand order.
     pub(super) fn fix_before(&self, func: &Function, inst: Inst) -> Vec<Value> {
         let mut out: Vec<Value> = Vec::new();
-        if blind(func, inst) {
+        if blind(&self.rows, func, inst) {
             return out;
         }
         for &arg in func.dfg.inst_args(inst) {
@@ -151,8 +155,8 @@ fn index(v: Value) -> usize {
 }
 
 /// Whether `inst`'s rule ends with a NaN fix-up.
-fn canonical_nan_rule(func: &Function, inst: Inst) -> bool {
-    table::row_for(func, inst).is_some_and(
+fn canonical_nan_rule(rows: &RowIndex, func: &Function, inst: Inst) -> bool {
+    rows.row_for(func, inst).is_some_and(
         |row| matches!(row.status, Status::Ptx(rule) if rule.name == table::CANONICAL_NAN),
     )
 }
@@ -160,7 +164,7 @@ fn canonical_nan_rule(func: &Function, inst: Inst) -> bool {
 /// Whether `inst`'s result cannot depend on an operand NaN's bits: a
 /// `canonical_nan` rule (PTX's NaN result, whatever the input NaN),
 /// a comparison, a conversion to an integer.
-fn blind(func: &Function, inst: Inst) -> bool {
+fn blind(rows: &RowIndex, func: &Function, inst: Inst) -> bool {
     matches!(
         func.dfg.insts[inst].opcode(),
         Opcode::Fcmp
@@ -168,5 +172,5 @@ fn blind(func: &Function, inst: Inst) -> bool {
             | Opcode::FcvtToUint
             | Opcode::FcvtToSintSat
             | Opcode::FcvtToUintSat
-    ) || canonical_nan_rule(func, inst)
+    ) || canonical_nan_rule(rows, func, inst)
 }

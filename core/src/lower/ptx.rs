@@ -679,7 +679,7 @@ impl Emitter<'_> {
         let func = self.func;
         let dfg = &func.dfg;
         let key = table::Key::of(dfg, inst);
-        let rule = match table::row_for(func, inst).map(|r| r.status) {
+        let rule = match self.nan.rows.row_for(func, inst).map(|r| r.status) {
             Some(Status::Ptx(rule)) => rule,
             _ => {
                 return Err(LowerError::Invalid(format!(

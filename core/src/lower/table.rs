@@ -62,6 +62,7 @@
 
 use alloc::format;
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::fmt::Write;
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -2098,6 +2099,47 @@ pub fn row_for(func: &Function, inst: Inst) -> Option<&'static Row> {
     rows().find(|r| r.matches(&key))
 }
 
+/// [`row_for`] with the rows bucketed by opcode once, so a lookup scans
+/// only its opcode's rows (the lowerer looks up every instruction three
+/// times: the check, the NaN plan, the emitter).
+pub struct RowIndex {
+    buckets: Vec<Vec<&'static Row>>,
+}
+
+impl Default for RowIndex {
+    fn default() -> Self {
+        let mut buckets: Vec<Vec<&'static Row>> = Vec::new();
+        for row in rows() {
+            let i = row.opcode as usize;
+            if buckets.len() <= i {
+                buckets.resize_with(i + 1, Vec::new);
+            }
+            buckets[i].push(row);
+        }
+        RowIndex { buckets }
+    }
+}
+
+impl RowIndex {
+    /// The index of every row.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// [`row_for`]: the same row.
+    pub fn row_for(&self, func: &Function, inst: Inst) -> Option<&'static Row> {
+        if let Some(check) = RuntimeCheck::called_by(func, inst) {
+            return Some(runtime_row(check));
+        }
+        let key = Key::of(&func.dfg, inst);
+        self.buckets
+            .get(key.opcode as usize)?
+            .iter()
+            .copied()
+            .find(|r| r.matches(&key))
+    }
+}
+
 /// The detector's CLIF half: every instruction of `func` must have a row
 /// with a PTX rule ([`row_for`]: a call only if it is a runtime check's),
 /// and every memory access must be little endian (or of unstated
@@ -2105,6 +2147,7 @@ pub fn row_for(func: &Function, inst: Inst) -> Option<&'static Row> {
 /// refuses the kernel, named `opcode.type`, at its source location (the
 /// Wasm byte offset).
 pub fn check(func: &Function) -> Result<(), UnsupportedOp> {
+    let index = RowIndex::new();
     for block in func.layout.blocks() {
         for inst in func.layout.block_insts(block) {
             let key = Key::of(&func.dfg, inst);
@@ -2118,7 +2161,7 @@ pub fn check(func: &Function) -> Result<(), UnsupportedOp> {
                 },
                 reason,
             };
-            match row_for(func, inst).map(|r| r.status) {
+            match index.row_for(func, inst).map(|r| r.status) {
                 Some(Status::Ptx(_)) => {}
                 Some(Status::Deferred(why)) => {
                     return Err(refuse(format!("not supported yet: {why}")));

@@ -668,7 +668,8 @@ fn rename(func: &mut Function, skip: &BTreeSet<Block>, renamed: &BTreeMap<Value,
 }
 
 /// Removes, from `blocks`, [`pure`] instructions whose results nothing
-/// uses (the copy's dropped tests leave their comparisons behind).
+/// uses (the copy's dropped tests leave their comparisons behind; so do
+/// merged and narrowed bounds tests). Linear in the function's size.
 pub(super) fn drop_unused(func: &mut Function, blocks: &[Block]) {
     let resolved = resolved(func);
     let mut uses = alloc::vec![0usize; resolved.len()];
@@ -679,10 +680,14 @@ pub(super) fn drop_unused(func: &mut Function, blocks: &[Block]) {
             }
         }
     }
-    let inside: BTreeSet<Inst> = blocks
-        .iter()
-        .flat_map(|&b| func.layout.block_insts(b))
-        .collect();
+    // Instructions of `blocks` (then: removed), by index.
+    let mut inside = alloc::vec![false; func.dfg.num_insts()];
+    let mut removed = alloc::vec![false; func.dfg.num_insts()];
+    for &b in blocks {
+        for inst in func.layout.block_insts(b) {
+            inside[inst.index()] = true;
+        }
+    }
     let dead = |func: &Function, uses: &[usize], inst: Inst| {
         pure(func.dfg.insts[inst].opcode())
             && func
@@ -691,16 +696,16 @@ pub(super) fn drop_unused(func: &mut Function, blocks: &[Block]) {
                 .iter()
                 .all(|r| uses[r.index()] == 0)
     };
-    let mut work: Vec<Inst> = inside
+    let mut work: Vec<Inst> = blocks
         .iter()
-        .copied()
+        .flat_map(|&b| func.layout.block_insts(b))
         .filter(|&i| dead(func, &uses, i))
         .collect();
-    let mut removed: BTreeSet<Inst> = BTreeSet::new();
     while let Some(inst) = work.pop() {
-        if !removed.insert(inst) {
+        if removed[inst.index()] {
             continue;
         }
+        removed[inst.index()] = true;
         let args: Vec<Value> = func
             .dfg
             .inst_values(inst)
@@ -710,8 +715,8 @@ pub(super) fn drop_unused(func: &mut Function, blocks: &[Block]) {
         for arg in args {
             uses[arg.index()] -= 1;
             if let ValueDef::Result(def, _) = func.dfg.value_def(arg)
-                && inside.contains(&def)
-                && !removed.contains(&def)
+                && inside[def.index()]
+                && !removed[def.index()]
                 && dead(func, &uses, def)
             {
                 work.push(def);
