@@ -1050,7 +1050,21 @@ fn run_moves<'a>(
 #[test]
 fn swapped_loop_variables_move_through_scratch() {
     let k = fuel_loop();
-    let ptx = lower(&k, &TARGETS[0]);
+    // The annotated PTX writes each CLIF instruction above its PTX; the
+    // PTX the runtime loads has no such comments.
+    let ptx = TARGETS[0]
+        .lower_annotated(k.name, &k.func, k.abi)
+        .expect("annotated PTX");
+    let plain = lower(&k, &TARGETS[0]);
+    assert!(!plain.contains("// jump block1"), "{plain}");
+    let strip = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//"))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(strip(&ptx), strip(&plain), "the same PTX but the comments");
     let header = k.func.layout.blocks().nth(1).expect("header");
     let params = k.func.dfg.block_params(header);
     let (a, b) = (
