@@ -17,6 +17,8 @@
 mod common;
 #[path = "support/faulty.rs"]
 mod faulty;
+#[path = "support/tenant_guest.rs"]
+mod tenant_guest;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,8 +26,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use faulty::Faulty;
+use tenant_guest::*;
 use tensorwasm_core::{
-    DriverKind, ErrorKind, ManagedAllocator,
+    DriverKind, ErrorKind,
     abi::{
         ArgDescriptor, Errno, encode_args,
         tensor::{DType, OperandDescriptor, TensorHeader, TensorOpKind, encode_tensor_op},
@@ -35,69 +38,13 @@ use tensorwasm_core::{
 use tensorwasm_cpu::CpuDriver;
 use tensorwasm_cuda::CudaDriver;
 use tensorwasm_embed::{
-    kernel::{GuestModule, KernelTarget},
+    kernel::GuestModule,
     runtime::GuestRuntime,
     tenant::{Tenant, TenantConfig},
     twins,
     wasi_cuda::{TenantPolicy, WaitPolicy},
 };
 use wasmtime::Val;
-
-/// Where the guest's calls write their outputs (handles).
-const OUT: u32 = 0x40;
-/// The launch's argument descriptors.
-const ARGS: u32 = 0x100;
-/// The tensor op's descriptor.
-const DESC: u32 = 0x200;
-/// Floats the kernel doubles and the tensor op reads.
-const X: u32 = 0x1_0000;
-/// The tensor op's output.
-const Y: u32 = 0x2_0000;
-/// Floats the workload moves and computes on.
-const N: u32 = 1024;
-
-/// The guest: a wrapper export for each `wasi_cuda` function the workload
-/// calls, and `$double` (function 12), a Wasm kernel that doubles `n`
-/// floats at `p`, one per thread.
-const GUEST: &str = r#"(module
-  (import "wasi_cuda" "buffer_alloc" (func $buffer_alloc (param i64 i32) (result i32)))
-  (import "wasi_cuda" "buffer_free" (func $buffer_free (param i64) (result i32)))
-  (import "wasi_cuda" "copy_to_buffer" (func $copy_to_buffer (param i64 i64 i32 i32) (result i32)))
-  (import "wasi_cuda" "copy_from_buffer" (func $copy_from_buffer (param i32 i64 i64 i32) (result i32)))
-  (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
-  (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
-  (import "wasi_cuda" "tensor_op" (func $tensor_op (param i32 i32 i32) (result i32)))
-  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
-  (import "wasi_cuda" "last_error" (func $last_error (param i32 i32 i32) (result i32)))
-  (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
-  (import "tensorwasm_kernel" "block_idx_x" (func $bid (result i32)))
-  (import "tensorwasm_kernel" "block_dim_x" (func $bdim (result i32)))
-  (memory (export "memory") 4)
-  (func $double (param $p i32) (param $n i32) (local $i i32) (local $a i32)
-    (local.set $i (i32.add (i32.mul (call $bid) (call $bdim)) (call $tid)))
-    (if (i32.lt_u (local.get $i) (local.get $n)) (then
-      (local.set $a (i32.add (local.get $p) (i32.shl (local.get $i) (i32.const 2))))
-      (f32.store (local.get $a) (f32.mul (f32.load (local.get $a)) (f32.const 2))))))
-  (func (export "buffer_alloc") (param i64 i32) (result i32)
-    (call $buffer_alloc (local.get 0) (local.get 1)))
-  (func (export "buffer_free") (param i64) (result i32) (call $buffer_free (local.get 0)))
-  (func (export "copy_to_buffer") (param i64 i64 i32 i32) (result i32)
-    (call $copy_to_buffer (local.get 0) (local.get 1) (local.get 2) (local.get 3)))
-  (func (export "copy_from_buffer") (param i32 i64 i64 i32) (result i32)
-    (call $copy_from_buffer (local.get 0) (local.get 1) (local.get 2) (local.get 3)))
-  (func (export "kernel_get") (param i32 i32) (result i32)
-    (call $kernel_get (local.get 0) (local.get 1)))
-  (func (export "launch") (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
-    (call $launch (local.get 0) (local.get 1) (local.get 2) (local.get 3) (local.get 4)
-      (local.get 5) (local.get 6) (local.get 7) (local.get 8) (local.get 9) (local.get 10)))
-  (func (export "tensor_op") (param i32 i32 i32) (result i32)
-    (call $tensor_op (local.get 0) (local.get 1) (local.get 2)))
-  (func (export "wait") (param i64) (result i32) (call $wait (local.get 0)))
-  (func (export "last_error") (param i32 i32 i32) (result i32)
-    (call $last_error (local.get 0) (local.get 1) (local.get 2))))"#;
-
-/// The kernel's function index (after the twelve imports).
-const DOUBLE: i32 = 12;
 
 /// The error kinds a driver returns, injected in turn.
 const KINDS: [ErrorKind; 8] = [
@@ -113,10 +60,6 @@ const KINDS: [ErrorKind; 8] = [
 
 /// How long one run of the workload may take before it counts as a hang.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// What a driver under test must be.
-trait Device: KernelTarget + ManagedAllocator<Region: Sync> + Clone + 'static {}
-impl<D: KernelTarget + ManagedAllocator<Region: Sync> + Clone + 'static> Device for D {}
 
 struct World<D: Device> {
     driver: Faulty<D>,
@@ -186,42 +129,6 @@ struct Run {
 }
 
 type T<D> = Tenant<Faulty<D>>;
-
-fn call<D: Device>(t: &mut T<D>, name: &str, args: &[Val]) -> i32 {
-    let instance = t.instance().expect("instantiated");
-    let func = instance
-        .get_func(t.store_mut(), name)
-        .unwrap_or_else(|| panic!("no export {name}"));
-    let mut results = [Val::I32(0)];
-    futures::executor::block_on(func.call_async(t.store_mut(), args, &mut results))
-        .unwrap_or_else(|e| panic!("{name} trapped: {e:#}"));
-    results[0].unwrap_i32()
-}
-
-fn memory<D: Device>(t: &mut T<D>) -> wasmtime::Memory {
-    t.instance()
-        .expect("instantiated")
-        .get_memory(t.store_mut(), "memory")
-        .expect("memory")
-}
-
-fn write<D: Device>(t: &mut T<D>, at: u32, bytes: &[u8]) {
-    let m = memory(t);
-    m.data_mut(t.store_mut())[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
-}
-
-fn read<D: Device>(t: &mut T<D>, at: u32, len: usize) -> Vec<u8> {
-    let m = memory(t);
-    m.data(t.store())[at as usize..at as usize + len].to_vec()
-}
-
-fn read_u64<D: Device>(t: &mut T<D>, at: u32) -> u64 {
-    u64::from_le_bytes(read(t, at, 8).try_into().expect("8 bytes"))
-}
-
-fn last_error<D: Device>(t: &T<D>) -> String {
-    t.store().data().cuda.last_error().to_string()
-}
 
 /// The inputs: `N` floats at `X`, each `i + 0.5`.
 fn inputs() -> Vec<u8> {
