@@ -3,8 +3,8 @@
 //! tenant past its quota gets `EQUOTA`, one the device has no room for
 //! `ENOMEM` (never a hang, a crash or a partial allocation); while the
 //! device is full, the tenants' kernels still launch or are refused with
-//! an errno, and a new tenant's guest memory is refused before the driver
-//! is asked for it (on CUDA that request is never made: asking for more
+//! an errno, and a new tenant's guest memory is refused (its reservation
+//! is checked against the free memory; the CUDA run does not ask: more
 //! managed memory than the card has free can hang the GPU); once the
 //! tenants free their buffers, everything works again, and when they go,
 //! every charge and byte is back. On the CPU driver (CI) and on CUDA.
@@ -199,8 +199,8 @@ fn fill_the_device<D: Device>(driver: D, chunk: u64, quota: u64) {
             "launch while full: {r}"
         );
     }
-    // A new tenant's guest memory is refused before the driver sees it
-    // (the runtime checks the free memory first): instantiation fails.
+    // A new tenant's guest memory is refused (its reservation is checked
+    // against the free memory): instantiation fails.
     if driver.kind() == DriverKind::Cpu {
         let late = tenant(&rt, &module, "late", quota);
         assert!(late.is_err(), "a guest memory on a full device");
