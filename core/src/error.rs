@@ -25,8 +25,15 @@ pub enum ErrorKind {
     NotFound,
     /// The operation is not supported by this driver or device.
     NotSupported,
-    /// A kernel failed while it ran, or the context is no longer usable.
+    /// A launch was refused, or a kernel failed in a way that leaves the
+    /// context usable.
     LaunchFailed,
+    /// The device's context is lost: a kernel faulted (an illegal address
+    /// or instruction, a device-side assert, a timeout) or the hardware
+    /// failed, and the driver refuses every later call of the process
+    /// (CUDA's sticky errors; neither a context reset nor a new context
+    /// brings it back).
+    DeviceLost,
     /// Anything else the driver reported.
     Other,
 }
@@ -43,6 +50,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "not found",
             ErrorKind::NotSupported => "not supported",
             ErrorKind::LaunchFailed => "launch failed",
+            ErrorKind::DeviceLost => "device lost",
             ErrorKind::Other => "other",
         }
     }

@@ -47,9 +47,10 @@ use tensorwasm_embed::{
 use wasmtime::Val;
 
 /// The error kinds a driver returns, injected in turn.
-const KINDS: [ErrorKind; 8] = [
+const KINDS: [ErrorKind; 9] = [
     ErrorKind::OutOfMemory,
     ErrorKind::LaunchFailed,
+    ErrorKind::DeviceLost,
     ErrorKind::InvalidArgument,
     ErrorKind::Unavailable,
     ErrorKind::InvalidImage,

@@ -49,11 +49,14 @@ pub enum Errno {
     EQUOTA = 16,
     /// The tenant's policy forbids this call, e.g. loading raw PTX.
     EPERM = 17,
+    /// The device's context is lost to a fault; no GPU call of the
+    /// process will succeed again.
+    EDEVLOST = 18,
 }
 
 /// Every errno with its name and meaning, in code order: the table in
 /// `docs/ABI.md`, as data.
-const TABLE: [(Errno, &str, &str); 17] = [
+const TABLE: [(Errno, &str, &str); 18] = [
     (Errno::EINVAL, "EINVAL", "an argument is outside its domain"),
     (
         Errno::EFAULT,
@@ -107,11 +110,16 @@ const TABLE: [(Errno, &str, &str); 17] = [
         "EPERM",
         "the tenant's policy forbids this call",
     ),
+    (
+        Errno::EDEVLOST,
+        "EDEVLOST",
+        "the device's context is lost to a fault",
+    ),
 ];
 
 impl Errno {
     /// Every errno, in code order.
-    pub const ALL: [Errno; 17] = [
+    pub const ALL: [Errno; 18] = [
         Errno::EINVAL,
         Errno::EFAULT,
         Errno::EALIGN,
@@ -129,6 +137,7 @@ impl Errno {
         Errno::ETRAP,
         Errno::EQUOTA,
         Errno::EPERM,
+        Errno::EDEVLOST,
     ];
 
     /// The code a `wasi_cuda` import returns for this failure.
@@ -136,7 +145,7 @@ impl Errno {
         self as i32
     }
 
-    /// The row of [`TABLE`] for this errno (codes are 1..=17, rows 0..=16).
+    /// The row of [`TABLE`] for this errno (codes are 1..=18, rows 0..=17).
     fn row(self) -> (Errno, &'static str, &'static str) {
         let index = usize::try_from(self.code() - 1).unwrap_or(0);
         TABLE.get(index).copied().unwrap_or(TABLE[0])
@@ -179,6 +188,7 @@ impl From<ErrorKind> for Errno {
             ErrorKind::NotFound => Errno::ENOENT,
             ErrorKind::NotSupported => Errno::ENOTSUP,
             ErrorKind::LaunchFailed => Errno::ELAUNCH,
+            ErrorKind::DeviceLost => Errno::EDEVLOST,
             ErrorKind::InvalidArgument => Errno::EINVAL,
             ErrorKind::Unavailable => Errno::ENODEV,
             ErrorKind::Other => Errno::EDRIVER,
@@ -293,7 +303,9 @@ mod tests {
             (15, "ETRAP"),
             (16, "EQUOTA"),
             (17, "EPERM"),
+            (18, "EDEVLOST"),
         ];
+        assert_eq!(Errno::ALL.len(), expected.len());
         for (errno, (code, name)) in Errno::ALL.iter().zip(expected) {
             assert_eq!(errno.code(), code);
             assert_eq!(errno.name(), name);
@@ -309,7 +321,7 @@ mod tests {
 
     #[test]
     fn unknown_codes_are_none() {
-        for code in [0, -1, 18, 19, i32::MIN, i32::MAX] {
+        for code in [0, -1, 19, 20, i32::MIN, i32::MAX] {
             assert_eq!(Errno::from_code(code), None, "code {code}");
         }
     }
@@ -322,6 +334,7 @@ mod tests {
             (ErrorKind::NotFound, Errno::ENOENT),
             (ErrorKind::NotSupported, Errno::ENOTSUP),
             (ErrorKind::LaunchFailed, Errno::ELAUNCH),
+            (ErrorKind::DeviceLost, Errno::EDEVLOST),
             (ErrorKind::InvalidArgument, Errno::EINVAL),
             (ErrorKind::Unavailable, Errno::ENODEV),
             (ErrorKind::Other, Errno::EDRIVER),

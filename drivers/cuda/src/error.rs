@@ -117,7 +117,13 @@ fn kind_of_code(code: u32) -> ErrorKind {
         200 | 209 | 218 | 221..=224 | 300..=302 => ErrorKind::InvalidImage,
         500 => ErrorKind::NotFound,
         217 | 801 => ErrorKind::NotSupported,
-        700 | 702 | 710 | 714..=720 => ErrorKind::LaunchFailed,
+        // Sticky: the context is unusable from then on (illegal address,
+        // launch timeout, context destroyed, device-side assert, hardware
+        // stack error, illegal instruction, misaligned address, invalid
+        // address space or PC, an exception in a kernel; an uncorrectable
+        // ECC error).
+        214 | 700 | 702 | 709 | 710 | 714..=719 => ErrorKind::DeviceLost,
+        720 => ErrorKind::LaunchFailed,
         _ => ErrorKind::Other,
     }
 }
@@ -172,9 +178,10 @@ mod tests {
         assert_eq!(kind_of_code(2), ErrorKind::OutOfMemory);
         assert_eq!(kind_of_code(218), ErrorKind::InvalidImage);
         assert_eq!(kind_of_code(100), ErrorKind::Unavailable);
-        assert_eq!(kind_of_code(700), ErrorKind::LaunchFailed);
-        assert_eq!(kind_of_code(710), ErrorKind::LaunchFailed);
-        assert_eq!(kind_of_code(719), ErrorKind::LaunchFailed);
+        assert_eq!(kind_of_code(700), ErrorKind::DeviceLost);
+        assert_eq!(kind_of_code(710), ErrorKind::DeviceLost);
+        assert_eq!(kind_of_code(719), ErrorKind::DeviceLost);
+        assert_eq!(kind_of_code(720), ErrorKind::LaunchFailed);
         assert_eq!(kind_of_code(500), ErrorKind::NotFound);
         assert_eq!(kind_of_code(999), ErrorKind::Other);
     }

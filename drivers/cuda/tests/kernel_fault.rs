@@ -1,4 +1,4 @@
-//! A kernel that faults makes `stream_query` fail with `LaunchFailed`, on
+//! A kernel that faults makes `stream_query` fail with `DeviceLost`, on
 //! its own stream and on every other stream of the context (CUDA's errors
 //! of this kind are sticky for the whole context). Alone in its binary: the
 //! fault leaves the process's primary context unusable.
@@ -57,14 +57,19 @@ fn a_faulting_kernel_makes_stream_query_fail() {
         }
     };
     println!("stream_query after the fault: {err}");
-    assert_eq!(err.kind(), ErrorKind::LaunchFailed, "{err}");
+    assert_eq!(err.kind(), ErrorKind::DeviceLost, "{err}");
 
     let again = d.stream_query(&stream).unwrap_err();
-    assert_eq!(again.kind(), ErrorKind::LaunchFailed, "sticky: {again}");
+    assert_eq!(again.kind(), ErrorKind::DeviceLost, "sticky: {again}");
     let elsewhere = d.stream_query(&other).unwrap_err();
     assert_eq!(
         elsewhere.kind(),
-        ErrorKind::LaunchFailed,
+        ErrorKind::DeviceLost,
         "another stream: {elsewhere}"
     );
+    // Every other call too: an allocation, a new stream.
+    let alloc = d.alloc_device(4096).map(drop).unwrap_err();
+    assert_eq!(alloc.kind(), ErrorKind::DeviceLost, "alloc: {alloc}");
+    let stream3 = d.create_stream().map(drop).unwrap_err();
+    assert_eq!(stream3.kind(), ErrorKind::DeviceLost, "stream: {stream3}");
 }

@@ -10,8 +10,8 @@ use std::{
 };
 
 use tensorwasm_core::{
-    Advice, DeviceMemory, DevicePtr, Dim3, DriverError, GpuDriver, KernelParam, LaunchConfig,
-    PrefetchTarget,
+    Advice, DeviceMemory, DevicePtr, Dim3, DriverError, ErrorKind, GpuDriver, KernelParam,
+    LaunchConfig, PrefetchTarget,
     abi::{
         self, AbiError, Errno, GuestMemoryRef, Handle, HandleKind, HandleTable, LaunchArg, OwnerId,
     },
@@ -457,6 +457,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             Errno::EDRIVER | Errno::ELAUNCH | Errno::ENODEV | Errno::ENOMEM => {
                 tracing::warn!(call, %error, "driver error")
             }
+            Errno::EDEVLOST => tracing::error!(call, %error, "the device's context is lost"),
             _ => tracing::debug!(call, %error, "wasi_cuda call failed"),
         }
         error.errno.code()
@@ -1581,11 +1582,14 @@ fn kernel_error(e: &KernelError) -> AbiError {
     }
 }
 
+/// Work on the guest's stream failed: `ELAUNCH`, but `EDEVLOST` when the
+/// failure lost the device's context.
 fn launch_failed<E: DriverError>(e: E) -> AbiError {
-    AbiError::new(
-        Errno::ELAUNCH,
-        format!("work on the guest's stream failed: {e}"),
-    )
+    let errno = match e.kind() {
+        ErrorKind::DeviceLost => Errno::EDEVLOST,
+        _ => Errno::ELAUNCH,
+    };
+    AbiError::new(errno, format!("work on the guest's stream failed: {e}"))
 }
 
 fn out_of_buffer() -> AbiError {

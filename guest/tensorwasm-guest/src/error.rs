@@ -49,10 +49,13 @@ pub enum Errno {
     EQUOTA = 16,
     /// The tenant's policy forbids this call, e.g. loading raw PTX.
     EPERM = 17,
+    /// The device's context is lost to a fault; no GPU call of the host
+    /// process will succeed again.
+    EDEVLOST = 18,
 }
 
 /// Every errno with its name, in code order: the ABI's table, as data.
-const TABLE: [(Errno, &str); 17] = [
+const TABLE: [(Errno, &str); 18] = [
     (Errno::EINVAL, "EINVAL"),
     (Errno::EFAULT, "EFAULT"),
     (Errno::EALIGN, "EALIGN"),
@@ -70,17 +73,18 @@ const TABLE: [(Errno, &str); 17] = [
     (Errno::ETRAP, "ETRAP"),
     (Errno::EQUOTA, "EQUOTA"),
     (Errno::EPERM, "EPERM"),
+    (Errno::EDEVLOST, "EDEVLOST"),
 ];
 
 impl Errno {
-    /// The code the import returns for this failure (1..=17).
+    /// The code the import returns for this failure (1..=18).
     pub const fn code(self) -> i32 {
         self as i32
     }
 
     /// The errno's name as `docs/ABI.md` writes it, e.g. `"EFAULT"`.
     pub const fn name(self) -> &'static str {
-        // Codes are 1..=17 and the table is in code order.
+        // Codes are 1..=18 and the table is in code order.
         TABLE[(self.code() - 1) as usize].1
     }
 
@@ -147,6 +151,7 @@ mod tests {
             (15, "ETRAP"),
             (16, "EQUOTA"),
             (17, "EPERM"),
+            (18, "EDEVLOST"),
         ] {
             let errno = Errno::from_code(code).unwrap();
             assert_eq!(errno.code(), code);
@@ -159,7 +164,7 @@ mod tests {
 
     #[test]
     fn success_and_unknown_codes_are_not_errnos() {
-        for code in [0, -1, 18, i32::MIN, i32::MAX] {
+        for code in [0, -1, 19, i32::MIN, i32::MAX] {
             assert_eq!(Errno::from_code(code), None, "code {code}");
         }
     }
