@@ -15,7 +15,12 @@
 //! runs the tenants on a thread with a deadline, so it fails rather than
 //! hangs.
 
-use tensorwasm_core::abi::{ArgDescriptor, Errno, encode_args};
+#[allow(dead_code)] // the shared guest's constants; this suite has its own guest
+#[path = "support/tenant_guest.rs"]
+mod tenant_guest;
+
+use tenant_guest::{OUT, call, last_error, launch_args, read_u64, write};
+use tensorwasm_core::abi::{ArgDescriptor, Errno};
 use tensorwasm_cuda::CudaDriver;
 use tensorwasm_embed::{
     runtime::GuestRuntime,
@@ -24,21 +29,7 @@ use tensorwasm_embed::{
 use wasmtime::Val;
 
 /// `fault(p)`: one store to `p`.
-const FAULT_PTX: &str = r#"
-.version 7.0
-.target sm_75
-.address_size 64
-
-.visible .entry fault(.param .u64 p)
-{
-    .reg .b32 %r<2>;
-    .reg .b64 %rd<2>;
-    ld.param.u64 %rd1, [p];
-    mov.u32 %r1, 7;
-    st.global.u32 [%rd1], %r1;
-    ret;
-}
-"#;
+const FAULT_PTX: &str = include_str!("../../drivers/cuda/tests/fault.ptx");
 
 /// Wrappers of the calls used, and the memory the host writes into.
 const GUEST: &str = r#"(module
@@ -59,44 +50,11 @@ const GUEST: &str = r#"(module
   (func (export "buffer_alloc") (param i64 i32) (result i32)
     (call $alloc (local.get 0) (local.get 1))))"#;
 
-const OUT: u32 = 0x40;
-const ARGS: u32 = 0x100;
+/// Where the function's name and the PTX's text go.
 const NAME: u32 = 0x200;
 const TEXT: u32 = 0x1000;
 
 type T = Tenant<CudaDriver>;
-
-fn call(t: &mut T, name: &str, args: &[Val]) -> i32 {
-    let instance = t.instance().expect("instantiated");
-    let func = instance.get_func(t.store_mut(), name).expect("export");
-    let mut results = [Val::I32(0)];
-    futures::executor::block_on(func.call_async(t.store_mut(), args, &mut results))
-        .unwrap_or_else(|e| panic!("{name} trapped: {e:#}"));
-    results[0].unwrap_i32()
-}
-
-fn write(t: &mut T, at: u32, bytes: &[u8]) {
-    let m = t
-        .instance()
-        .expect("instantiated")
-        .get_memory(t.store_mut(), "memory")
-        .expect("memory");
-    m.data_mut(t.store_mut())[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
-}
-
-fn read_u64(t: &mut T, at: u32) -> u64 {
-    let m = t
-        .instance()
-        .expect("instantiated")
-        .get_memory(t.store_mut(), "memory")
-        .expect("memory");
-    let bytes = &m.data(t.store())[at as usize..at as usize + 8];
-    u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
-}
-
-fn last_error(t: &T) -> String {
-    t.store().data().cuda.last_error().to_string()
-}
 
 fn tenant(
     rt: &GuestRuntime<CudaDriver>,
@@ -172,20 +130,7 @@ fn scenario() {
     assert_eq!(r, 0, "{}", last_error(&trusted));
     let f = read_u64(&mut trusted, OUT);
     // A raw pointer argument: the lowest page, never mapped.
-    write(&mut trusted, ARGS, &encode_args(&[ArgDescriptor::i64(256)]));
-    let launch = [
-        Val::I64(f as i64),
-        Val::I32(1),
-        Val::I32(1),
-        Val::I32(1),
-        Val::I32(1),
-        Val::I32(1),
-        Val::I32(1),
-        Val::I32(0),
-        Val::I32(ARGS as i32),
-        Val::I32(1),
-        Val::I32(OUT as i32),
-    ];
+    let launch = launch_args(&mut trusted, f, (1, 1), &[ArgDescriptor::i64(256)]);
     assert_eq!(
         call(&mut trusted, "launch", &launch),
         0,

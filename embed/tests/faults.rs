@@ -30,7 +30,7 @@ use tenant_guest::*;
 use tensorwasm_core::{
     DriverKind, ErrorKind,
     abi::{
-        ArgDescriptor, Errno, encode_args,
+        Errno,
         tensor::{DType, OperandDescriptor, TensorHeader, TensorOpKind, encode_tensor_op},
     },
     quota::{QuotaLedger, Resource, TenantQuota},
@@ -215,25 +215,8 @@ fn workload<D: Device>(w: &World<D>) -> Run {
         ) {
             break 'work false;
         }
-        let function = read_u64(&mut t, OUT) as i64;
-        write(
-            &mut t,
-            ARGS,
-            &encode_args(&[ArgDescriptor::i32(X as i32), ArgDescriptor::i32(N as i32)]),
-        );
-        let launch = [
-            Val::I64(function),
-            Val::I32((N / 64) as i32),
-            Val::I32(1),
-            Val::I32(1),
-            Val::I32(64),
-            Val::I32(1),
-            Val::I32(1),
-            Val::I32(0),
-            Val::I32(ARGS as i32),
-            Val::I32(2),
-            Val::I32(OUT as i32),
-        ];
+        let function = read_u64(&mut t, OUT);
+        let launch = double_args(&mut t, function);
         if !step(&mut t, &mut run, "launch", &launch) {
             break 'work false;
         }

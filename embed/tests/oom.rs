@@ -18,7 +18,7 @@ use std::sync::Arc;
 use tenant_guest::*;
 use tensorwasm_core::{
     DriverKind, GpuDriver,
-    abi::{ArgDescriptor, Errno, encode_args},
+    abi::Errno,
     quota::{QuotaLedger, Resource, TenantQuota},
 };
 use tensorwasm_cpu::CpuDriver;
@@ -71,24 +71,7 @@ fn alloc<D: Device>(t: &mut Tenant<D>, bytes: u64) -> Result<u64, (i32, String)>
 /// Launches `function` (the guest's `$double` over `N` floats at `X`) and
 /// waits: 0 or the errno.
 fn launch_and_wait<D: Device>(t: &mut Tenant<D>, function: u64) -> i32 {
-    write(
-        t,
-        ARGS,
-        &encode_args(&[ArgDescriptor::i32(X as i32), ArgDescriptor::i32(N as i32)]),
-    );
-    let args = [
-        Val::I64(function as i64),
-        Val::I32((N / 64) as i32),
-        Val::I32(1),
-        Val::I32(1),
-        Val::I32(64),
-        Val::I32(1),
-        Val::I32(1),
-        Val::I32(0),
-        Val::I32(ARGS as i32),
-        Val::I32(2),
-        Val::I32(OUT as i32),
-    ];
+    let args = double_args(t, function);
     match call(t, "launch", &args) {
         0 => {
             let handle = read_u64(t, OUT);

@@ -13,21 +13,7 @@ use tensorwasm_core::{DevicePtr, DriverError, ErrorKind, GpuDriver, KernelParam,
 mod common;
 
 /// `fault(p)`: one store to `p`, which the test points at unmapped memory.
-const FAULT_PTX: &str = r#"
-.version 7.0
-.target sm_75
-.address_size 64
-
-.visible .entry fault(.param .u64 p)
-{
-    .reg .b32 %r<2>;
-    .reg .b64 %rd<2>;
-    ld.param.u64 %rd1, [p];
-    mov.u32 %r1, 7;
-    st.global.u32 [%rd1], %r1;
-    ret;
-}
-"#;
+const FAULT_PTX: &str = include_str!("fault.ptx");
 
 #[test]
 #[ignore = "needs a CUDA GPU"]

@@ -1,7 +1,10 @@
 //! A tenant's test guest and the calls into it, shared by the suites that
 //! run one (`faults.rs`, `oom.rs`): included with `#[path]`.
 
-use tensorwasm_core::ManagedAllocator;
+use tensorwasm_core::{
+    ManagedAllocator,
+    abi::{ArgDescriptor, encode_args},
+};
 use tensorwasm_embed::{kernel::KernelTarget, tenant::Tenant};
 use wasmtime::Val;
 
@@ -99,4 +102,35 @@ pub fn read_u64<D: Device>(t: &mut Tenant<D>, at: u32) -> u64 {
 
 pub fn last_error<D: Device>(t: &Tenant<D>) -> String {
     t.store().data().cuda.last_error().to_string()
+}
+
+/// `launch`'s arguments: `function` over `grid` x `block` threads (x
+/// only), the `args` descriptors written at [`ARGS`] first, the launch
+/// handle to [`OUT`].
+pub fn launch_args<D: Device>(
+    t: &mut Tenant<D>,
+    function: u64,
+    (grid, block): (u32, u32),
+    args: &[ArgDescriptor],
+) -> [Val; 11] {
+    write(t, ARGS, &encode_args(args));
+    [
+        Val::I64(function as i64),
+        Val::I32(grid as i32),
+        Val::I32(1),
+        Val::I32(1),
+        Val::I32(block as i32),
+        Val::I32(1),
+        Val::I32(1),
+        Val::I32(0),
+        Val::I32(ARGS as i32),
+        Val::I32(args.len() as i32),
+        Val::I32(OUT as i32),
+    ]
+}
+
+/// `$double`'s launch over the `N` floats at `X`.
+pub fn double_args<D: Device>(t: &mut Tenant<D>, function: u64) -> [Val; 11] {
+    let args = [ArgDescriptor::i32(X as i32), ArgDescriptor::i32(N as i32)];
+    launch_args(t, function, (N / 64, 64), &args)
 }
