@@ -6,14 +6,15 @@
 //! the fault leaves the process without a usable GPU
 //! (docs/verification/2026-11-27-bounds-faults-gpu.md).
 //!
-//! Fails today (found on an H100, 2026-11-27): the faulting tenant's
-//! `wait` never returns. When its spin finds the work still running it
-//! suspends on the stream's completion callback, queued with
+//! Its first run on an H100 (2026-11-27) hung: the faulting tenant's
+//! `wait` suspended on the stream's completion callback, queued with
 //! `cuLaunchHostFunc`, which CUDA does not call once the context has an
 //! error (`cuda.h`: "in contrast to cuStreamAddCallback, the function will
-//! not be called in the event of an error in the CUDA context"). The test
-//! runs the tenants on a thread with a deadline, so it fails rather than
-//! hangs.
+//! not be called in the event of an error in the CUDA context"). A
+//! suspended wait now also asks the stream every 100 ms (tested on the CPU
+//! driver with the callback swallowed, `faults.rs`); this test has not run
+//! on a GPU since. It runs the tenants on a thread with a deadline, so it
+//! fails rather than hangs.
 
 #[allow(dead_code)] // the shared guest's constants; this suite has its own guest
 #[path = "support/tenant_guest.rs"]

@@ -494,6 +494,72 @@ fn every_driver_failure_reaches_the_guest_and_nothing_leaks() {
     assert!(in_guest * 2 > runs, "{in_guest} of {runs} in guest calls");
 }
 
+/// A wait whose completion callback never comes (CUDA calls no
+/// `cuLaunchHostFunc` callback once the context has an error) still ends:
+/// the waiter asks the stream while it is suspended. A tenant launches its
+/// kernel; then, with callbacks swallowed and the wait's first query
+/// answering "not done" (so it suspends), the wait returns 0 once the
+/// stream says the work is done, or `EDEVLOST` when the stream fails as a
+/// lost device; within the deadline either way, not never.
+#[test]
+fn a_wait_whose_callback_never_comes_still_ends() {
+    for lost in [false, true] {
+        let w = world();
+        let free_before = w.free();
+        let world = Arc::clone(&w);
+        let (send, receive) = mpsc::channel();
+        std::thread::spawn(move || {
+            let w = world;
+            let config = TenantConfig::untrusted("waiter");
+            let mut t = Tenant::new(&w.runtime, &config).expect("tenant");
+            futures::executor::block_on(t.instantiate(&w.runtime, &w.module)).expect("instance");
+            t.store_mut()
+                .data_mut()
+                .cuda
+                .set_wait_policy(WaitPolicy::Suspend);
+            assert_eq!(
+                call(
+                    &mut t,
+                    "kernel_get",
+                    &[Val::I32(DOUBLE), Val::I32(OUT as i32)]
+                ),
+                0
+            );
+            let function = read_u64(&mut t, OUT);
+            let launch = double_args(&mut t, function);
+            assert_eq!(call(&mut t, "launch", &launch), 0, "{}", last_error(&t));
+            let handle = read_u64(&mut t, OUT);
+            w.driver.swallow_callbacks(true);
+            w.driver.not_done(1);
+            if lost {
+                // The wait's own query, then the one it makes suspended.
+                w.driver.arm(Some("stream_query"), 2, ErrorKind::DeviceLost);
+            }
+            let r = call(&mut t, "wait", &[Val::I64(handle as i64)]);
+            let text = last_error(&t);
+            let ledger = Arc::clone(t.ledger());
+            drop(t);
+            let _ = send.send((r, text, ledger));
+        });
+        let (r, text, ledger) = receive
+            .recv_timeout(DEADLINE)
+            .expect("the wait ended (its callback never came)");
+        if lost {
+            assert_eq!(r, Errno::EDEVLOST.code(), "{text}");
+            assert!(text.starts_with("wait: EDEVLOST: "), "{text}");
+        } else {
+            assert_eq!(r, 0, "{text}");
+        }
+        let run = Run {
+            calls: Vec::new(),
+            host_error: None,
+            failed_in: None,
+            ledger,
+        };
+        assert_all_back(&w, &run, free_before, "a swallowed callback");
+    }
+}
+
 /// The reduced run on CUDA: one world (its caches warm after the first,
 /// clean runs), every call of a warm run failing, one error kind each.
 /// Device memory: none lost by the end (a single run may end a driver page

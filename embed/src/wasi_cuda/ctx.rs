@@ -1141,6 +1141,15 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         done
     }
 
+    /// While a wait is suspended on its callback: has the stream's work
+    /// finished (`Ok(true)`), or failed (`Err`, `EDEVLOST` for a lost
+    /// device)?
+    pub(crate) fn poll_stream(&self) -> Result<bool, AbiError> {
+        self.driver
+            .stream_query(&self.stream)
+            .map_err(launch_failed)
+    }
+
     /// After a completion callback fired (at `done`): did the work fail?
     /// (`Ok(false)` is success here: the callback itself counts as stream
     /// work until it has returned.)

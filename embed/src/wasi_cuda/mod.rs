@@ -8,6 +8,7 @@
 mod atomics;
 mod ctx;
 mod kernel_names;
+mod tick;
 
 pub(crate) use ctx::FunctionEntry;
 pub use ctx::{
@@ -15,6 +16,7 @@ pub use ctx::{
 };
 
 use ctx::{GuestMem, KernelGet};
+use futures::future::Either;
 use kernel_names::KernelName;
 use tensorwasm_core::{
     Dim3, GpuDriver,
@@ -66,7 +68,10 @@ fn with_ctx<T, D: GpuDriver>(
 
 /// Suspends the guest until the work it queued so far has finished; `Err`
 /// carries the errno when that work failed. One non-blocking query first:
-/// work that is already done costs no callback.
+/// work that is already done costs no callback. While suspended it also
+/// asks the stream every [`tick::CALLBACK_POLL`]: a driver may never call
+/// the completion callback once the device is lost (CUDA's
+/// `cuLaunchHostFunc`), and the failure must reach the guest.
 async fn quiesce<T, D: GpuDriver>(
     caller: &mut Caller<'_, T>,
     get: GetCtx<T, D>,
@@ -78,8 +83,21 @@ async fn quiesce<T, D: GpuDriver>(
         Ok(false) => {}
         Err(e) => return Err(ctx.fail(call, e)),
     }
-    let done = ctx.completion();
-    let fired = done.await;
+    let mut done = ctx.completion();
+    let fired = loop {
+        match futures::future::select(done, tick::poll_tick()).await {
+            Either::Left((fired, _)) => break fired,
+            Either::Right(((), waiting)) => {
+                done = waiting;
+                let ctx = get(caller.data_mut());
+                match ctx.poll_stream() {
+                    Ok(false) => {}
+                    Ok(true) => break std::time::Instant::now(),
+                    Err(e) => return Err(ctx.fail(call, e)),
+                }
+            }
+        }
+    };
     let ctx = get(caller.data_mut());
     ctx.launch_status(fired).map_err(|e| ctx.fail(call, e))
 }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tensorwasm_core::{
@@ -37,6 +37,11 @@ struct Plan {
     failed: Mutex<Option<&'static str>>,
     /// Calls since the plan was armed, by name.
     made: Mutex<BTreeMap<&'static str, u64>>,
+    /// Whether `on_complete` takes callbacks and never calls them (as CUDA
+    /// does with `cuLaunchHostFunc` once the context has an error).
+    swallow: AtomicBool,
+    /// `stream_query` calls still to answer "not done" without asking.
+    not_done: AtomicU64,
 }
 
 /// `D`, failing its `n`-th call when armed (module docs). Clones share the
@@ -59,6 +64,8 @@ impl<D> Faulty<D> {
                 kind: Mutex::new(ErrorKind::Other),
                 failed: Mutex::new(None),
                 made: Mutex::new(BTreeMap::new()),
+                swallow: AtomicBool::new(false),
+                not_done: AtomicU64::new(0),
             }),
         }
     }
@@ -81,6 +88,18 @@ impl<D> Faulty<D> {
         self.plan
             .fail_at
             .store(if n == 0 { NEVER } else { n }, Ordering::SeqCst);
+    }
+
+    /// From now on, `on_complete` takes each callback and never calls it
+    /// (`on`), or passes them on again.
+    pub fn swallow_callbacks(&self, on: bool) {
+        self.plan.swallow.store(on, Ordering::SeqCst);
+    }
+
+    /// The next `n` `stream_query` calls answer "not done" without asking
+    /// the wrapped driver (a wait then suspends on its callback).
+    pub fn not_done(&self, n: u64) {
+        self.plan.not_done.store(n, Ordering::SeqCst);
     }
 
     /// The calls since the last [`Faulty::arm`], by name.
@@ -276,7 +295,15 @@ impl<D: GpuDriver> GpuDriver for Faulty<D> {
     }
 
     fn stream_query(&self, stream: &Self::Stream) -> Result<bool, Self::Error> {
-        forward!(self, "stream_query", self.inner.stream_query(stream))
+        self.tick("stream_query")?;
+        let not_done = &self.plan.not_done;
+        if not_done
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Ok(false);
+        }
+        self.inner.stream_query(stream).map_err(FaultyError::Real)
     }
 
     fn stream_wait_event(
@@ -324,11 +351,14 @@ impl<D: GpuDriver> GpuDriver for Faulty<D> {
         stream: &Self::Stream,
         callback: HostCallback,
     ) -> Result<(), Self::Error> {
-        forward!(
-            self,
-            "on_complete",
-            self.inner.on_complete(stream, callback)
-        )
+        self.tick("on_complete")?;
+        if self.plan.swallow.load(Ordering::SeqCst) {
+            drop(callback);
+            return Ok(());
+        }
+        self.inner
+            .on_complete(stream, callback)
+            .map_err(FaultyError::Real)
     }
 
     fn pointer_info(&self, address: DevicePtr) -> Result<PointerInfo, Self::Error> {
