@@ -202,8 +202,11 @@ pub trait GpuDriver: Send + Sync {
     /// Milliseconds between two completed events.
     fn event_elapsed_ms(&self, start: &Self::Event, end: &Self::Event) -> Result<f32, Self::Error>;
 
-    /// Queues `callback` on `stream`; it runs exactly once, after the work
+    /// Queues `callback` on `stream`; it runs at most once, after the work
     /// before it, on a driver thread, and must not call into the driver.
+    /// It runs unless that work fails in a way that loses the device (CUDA
+    /// calls none once its context has an error): a waiter must not rely
+    /// on it alone (`stream_query` tells the failure).
     fn on_complete(&self, stream: &Self::Stream, callback: HostCallback)
     -> Result<(), Self::Error>;
 
