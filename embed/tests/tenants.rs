@@ -7,10 +7,14 @@
 
 #[allow(dead_code)] // the shared test guest and inputs; the rest is for other suites
 mod common;
+#[allow(dead_code)] // the calls into a tenant's guest; its own guest is for other suites
+#[path = "support/tenant_guest.rs"]
+mod tenant_guest;
 
 use std::sync::Arc;
 
 use common::{Rng, test_guest_wat};
+use tenant_guest::{call, last_error, read_u64, write};
 use tensorwasm_core::{
     GpuDriver,
     abi::{
@@ -63,43 +67,6 @@ fn tenant(w: &World, quota: TenantQuota, policy: TenantPolicy) -> Tenant<CpuDriv
     let mut t = Tenant::new(&w.runtime, &config).expect("tenant");
     futures::executor::block_on(t.instantiate(&w.runtime, &w.module)).expect("instantiate");
     t
-}
-
-fn call(t: &mut Tenant<CpuDriver>, name: &str, args: &[Val]) -> i32 {
-    let instance = t.instance().expect("instantiated");
-    let func = instance
-        .get_func(t.store_mut(), name)
-        .unwrap_or_else(|| panic!("no export {name}"));
-    let mut results = [Val::I32(0)];
-    futures::executor::block_on(func.call_async(t.store_mut(), args, &mut results))
-        .unwrap_or_else(|e| panic!("{name} trapped: {e:#}"));
-    results[0].unwrap_i32()
-}
-
-fn last_error(t: &Tenant<CpuDriver>) -> String {
-    t.store().data().cuda.last_error().to_string()
-}
-
-fn write(t: &mut Tenant<CpuDriver>, at: u32, bytes: &[u8]) {
-    let memory = t
-        .instance()
-        .unwrap()
-        .get_memory(t.store_mut(), "memory")
-        .unwrap();
-    memory.data_mut(t.store_mut())[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
-}
-
-fn read_u64(t: &mut Tenant<CpuDriver>, at: u32) -> u64 {
-    let memory = t
-        .instance()
-        .unwrap()
-        .get_memory(t.store_mut(), "memory")
-        .unwrap();
-    u64::from_le_bytes(
-        memory.data(t.store())[at as usize..at as usize + 8]
-            .try_into()
-            .unwrap(),
-    )
 }
 
 fn alloc(t: &mut Tenant<CpuDriver>, bytes: u64) -> Result<u64, i32> {
