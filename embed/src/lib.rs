@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod memory;
 pub mod run;
 pub mod runtime;
+pub mod snapshot;
 pub mod tenant;
 pub mod twins;
 pub mod wasi;

@@ -352,6 +352,8 @@ where
     ledger: Arc<QuotaLedger>,
     store: Store<GuestState<D>>,
     instance: Option<Instance>,
+    /// The identity of the instantiated module (what a snapshot names).
+    module: Option<(u64, usize)>,
 }
 
 impl<D> Tenant<D>
@@ -368,6 +370,7 @@ where
             ledger,
             store,
             instance: None,
+            module: None,
         })
     }
 
@@ -379,7 +382,20 @@ where
     ) -> wasmtime::Result<Instance> {
         let instance = runtime.instantiate(&mut self.store, module).await?;
         self.instance = Some(instance);
+        self.module = Some(module.source().id());
         Ok(instance)
+    }
+
+    /// The instance and its module's identity, or an error before
+    /// [`instantiate`](Self::instantiate).
+    pub(crate) fn instantiated(&self) -> wasmtime::Result<(Instance, (u64, usize))> {
+        match (self.instance, self.module) {
+            (Some(instance), Some(module)) => Ok((instance, module)),
+            _ => Err(wasmtime::Error::msg(format!(
+                "tenant `{}` has no instance yet",
+                self.name
+            ))),
+        }
     }
 
     /// The tenant's name.

@@ -60,6 +60,18 @@ impl OwnerId {
         OwnerId::from_raw(previous).unwrap_or(OwnerId(1))
     }
 
+    /// The id with this value (as [`OwnerId::from_raw`]), taken by a
+    /// guest rebuilt from a snapshot so that its old handles stay its own:
+    /// the process-wide counter moves past it, so ids allocated later do not
+    /// repeat it (unless the counter wraps).
+    pub fn adopt(raw: u32) -> Option<OwnerId> {
+        let id = OwnerId::from_raw(raw)?;
+        if raw < OWNER_MAX {
+            NEXT_OWNER.fetch_max(raw + 1, Ordering::Relaxed);
+        }
+        Some(id)
+    }
+
     /// The id with this value, or `None` unless it is in 1..2^24.
     pub const fn from_raw(raw: u32) -> Option<OwnerId> {
         if raw == 0 || raw > OWNER_MAX {
@@ -209,6 +221,26 @@ enum Entry<T> {
 struct Slot<T> {
     generation: u32,
     entry: Entry<T>,
+}
+
+/// One slot of a [`HandleTable::image`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotImage<U> {
+    /// The slot's generation: a live object's, or the next to issue.
+    pub generation: u32,
+    /// What the slot holds.
+    pub state: SlotState<U>,
+}
+
+/// What a slot of a [`SlotImage`] holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotState<U> {
+    /// An object (as the image maps it).
+    Live(U),
+    /// Nothing, reusable.
+    Free,
+    /// Nothing, for ever.
+    Retired,
 }
 
 /// The objects of one kind that one guest holds, named by [`Handle`]s.
@@ -404,6 +436,85 @@ impl<T> HandleTable<T> {
                 }
                 _ => None,
             })
+    }
+
+    /// Every slot in order, as a snapshot keeps it: its generation and what
+    /// it holds, each live object mapped by `f`. With
+    /// [`HandleTable::from_image`] it rebuilds a table in which every handle
+    /// means what it meant here (live handles name the rebuilt objects,
+    /// freed ones stay freed).
+    pub fn image<U>(&self, mut f: impl FnMut(Handle, &T) -> U) -> Vec<SlotImage<U>> {
+        let (owner, kind) = (self.owner, self.kind);
+        self.slots
+            .iter()
+            .zip(0..=u16::MAX)
+            .map(|(slot, index)| SlotImage {
+                generation: slot.generation,
+                state: match &slot.entry {
+                    Entry::Live(value) => SlotState::Live(f(
+                        Handle::compose(owner, kind, slot.generation, index),
+                        value,
+                    )),
+                    Entry::Free => SlotState::Free,
+                    Entry::Retired => SlotState::Retired,
+                },
+            })
+            .collect()
+    }
+
+    /// A table of `owner`'s `kind` objects rebuilt from an
+    /// [`image`](HandleTable::image) whose live objects were made again.
+    /// [`Errno::EINVAL`] if the image does not fit a table of `capacity`
+    /// (too many slots, a generation past the last).
+    pub fn from_image(
+        owner: OwnerId,
+        kind: HandleKind,
+        capacity: usize,
+        image: Vec<SlotImage<T>>,
+    ) -> Result<Self, AbiError> {
+        let mut table = HandleTable::new(owner, kind, capacity);
+        if image.len() > table.capacity {
+            return Err(AbiError::new(
+                Errno::EINVAL,
+                format!(
+                    "a {kind} table image of {} slots exceeds the capacity {}",
+                    image.len(),
+                    table.capacity
+                ),
+            ));
+        }
+        for (slot, index) in image.into_iter().zip(0..=u16::MAX) {
+            if slot.generation > table.max_generation {
+                return Err(AbiError::new(
+                    Errno::EINVAL,
+                    format!(
+                        "{kind} slot {index}: generation {} is past the last",
+                        slot.generation
+                    ),
+                ));
+            }
+            let entry = match slot.state {
+                SlotState::Live(value) => {
+                    table.live += 1;
+                    Entry::Live(value)
+                }
+                SlotState::Free => {
+                    table.free.push(index);
+                    Entry::Free
+                }
+                SlotState::Retired => {
+                    table.retired += 1;
+                    Entry::Retired
+                }
+            };
+            table.slots.push(Slot {
+                generation: slot.generation,
+                entry,
+            });
+        }
+        // `insert` pops from the end: reuse low slots first.
+        table.free.reverse();
+        Ok(table)
     }
 
     /// Empties a live slot: its generation moves on, or, used up, the slot
@@ -708,5 +819,50 @@ mod tests {
         for (h, v) in &live {
             assert_eq!(t.get(*h), Ok(v));
         }
+    }
+
+    #[test]
+    fn a_table_rebuilt_from_its_image_means_the_same_handles() {
+        let o = owner(21);
+        let mut t = HandleTable::with_max_generation(o, HandleKind::Module, 8, 1);
+        let a = t.insert(10).unwrap();
+        let b = t.insert(20).unwrap();
+        let c = t.insert(30).unwrap();
+        t.remove(b).unwrap();
+        let b2 = t.insert(21).unwrap();
+        t.remove(b2).unwrap(); // slot 1 retired (max generation 1)
+        t.remove(c).unwrap(); // slot 2 free at generation 1
+        let image = t.image(|h, v| (h, *v));
+        let rebuilt: Vec<SlotImage<u32>> = image
+            .into_iter()
+            .map(|s| SlotImage {
+                generation: s.generation,
+                state: match s.state {
+                    SlotState::Live((_, v)) => SlotState::Live(v + 1),
+                    SlotState::Free => SlotState::Free,
+                    SlotState::Retired => SlotState::Retired,
+                },
+            })
+            .collect();
+        let mut r = HandleTable::from_image(o, HandleKind::Module, 8, rebuilt).unwrap();
+        assert_eq!(r.get(a), Ok(&11));
+        ebadh(r.get(b), "freed");
+        ebadh(r.get(b2), "freed");
+        ebadh(r.get(c), "freed");
+        assert_eq!(r.len(), 1);
+        // The free slot is reused at its next generation, the retired one never.
+        let d = r.insert(40).unwrap();
+        assert_eq!((d.slot(), d.generation()), (2, 1));
+        let e = r.insert(50).unwrap();
+        assert_eq!(e.slot(), 3);
+        // An image that cannot fit is refused.
+        let big = (0..3)
+            .map(|_| SlotImage {
+                generation: 0,
+                state: SlotState::Free,
+            })
+            .collect();
+        let err = HandleTable::<u32>::from_image(o, HandleKind::Module, 2, big).unwrap_err();
+        assert_eq!(err.errno, Errno::EINVAL);
     }
 }

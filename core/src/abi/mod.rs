@@ -29,7 +29,7 @@ pub use guest::{
     guest_range, guest_slice, guest_slice_mut, non_negative, param_u32, param_u64, read_str,
     read_u32, read_u64, write_bytes, write_u32, write_u64,
 };
-pub use handle::{Handle, HandleKind, HandleTable, OwnerId};
+pub use handle::{Handle, HandleKind, HandleTable, OwnerId, SlotImage, SlotState};
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -107,6 +107,11 @@ impl KernelSource {
     pub fn wasm(&self) -> &[u8] {
         &self.wasm
     }
+
+    /// Its identity: FNV-1a of the bytes, and their length.
+    pub fn id(&self) -> (u64, usize) {
+        self.id
+    }
 }
 
 impl fmt::Debug for KernelSource {
@@ -275,6 +280,8 @@ pub struct LoadedKernel<D: GpuDriver> {
     pub stack_window: Option<StackWindow>,
     /// Its symbol (the export name, or `kernel_<index>`).
     pub name: String,
+    /// Its function index in the guest's module.
+    pub index: u32,
     /// Its size, callees inlined: a cache hit is checked against the
     /// asking tenant's limits with it.
     pub size: KernelSize,
@@ -460,6 +467,7 @@ impl<D: KernelTarget> KernelCache<D> {
             globals: translated.globals.clone(),
             stack_window: translated.stack_window,
             name: translated.name.clone(),
+            index,
             size: translated.size,
         }))
     }

@@ -124,6 +124,16 @@ pub(crate) struct Charged<T> {
     _charge: OwnedCharge,
 }
 
+impl<T> Charged<T> {
+    /// `value`, paid by `charge`.
+    pub(crate) fn new(value: T, charge: OwnedCharge) -> Self {
+        Charged {
+            value,
+            _charge: charge,
+        }
+    }
+}
+
 impl<T> std::ops::Deref for Charged<T> {
     type Target = T;
     fn deref(&self) -> &T {
@@ -134,12 +144,39 @@ impl<T> std::ops::Deref for Charged<T> {
 /// A guest's device buffer with the charge that pays for it.
 type GuestBuffer<D> = Arc<Charged<<D as GpuDriver>::DeviceBuffer>>;
 
+/// What a guest-loaded module was loaded from, kept so that the module can
+/// be loaded again after a device reset ([`image`](super::image)).
+#[derive(Clone)]
+pub(crate) enum ModuleSource {
+    /// `module_load_ptx`'s text.
+    Ptx(Arc<str>),
+    /// `module_load_cubin`'s image.
+    Cubin(Arc<[u8]>),
+}
+
+/// A guest-loaded module with its source and the charge that pays for it.
+pub(crate) struct ModuleEntry<D: GpuDriver> {
+    pub(crate) module: Arc<D::Module>,
+    pub(crate) source: ModuleSource,
+    _charge: OwnedCharge,
+}
+
+/// Where a function handle's target came from.
+pub(crate) enum FunctionOrigin<D: GpuDriver> {
+    /// A built-in kernel (the runtime's, shared).
+    Builtin,
+    /// `function_get` on a guest-loaded module (kept loaded while the
+    /// function lives), by entry-point name.
+    Raw(Arc<ModuleEntry<D>>, String),
+    /// `kernel_get`: function `index` of the guest's module.
+    Kernel(u32),
+}
+
 /// A function handle's target, with its module kept loaded.
 pub(crate) struct FunctionEntry<D: GpuDriver> {
     function: D::Function,
     _module: Arc<D::Module>,
-    /// A guest-loaded module's charge, kept while the function lives.
-    _loaded: Option<Arc<Charged<Arc<D::Module>>>>,
+    pub(crate) origin: FunctionOrigin<D>,
     /// The tenant's charge for the function handle (none for the runtime's
     /// shared built-ins).
     _charge: Option<OwnedCharge>,
@@ -153,7 +190,7 @@ impl<D: GpuDriver> FunctionEntry<D> {
         FunctionEntry {
             function,
             _module: module,
-            _loaded: None,
+            origin: FunctionOrigin::Builtin,
             _charge: None,
             kernel: None,
         }
@@ -242,9 +279,9 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     memories: Option<Arc<dyn GuestMemoryLookup>>,
     /// The region behind the guest's memory, found once: memories never move.
     region: Option<GuestRegionInfo>,
-    buffers: HandleTable<GuestBuffer<D>>,
-    modules: HandleTable<Arc<Charged<Arc<D::Module>>>>,
-    functions: HandleTable<Arc<FunctionEntry<D>>>,
+    pub(crate) buffers: HandleTable<GuestBuffer<D>>,
+    pub(crate) modules: HandleTable<Arc<ModuleEntry<D>>>,
+    pub(crate) functions: HandleTable<Arc<FunctionEntry<D>>>,
     pub(crate) launches: HandleTable<LaunchEntry<D>>,
     /// How `wait` waits.
     wait_policy: WaitPolicy,
@@ -257,10 +294,10 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     /// When the current wait began.
     wait_began: Option<Instant>,
     /// The guest module's Wasm, for `kernel_get`.
-    kernel_source: Option<KernelSource>,
+    pub(crate) kernel_source: Option<KernelSource>,
     /// Kernels the guest named by export or function pointer, resolved.
     kernel_names: ResolvedNames,
-    kernels: Arc<KernelCache<D>>,
+    pub(crate) kernels: Arc<KernelCache<D>>,
     /// The built-in tensor kernels loaded on this driver.
     builtins: Arc<BuiltinCache<D>>,
     /// Status words (`docs/kernels.md`) of Wasm kernel launches, one per
@@ -272,8 +309,8 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     /// The share of the device one Wasm kernel launch may occupy.
     launch_share_percent: u64,
     /// What one `kernel_get` may cost.
-    compile_bounds: CompileBounds,
-    last_error: String,
+    pub(crate) compile_bounds: CompileBounds,
+    pub(crate) last_error: String,
     /// The tenant's quota ledger (shared by every context of the tenant).
     ledger: Arc<QuotaLedger>,
     policy: TenantPolicy,
@@ -396,7 +433,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     }
 
     /// Charges `amount` of `resource` to the tenant, or `EQUOTA`.
-    fn charge(&self, resource: Resource, amount: u64) -> Result<OwnedCharge, AbiError> {
+    pub(crate) fn charge(&self, resource: Resource, amount: u64) -> Result<OwnedCharge, AbiError> {
         Ok(QuotaLedger::try_reserve_owned(&self.ledger, resource, amount)?.commit())
     }
 
@@ -698,15 +735,8 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         check_out_u64(mem.bytes, out)?;
         self.allowed(self.policy.raw_modules, "raw PTX modules (not sandboxed)")?;
         let text = abi::read_str(mem.bytes, ptr, len)?;
-        let charge = self.charge(Resource::Modules, 1)?;
-        let module = self
-            .driver
-            .load_ptx(text)
-            .map_err(|e| driver_error("load_ptx", e))?;
-        let handle = self.modules.insert(Arc::new(Charged {
-            value: Arc::new(module),
-            _charge: charge,
-        }))?;
+        let entry = self.load_module(ModuleSource::Ptx(text.into()))?;
+        let handle = self.modules.insert(entry)?;
         abi::write_u64(mem.bytes, out, handle.0)
     }
 
@@ -725,16 +755,52 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         tensorwasm_core::image::check_module_image(image).map_err(|e| {
             AbiError::new(Errno::EIMAGE, format!("malformed cubin/fatbin image: {e}"))
         })?;
-        let charge = self.charge(Resource::Modules, 1)?;
-        let module = self
-            .driver
-            .load_cubin(image)
-            .map_err(|e| driver_error("load_cubin", e))?;
-        let handle = self.modules.insert(Arc::new(Charged {
-            value: Arc::new(module),
-            _charge: charge,
-        }))?;
+        let entry = self.load_module(ModuleSource::Cubin(image.into()))?;
+        let handle = self.modules.insert(entry)?;
         abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// Charges and loads a guest's module.
+    pub(crate) fn load_module(
+        &self,
+        source: ModuleSource,
+    ) -> Result<Arc<ModuleEntry<D>>, AbiError> {
+        let charge = self.charge(Resource::Modules, 1)?;
+        let module = match &source {
+            ModuleSource::Ptx(text) => self
+                .driver
+                .load_ptx(text)
+                .map_err(|e| driver_error("load_ptx", e))?,
+            ModuleSource::Cubin(image) => self
+                .driver
+                .load_cubin(image)
+                .map_err(|e| driver_error("load_cubin", e))?,
+        };
+        Ok(Arc::new(ModuleEntry {
+            module: Arc::new(module),
+            source,
+            _charge: charge,
+        }))
+    }
+
+    /// Charges and looks up entry point `name` of a guest-loaded module.
+    pub(crate) fn raw_function(
+        &self,
+        loaded: Arc<ModuleEntry<D>>,
+        name: &str,
+    ) -> Result<Arc<FunctionEntry<D>>, AbiError> {
+        let charge = self.charge(Resource::Functions, 1)?;
+        let function = self
+            .driver
+            .function(&loaded.module, name)
+            .map_err(|e| driver_error("function", e))?;
+        Ok(Arc::new(FunctionEntry {
+            function,
+            _module: Arc::clone(&loaded.module),
+            origin: FunctionOrigin::Raw(loaded, name.to_owned()),
+            _charge: Some(charge),
+            kernel: None,
+        }))
     }
 
     pub(crate) fn module_unload(&mut self, module: u64) -> Result<(), AbiError> {
@@ -752,18 +818,8 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         check_out_u64(mem.bytes, out)?;
         let loaded = Arc::clone(self.modules.get(Handle(module))?);
         let name = abi::read_str(mem.bytes, name_ptr, name_len)?;
-        let charge = self.charge(Resource::Functions, 1)?;
-        let function = self
-            .driver
-            .function(&loaded.value, name)
-            .map_err(|e| driver_error("function", e))?;
-        let handle = self.functions.insert(Arc::new(FunctionEntry {
-            function,
-            _module: Arc::clone(&loaded.value),
-            _loaded: Some(loaded),
-            _charge: Some(charge),
-            kernel: None,
-        }))?;
+        let entry = self.raw_function(loaded, name)?;
+        let handle = self.functions.insert(entry)?;
         abi::write_u64(mem.bytes, out, handle.0)
     }
 
@@ -1429,20 +1485,28 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         charge: OwnedCharge,
     ) -> Result<(), AbiError> {
         let loaded = loaded.map_err(|e| kernel_error(&e))?;
-        let handle = self.functions.insert(Arc::new(FunctionEntry {
-            function: loaded.function.clone(),
-            _module: Arc::clone(&loaded.module),
-            _loaded: None,
-            _charge: Some(charge),
-            kernel: Some(KernelInfo {
-                name: loaded.name.clone(),
-                params: loaded.params.clone(),
-                globals: loaded.globals.clone().into(),
-                stack_window: loaded.stack_window,
-            }),
-        }))?;
+        let handle = self.functions.insert(kernel_entry(&loaded, charge))?;
         abi::write_u64(mem.bytes, out, handle.0)
     }
+}
+
+/// A function handle's entry for a made Wasm kernel, paid by `charge`.
+pub(crate) fn kernel_entry<D: GpuDriver>(
+    loaded: &LoadedKernel<D>,
+    charge: OwnedCharge,
+) -> Arc<FunctionEntry<D>> {
+    Arc::new(FunctionEntry {
+        function: loaded.function.clone(),
+        _module: Arc::clone(&loaded.module),
+        origin: FunctionOrigin::Kernel(loaded.index),
+        _charge: Some(charge),
+        kernel: Some(KernelInfo {
+            name: loaded.name.clone(),
+            params: loaded.params.clone(),
+            globals: loaded.globals.clone().into(),
+            stack_window: loaded.stack_window,
+        }),
+    })
 }
 
 /// Where a `kernel_get` stands after its checks: the kernel (a cache hit),
@@ -1577,7 +1641,7 @@ fn check_kernel_args<B>(
 }
 
 /// A kernel that could not be made or loaded, as the guest sees it.
-fn kernel_error(e: &KernelError) -> AbiError {
+pub(crate) fn kernel_error(e: &KernelError) -> AbiError {
     match e {
         KernelError::Lower(LowerError::Unsupported(_)) => {
             AbiError::new(Errno::ENOTSUP, e.to_string())
@@ -1606,6 +1670,6 @@ fn out_of_buffer() -> AbiError {
 }
 
 /// A driver failure as the guest sees it.
-fn driver_error<E: DriverError>(call: &str, e: E) -> AbiError {
+pub(crate) fn driver_error<E: DriverError>(call: &str, e: E) -> AbiError {
     AbiError::new(Errno::from(e.kind()), format!("{call}: {e}"))
 }

@@ -7,6 +7,7 @@
 
 mod atomics;
 mod ctx;
+mod image;
 mod kernel_names;
 mod tick;
 
@@ -14,6 +15,7 @@ pub(crate) use ctx::FunctionEntry;
 pub use ctx::{
     DEFAULT_WAIT_SPIN, PROBE_EVERY, TenantPolicy, WaitPolicy, WasiCudaCtx, WasiCudaLimits,
 };
+pub use image::{CudaImage, FunctionRecord, SlotRecord, SourceRecord};
 
 use ctx::{GuestMem, KernelGet};
 use futures::future::Either;

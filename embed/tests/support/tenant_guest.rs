@@ -1,5 +1,5 @@
 //! A tenant's test guest and the calls into it, shared by the suites that
-//! run one (`faults.rs`, `oom.rs`): included with `#[path]`.
+//! run one (`faults.rs`, `oom.rs`, `snapshot.rs`): included with `#[path]`.
 
 use tensorwasm_core::{
     ManagedAllocator,
@@ -22,8 +22,8 @@ pub const Y: u32 = 0x2_0000;
 pub const N: u32 = 1024;
 
 /// The guest: a wrapper export for each `wasi_cuda` function the workload
-/// calls, and `$double` (function 12), a Wasm kernel that doubles `n`
-/// floats at `p`, one per thread.
+/// calls, a mutable global `counter`, and `$double` (function 14), a Wasm
+/// kernel that doubles `n` floats at `p`, one per thread.
 pub const GUEST: &str = r#"(module
   (import "wasi_cuda" "buffer_alloc" (func $buffer_alloc (param i64 i32) (result i32)))
   (import "wasi_cuda" "buffer_free" (func $buffer_free (param i64) (result i32)))
@@ -34,10 +34,13 @@ pub const GUEST: &str = r#"(module
   (import "wasi_cuda" "tensor_op" (func $tensor_op (param i32 i32 i32) (result i32)))
   (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
   (import "wasi_cuda" "last_error" (func $last_error (param i32 i32 i32) (result i32)))
+  (import "wasi_cuda" "module_load_ptx" (func $load (param i32 i32 i32) (result i32)))
+  (import "wasi_cuda" "function_get" (func $get (param i64 i32 i32 i32) (result i32)))
   (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
   (import "tensorwasm_kernel" "block_idx_x" (func $bid (result i32)))
   (import "tensorwasm_kernel" "block_dim_x" (func $bdim (result i32)))
   (memory (export "memory") 4)
+  (global (export "counter") (mut i32) (i32.const 0))
   (func $double (param $p i32) (param $n i32) (local $i i32) (local $a i32)
     (local.set $i (i32.add (i32.mul (call $bid) (call $bdim)) (call $tid)))
     (if (i32.lt_u (local.get $i) (local.get $n)) (then
@@ -59,10 +62,14 @@ pub const GUEST: &str = r#"(module
     (call $tensor_op (local.get 0) (local.get 1) (local.get 2)))
   (func (export "wait") (param i64) (result i32) (call $wait (local.get 0)))
   (func (export "last_error") (param i32 i32 i32) (result i32)
-    (call $last_error (local.get 0) (local.get 1) (local.get 2))))"#;
+    (call $last_error (local.get 0) (local.get 1) (local.get 2)))
+  (func (export "module_load_ptx") (param i32 i32 i32) (result i32)
+    (call $load (local.get 0) (local.get 1) (local.get 2)))
+  (func (export "function_get") (param i64 i32 i32 i32) (result i32)
+    (call $get (local.get 0) (local.get 1) (local.get 2) (local.get 3))))"#;
 
-/// The kernel's function index (after the twelve imports).
-pub const DOUBLE: i32 = 12;
+/// The kernel's function index (after the fourteen imports).
+pub const DOUBLE: i32 = 14;
 
 /// What a driver under test must be.
 pub trait Device: KernelTarget + ManagedAllocator<Region: Sync> + Clone + 'static {}
