@@ -17,6 +17,7 @@ pub mod memory;
 pub mod run;
 pub mod runtime;
 pub mod snapshot;
+pub mod supervise;
 pub mod tenant;
 pub mod twins;
 pub mod wasi;

@@ -7,7 +7,7 @@ use std::{io::Write as _, path::PathBuf, process::ExitCode};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tensorwasm_embed::{
-    run::{DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions},
+    run::{Chosen, DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions, choose_driver},
     tenant::TenantConfig,
     wasi::{DirAccess, PreopenDir},
 };
@@ -34,6 +34,28 @@ enum Command {
     /// List what each driver (cuda, cpu) finds, and why a driver is
     /// unavailable.
     Devices,
+    /// Serve tenants for a supervisor (`tensorwasm_embed::supervise`):
+    /// requests on stdin, responses on stdout, one JSON object per line.
+    /// Ends at the end of its input, or when the device is lost.
+    Worker(WorkerArgs),
+}
+
+#[derive(Args)]
+struct WorkerArgs {
+    /// The driver, as for `run`.
+    #[arg(long, value_enum, default_value_t = DriverArg::Auto)]
+    driver: DriverArg,
+
+    /// The most bytes one guest memory may reserve (capped at half the
+    /// device's free memory).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MEMORY_LIMIT)]
+    memory_limit: usize,
+
+    /// On the CPU driver, let a failing kernel lose the whole device, as a
+    /// faulting kernel loses a CUDA context (to exercise recovery without
+    /// a GPU).
+    #[arg(long)]
+    cpu_faults_lose_device: bool,
 }
 
 #[derive(Args)]
@@ -116,6 +138,7 @@ fn main() -> ExitCode {
     init_logging();
     match cli.command {
         Command::Run(args) => run(args),
+        Command::Worker(args) => worker(args),
         Command::Devices => {
             print!(
                 "{}",
@@ -124,6 +147,51 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+fn driver_choice(arg: DriverArg) -> DriverChoice {
+    match arg {
+        DriverArg::Auto => DriverChoice::Auto,
+        DriverArg::Cuda => DriverChoice::Cuda,
+        DriverArg::Cpu => DriverChoice::Cpu,
+    }
+}
+
+fn worker(args: WorkerArgs) -> ExitCode {
+    let chosen = match choose_driver(driver_choice(args.driver)) {
+        Ok(chosen) => chosen,
+        Err(e) => {
+            eprintln!("tensorwasm worker: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    let (input, output) = (std::io::stdin().lock(), std::io::stdout().lock());
+    let limit = args.memory_limit;
+    let served = match chosen {
+        Chosen::Cuda(driver) => {
+            let limit = half_free(&driver, limit);
+            tensorwasm_embed::supervise::worker::serve(driver, limit, input, output)
+        }
+        Chosen::Cpu(driver, _) => {
+            driver.set_faults_lose_device(args.cpu_faults_lose_device);
+            let limit = half_free(&driver, limit);
+            tensorwasm_embed::supervise::worker::serve(driver, limit, input, output)
+        }
+    };
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tensorwasm worker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `limit`, capped at half the device's free memory (as `run` caps it).
+fn half_free<D: tensorwasm_core::GpuDriver>(driver: &D, limit: usize) -> usize {
+    driver.mem_info().map_or(limit, |m| {
+        limit.min(usize::try_from(m.free / 2).unwrap_or(usize::MAX))
+    })
 }
 
 /// `RUST_LOG` filters the log (tracing-subscriber's syntax); warnings only
@@ -160,11 +228,7 @@ fn run(args: RunArgs) -> ExitCode {
     };
     let options = RunOptions {
         guest: args.guest,
-        driver: match args.driver {
-            DriverArg::Auto => DriverChoice::Auto,
-            DriverArg::Cuda => DriverChoice::Cuda,
-            DriverArg::Cpu => DriverChoice::Cpu,
-        },
+        driver: driver_choice(args.driver),
         invoke: args.invoke,
         args: args.args,
         memory_limit: args.memory_limit,

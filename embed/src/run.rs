@@ -204,20 +204,35 @@ pub fn run(options: &RunOptions) -> Result<RunReport, RunError> {
         .map_err(|e| usage(format!("cannot read {}: {e}", options.guest.display())))?;
     let wasm = guest_binary(&options.guest, &bytes)?;
     let config = tenant_config(options)?;
-    let cuda = match options.driver {
-        DriverChoice::Cpu => Err("the CPU driver was asked for".to_string()),
-        DriverChoice::Auto | DriverChoice::Cuda => match CudaDriver::new(0) {
-            Ok(d) => Ok(d),
-            Err(e) => Err(e.to_string()),
-        },
-    };
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| guest_err(format!("starting the I/O runtime: {e}")))?;
+    match choose_driver(options.driver)? {
+        Chosen::Cuda(driver) => tokio.block_on(run_on(driver, &wasm, options, config, None)),
+        Chosen::Cpu(driver, why) => tokio.block_on(run_on(driver, &wasm, options, config, why)),
+    }
+}
+
+/// The driver a [`DriverChoice`] gets.
+pub enum Chosen {
+    /// The CUDA driver on device 0.
+    Cuda(CudaDriver),
+    /// The CPU driver (its PTX twins registered), with why CUDA was not
+    /// used when `auto` fell back to it.
+    Cpu(CpuDriver, Option<String>),
+}
+
+/// Starts the driver `choice` asks for: `auto` falls back to the CPU
+/// driver when CUDA is unavailable, `cuda` fails then.
+pub fn choose_driver(choice: DriverChoice) -> Result<Chosen, RunError> {
+    let cuda = match choice {
+        DriverChoice::Cpu => Err("the CPU driver was asked for".to_string()),
+        DriverChoice::Auto | DriverChoice::Cuda => CudaDriver::new(0).map_err(|e| e.to_string()),
+    };
     match cuda {
-        Ok(driver) => tokio.block_on(run_on(driver, &wasm, options, config, None)),
-        Err(why) if options.driver == DriverChoice::Cuda => {
+        Ok(driver) => Ok(Chosen::Cuda(driver)),
+        Err(why) if choice == DriverChoice::Cuda => {
             tracing::error!(%why, "the CUDA driver is unavailable");
             Err(guest_err(format!("the CUDA driver is unavailable: {why}")))
         }
@@ -225,11 +240,11 @@ pub fn run(options: &RunOptions) -> Result<RunReport, RunError> {
             let driver =
                 CpuDriver::new().map_err(|e| guest_err(format!("starting the CPU driver: {e}")))?;
             twins::register(&driver);
-            let why = (options.driver == DriverChoice::Auto).then_some(why);
+            let why = (choice == DriverChoice::Auto).then_some(why);
             if let Some(why) = &why {
                 tracing::info!(%why, "CUDA unavailable; using the CPU driver");
             }
-            tokio.block_on(run_on(driver, &wasm, options, config, why))
+            Ok(Chosen::Cpu(driver, why))
         }
     }
 }

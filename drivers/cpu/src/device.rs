@@ -2,7 +2,13 @@
 //! what the device reports, the memory ledger, the allocation table and the
 //! set of live streams. It performs no copies or launches itself.
 
-use std::{collections::HashMap, fs, num::NonZeroUsize, thread};
+use std::{
+    collections::HashMap,
+    fs,
+    num::NonZeroUsize,
+    sync::atomic::{AtomicBool, Ordering},
+    thread,
+};
 
 use tensorwasm_core::{DeviceInfo, DeviceRange, ErrorKind};
 
@@ -12,7 +18,7 @@ use crate::{
     memory::{AllocationTable, MemoryLedger},
     os,
     stream::StreamSet,
-    sync::Mutex,
+    sync::{Mutex, lock},
 };
 
 /// Capacity when `/proc/meminfo` cannot be read.
@@ -34,6 +40,11 @@ pub(crate) struct CpuDevice {
     /// Host twins of PTX texts, by exact text: see
     /// [`CpuDriver::register_ptx_twin`](crate::CpuDriver::register_ptx_twin).
     pub(crate) ptx_twins: Mutex<HashMap<String, CpuModule>>,
+    /// Whether a kernel fault loses the whole device, as on CUDA
+    /// ([`CpuDriver::set_faults_lose_device`](crate::CpuDriver::set_faults_lose_device)).
+    pub(crate) faults_lose_device: AtomicBool,
+    /// Why the device was lost, once it was.
+    lost: Mutex<Option<String>>,
 }
 
 impl CpuDevice {
@@ -56,7 +67,28 @@ impl CpuDevice {
             table: AllocationTable::default(),
             streams: StreamSet::default(),
             ptx_twins: Mutex::default(),
+            faults_lose_device: AtomicBool::new(false),
+            lost: Mutex::default(),
         })
+    }
+
+    /// `DeviceLost` once the device is lost (every call but teardown).
+    pub(crate) fn alive(&self, op: &'static str) -> Result<(), CpuError> {
+        match lock(&self.lost).as_deref() {
+            None => Ok(()),
+            Some(why) => Err(CpuError::new(
+                op,
+                ErrorKind::DeviceLost,
+                format!("the device was lost: {why}"),
+            )),
+        }
+    }
+
+    /// A kernel failed with `failure`: the device is lost if faults lose it.
+    pub(crate) fn kernel_failed(&self, failure: &str) {
+        if self.faults_lose_device.load(Ordering::Relaxed) {
+            lock(&self.lost).get_or_insert_with(|| failure.to_owned());
+        }
     }
 
     /// Refuses a range that is not inside live allocations of this driver, so

@@ -90,6 +90,16 @@ impl CpuDriver {
         lock(&self.device.ptx_twins).insert(ptx.to_owned(), CpuModule::new(kernels));
     }
 
+    /// With `true`, a kernel that fails (panics) loses the whole device, as
+    /// a faulting kernel loses the CUDA context: every later call on any
+    /// stream fails with `ErrorKind::DeviceLost` (frees and unmaps still
+    /// work). The default, `false`, fails only the kernel's stream.
+    pub fn set_faults_lose_device(&self, lose: bool) {
+        self.device
+            .faults_lose_device
+            .store(lose, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Streams of another driver are refused: this driver's frees and
     /// synchronous copies only wait for its own streams.
     fn own_stream(&self, op: &'static str, stream: &CpuStream) -> Result<(), CpuError> {
@@ -179,6 +189,7 @@ impl GpuDriver for CpuDriver {
     }
 
     fn mem_info(&self) -> Result<MemInfo, CpuError> {
+        self.device.alive("mem_info")?;
         Ok(MemInfo {
             free: self.device.ledger.free(),
             total: self.device.ledger.capacity(),
@@ -188,25 +199,32 @@ impl GpuDriver for CpuDriver {
     /// Waits for every stream; fails with `LaunchFailed` while a stream that
     /// saw a kernel or callback panic is alive.
     fn synchronize(&self) -> Result<(), CpuError> {
+        self.device.alive("synchronize")?;
         match self.device.streams.synchronize() {
             None => Ok(()),
-            Some(failure) => Err(CpuError::new(
-                "synchronize",
-                ErrorKind::LaunchFailed,
-                failure,
-            )),
+            Some(failure) => {
+                self.device.alive("synchronize")?;
+                Err(CpuError::new(
+                    "synchronize",
+                    ErrorKind::LaunchFailed,
+                    failure,
+                ))
+            }
         }
     }
 
     fn alloc_device(&self, bytes: usize) -> Result<CpuDeviceBuffer, CpuError> {
+        self.device.alive("alloc_device")?;
         CpuDeviceBuffer::new(&self.device, bytes)
     }
 
     fn alloc_managed(&self, bytes: usize) -> Result<CpuManagedBuffer, CpuError> {
+        self.device.alive("alloc_managed")?;
         CpuManagedBuffer::new(&self.device, bytes)
     }
 
     fn copy_to_device(&self, dst: DeviceRange<'_>, src: &[u8]) -> Result<(), CpuError> {
+        self.device.alive("copy_to_device")?;
         const OP: &str = "copy_to_device";
         check_lengths(OP, dst.len(), src.len())?;
         self.device.check_range(OP, "destination", &dst)?;
@@ -221,6 +239,7 @@ impl GpuDriver for CpuDriver {
     }
 
     fn copy_from_device(&self, dst: &mut [u8], src: DeviceRange<'_>) -> Result<(), CpuError> {
+        self.device.alive("copy_from_device")?;
         const OP: &str = "copy_from_device";
         check_lengths(OP, dst.len(), src.len())?;
         self.device.check_range(OP, "source", &src)?;
@@ -235,6 +254,7 @@ impl GpuDriver for CpuDriver {
     }
 
     fn copy_device(&self, dst: DeviceRange<'_>, src: DeviceRange<'_>) -> Result<(), CpuError> {
+        self.device.alive("copy_device")?;
         const OP: &str = "copy_device";
         check_lengths(OP, dst.len(), src.len())?;
         self.device.check_range(OP, "destination", &dst)?;
@@ -250,6 +270,7 @@ impl GpuDriver for CpuDriver {
     }
 
     fn memset(&self, dst: DeviceRange<'_>, value: u8) -> Result<(), CpuError> {
+        self.device.alive("memset")?;
         const OP: &str = "memset";
         self.device.check_range(OP, "destination", &dst)?;
         if dst.is_empty() {
@@ -268,6 +289,7 @@ impl GpuDriver for CpuDriver {
         dst: DeviceRange<'_>,
         src: DeviceRange<'_>,
     ) -> Result<(), CpuError> {
+        self.device.alive("copy_device_async")?;
         const OP: &str = "copy_device_async";
         self.own_stream(OP, stream)?;
         check_lengths(OP, dst.len(), src.len())?;
@@ -296,6 +318,7 @@ impl GpuDriver for CpuDriver {
         dst: DeviceRange<'_>,
         value: u8,
     ) -> Result<(), CpuError> {
+        self.device.alive("memset_async")?;
         const OP: &str = "memset_async";
         self.own_stream(OP, stream)?;
         self.device.check_range(OP, "destination", &dst)?;
@@ -315,6 +338,7 @@ impl GpuDriver for CpuDriver {
     }
 
     fn load_ptx(&self, ptx: &str) -> Result<CpuModule, CpuError> {
+        self.device.alive("load_ptx")?;
         lock(&self.device.ptx_twins)
             .get(ptx)
             .cloned()
@@ -329,6 +353,7 @@ impl GpuDriver for CpuDriver {
     }
 
     fn load_cubin(&self, _image: &[u8]) -> Result<CpuModule, CpuError> {
+        self.device.alive("load_cubin")?;
         Err(CpuError::new(
             "load_cubin",
             ErrorKind::NotSupported,
@@ -337,6 +362,7 @@ impl GpuDriver for CpuDriver {
     }
 
     fn function(&self, module: &CpuModule, name: &str) -> Result<CpuFunction, CpuError> {
+        self.device.alive("function")?;
         module.function(name).ok_or_else(|| {
             let known: Vec<&str> = module.names().collect();
             CpuError::new(
@@ -360,6 +386,7 @@ impl GpuDriver for CpuDriver {
         config: &LaunchConfig,
         params: &[KernelParam],
     ) -> Result<(), CpuError> {
+        self.device.alive("launch")?;
         const OP: &str = "launch";
         self.own_stream(OP, stream)?;
         config
@@ -386,22 +413,37 @@ impl GpuDriver for CpuDriver {
         }
         let grid = GridLaunch::new(function, config, params);
         let workers = self.device.workers;
-        self.enqueue(OP, stream, Box::new(move || grid.run(workers)))
+        let device = Arc::downgrade(&self.device);
+        let work = move || {
+            let ran = grid.run(workers);
+            if let (Err(failure), Some(device)) = (&ran, device.upgrade()) {
+                device.kernel_failed(failure);
+            }
+            ran
+        };
+        self.enqueue(OP, stream, Box::new(work))
     }
 
     fn create_stream(&self) -> Result<CpuStream, CpuError> {
+        self.device.alive("create_stream")?;
         CpuStream::spawn(&self.device)
             .map_err(|e| CpuError::os("create_stream", "spawning the stream's thread", e))
     }
 
     /// Waits for the stream's queued work; fails with `LaunchFailed`, every
-    /// time, once a kernel or callback on it has panicked.
+    /// time, once a kernel or callback on it has panicked (`DeviceLost` when
+    /// [faults lose the device](CpuDriver::set_faults_lose_device)).
     fn stream_synchronize(&self, stream: &CpuStream) -> Result<(), CpuError> {
+        self.device.alive("stream_synchronize")?;
         const OP: &str = "stream_synchronize";
         self.own_stream(OP, stream)?;
         match stream.core().wait_idle() {
             None => Ok(()),
-            Some(failure) => Err(CpuError::new(OP, ErrorKind::LaunchFailed, failure)),
+            Some(failure) => {
+                // The failure may have lost the device while this waited.
+                self.device.alive(OP)?;
+                Err(CpuError::new(OP, ErrorKind::LaunchFailed, failure))
+            }
         }
     }
 
@@ -409,15 +451,19 @@ impl GpuDriver for CpuDriver {
     /// `LaunchFailed`, every time, once a kernel or callback on it has
     /// panicked (even while later work on it still runs).
     fn stream_query(&self, stream: &CpuStream) -> Result<bool, CpuError> {
+        self.device.alive("stream_query")?;
         const OP: &str = "stream_query";
         self.own_stream(OP, stream)?;
-        stream
-            .core()
-            .query()
-            .map_err(|failure| CpuError::new(OP, ErrorKind::LaunchFailed, failure))
+        stream.core().query().map_err(|failure| {
+            self.device
+                .alive(OP)
+                .err()
+                .unwrap_or_else(|| CpuError::new(OP, ErrorKind::LaunchFailed, failure))
+        })
     }
 
     fn stream_wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<(), CpuError> {
+        self.device.alive("stream_wait_event")?;
         const OP: &str = "stream_wait_event";
         self.own_stream(OP, stream)?;
         let generation = event.latest();
@@ -436,10 +482,12 @@ impl GpuDriver for CpuDriver {
     }
 
     fn create_event(&self) -> Result<CpuEvent, CpuError> {
+        self.device.alive("create_event")?;
         Ok(CpuEvent::new())
     }
 
     fn record_event(&self, event: &CpuEvent, stream: &CpuStream) -> Result<(), CpuError> {
+        self.device.alive("record_event")?;
         const OP: &str = "record_event";
         self.own_stream(OP, stream)?;
         let generation = event.begin_record();
@@ -460,15 +508,18 @@ impl GpuDriver for CpuDriver {
     }
 
     fn event_query(&self, event: &CpuEvent) -> Result<bool, CpuError> {
+        self.device.alive("event_query")?;
         Ok(event.is_complete())
     }
 
     fn event_synchronize(&self, event: &CpuEvent) -> Result<(), CpuError> {
+        self.device.alive("event_synchronize")?;
         event.wait();
         Ok(())
     }
 
     fn event_elapsed_ms(&self, start: &CpuEvent, end: &CpuEvent) -> Result<f32, CpuError> {
+        self.device.alive("event_elapsed_ms")?;
         let (Some(from), Some(to)) = (start.completed_at(), end.completed_at()) else {
             return Err(CpuError::invalid(
                 "event_elapsed_ms",
@@ -485,6 +536,7 @@ impl GpuDriver for CpuDriver {
     /// Queues `callback` on the stream's worker thread. A panicking callback
     /// makes the stream fail like a panicking kernel.
     fn on_complete(&self, stream: &CpuStream, callback: HostCallback) -> Result<(), CpuError> {
+        self.device.alive("on_complete")?;
         const OP: &str = "on_complete";
         self.own_stream(OP, stream)?;
         self.enqueue(
@@ -498,6 +550,7 @@ impl GpuDriver for CpuDriver {
     }
 
     fn pointer_info(&self, address: DevicePtr) -> Result<PointerInfo, CpuError> {
+        self.device.alive("pointer_info")?;
         Ok(PointerInfo {
             address,
             kind: self.device.table.kind_at(address.0),
@@ -506,6 +559,7 @@ impl GpuDriver for CpuDriver {
 
     /// Accepted, and ignored, for any range inside live allocations.
     fn advise(&self, range: DeviceRange<'_>, _advice: Advice) -> Result<(), CpuError> {
+        self.device.alive("advise")?;
         self.device.check_range("advise", "range", &range)
     }
 
@@ -516,6 +570,7 @@ impl GpuDriver for CpuDriver {
         _target: PrefetchTarget,
         stream: &CpuStream,
     ) -> Result<PrefetchOutcome, CpuError> {
+        self.device.alive("prefetch")?;
         const OP: &str = "prefetch";
         self.own_stream(OP, stream)?;
         self.device.check_range(OP, "range", &range)?;
@@ -528,6 +583,7 @@ impl GpuDriver for CpuDriver {
     }
 
     fn vm_reserve(&self, bytes: usize) -> Result<CpuVirtualRange, CpuError> {
+        self.device.alive("vm_reserve")?;
         CpuVirtualRange::reserve(&self.device, bytes)
     }
 
@@ -537,6 +593,7 @@ impl GpuDriver for CpuDriver {
         offset: usize,
         bytes: usize,
     ) -> Result<(), CpuError> {
+        self.device.alive("vm_map")?;
         range.map(&self.device, offset, bytes)
     }
 

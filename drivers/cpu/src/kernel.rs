@@ -356,6 +356,34 @@ mod tests {
     }
 
     #[test]
+    fn with_faults_losing_the_device_a_panic_fails_every_later_call() {
+        let d = driver(16 << 20);
+        d.set_faults_lose_device(true);
+        let boom: Arc<HostKernelFn> = Arc::new(|_, _| panic!("wild store"));
+        let module = d.host_module([("boom", boom)]);
+        let function = d.function(&module, "boom").unwrap();
+        let (stream, other) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+        let buffer = d.alloc_device(16).unwrap();
+        // SAFETY: the kernel touches no device memory.
+        unsafe { d.launch(&stream, &function, &LaunchConfig::for_elements(32, 32), &[]) }.unwrap();
+        let err = d.stream_synchronize(&stream).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::DeviceLost, "{err}");
+        assert!(err.to_string().contains("wild store"), "{err}");
+        for err in [
+            d.stream_query(&other).map(drop).unwrap_err(),
+            d.alloc_device(16).map(drop).unwrap_err(),
+            d.copy_to_device(buffer.full(), &[1; 16]).unwrap_err(),
+            d.create_stream().map(drop).unwrap_err(),
+            d.mem_info().map(drop).unwrap_err(),
+            d.synchronize().unwrap_err(),
+        ] {
+            assert_eq!(err.kind(), ErrorKind::DeviceLost, "{err}");
+        }
+        // Teardown still works.
+        drop((buffer, stream, other));
+    }
+
+    #[test]
     fn images_need_the_cuda_driver() {
         let d = driver(1 << 20);
         let err = d.load_ptx(".version 8.0\n.target sm_90\n").unwrap_err();
