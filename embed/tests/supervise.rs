@@ -11,160 +11,13 @@
 //! The worker is the `tensorwasm` binary (`TENSORWASM_BIN` overrides the
 //! one cargo built, for runs on another machine).
 
-use std::path::{Path, PathBuf};
+#[allow(dead_code)] // what the soak uses and this suite does not
+#[path = "support/supervised_guest.rs"]
+mod supervised_guest;
 
-use tensorwasm_core::abi::{ArgDescriptor, Errno, encode_args};
-use tensorwasm_embed::{
-    supervise::{
-        Supervisor, SupervisorConfig, SupervisorError, WorkerCommand, protocol::WasmValue,
-    },
-    twins::VECTOR_ADD_PTX,
-};
-
-/// Floats each tenant works on.
-const N: u32 = 1024;
-/// Where they are, and where a buffer's copy comes back to.
-const X: u32 = 0x1_0000;
-const Y: u32 = 0x2_0000;
-
-/// The guest: `setup` makes a Wasm kernel (`$double`) and a buffer and
-/// keeps their handles in memory; `fill`, `step` (doubles `X` on the
-/// device), `sum`, `save` (X to the buffer), `restore_y` (the buffer to
-/// Y), `sum_y`, `bump` (a global counter); for the trusted tenant
-/// `load_vadd` and `fault` (vadd on wild pointers).
-fn guest() -> String {
-    let hex = |bytes: &[u8]| {
-        bytes
-            .iter()
-            .map(|b| format!("\\{b:02x}"))
-            .collect::<String>()
-    };
-    let double = encode_args(&[ArgDescriptor::i32(X as i32), ArgDescriptor::i32(N as i32)]);
-    let wild = encode_args(&[
-        ArgDescriptor::i64(16),
-        ArgDescriptor::i64(16),
-        ArgDescriptor::i64(16),
-        ArgDescriptor::i32(1),
-    ]);
-    format!(
-        r#"(module
-  (import "wasi_cuda" "buffer_alloc" (func $buffer_alloc (param i64 i32) (result i32)))
-  (import "wasi_cuda" "copy_to_buffer" (func $copy_to_buffer (param i64 i64 i32 i32) (result i32)))
-  (import "wasi_cuda" "copy_from_buffer" (func $copy_from_buffer (param i32 i64 i64 i32) (result i32)))
-  (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
-  (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
-  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
-  (import "wasi_cuda" "module_load_ptx" (func $load (param i32 i32 i32) (result i32)))
-  (import "wasi_cuda" "function_get" (func $get (param i64 i32 i32 i32) (result i32)))
-  (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
-  (import "tensorwasm_kernel" "block_idx_x" (func $bid (result i32)))
-  (import "tensorwasm_kernel" "block_dim_x" (func $bdim (result i32)))
-  (memory (export "memory") 4)
-  (global $counter (export "counter") (mut i32) (i32.const 0))
-  (data (i32.const 0x100) "{double}")
-  (data (i32.const 0x180) "{wild}")
-  (data (i32.const 0x300) "vadd")
-  (data (i32.const 0x4000) "{ptx}")
-  ;; function 11: doubles n floats at p, one per thread
-  (func $double (param $p i32) (param $n i32) (local $i i32) (local $a i32)
-    (local.set $i (i32.add (i32.mul (call $bid) (call $bdim)) (call $tid)))
-    (if (i32.lt_u (local.get $i) (local.get $n)) (then
-      (local.set $a (i32.add (local.get $p) (i32.shl (local.get $i) (i32.const 2))))
-      (f32.store (local.get $a) (f32.mul (f32.load (local.get $a)) (f32.const 2))))))
-  (func (export "setup") (result i32) (local $r i32)
-    (local.set $r (call $kernel_get (i32.const 11) (i32.const 0x40)))
-    (if (local.get $r) (then (return (local.get $r))))
-    (call $buffer_alloc (i64.const {bytes}) (i32.const 0x48)))
-  (func (export "fill") (param $seed i32) (local $i i32)
-    (loop $l
-      (f32.store (i32.add (i32.const {X}) (i32.shl (local.get $i) (i32.const 2)))
-        (f32.div (f32.convert_i32_u (i32.rem_u
-          (i32.add (i32.mul (local.get $seed) (i32.const 7919)) (i32.mul (local.get $i) (i32.const 104729)))
-          (i32.const 1000))) (f32.const 100)))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br_if $l (i32.lt_u (local.get $i) (i32.const {N})))))
-  (func $sum (param $p i32) (result f64) (local $i i32) (local $s f64)
-    (loop $l
-      (local.set $s (f64.add (local.get $s) (f64.promote_f32
-        (f32.load (i32.add (local.get $p) (i32.shl (local.get $i) (i32.const 2)))))))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br_if $l (i32.lt_u (local.get $i) (i32.const {N}))))
-    (local.get $s))
-  (func (export "sum") (result f64) (call $sum (i32.const {X})))
-  (func (export "sum_y") (result f64) (call $sum (i32.const {Y})))
-  (func (export "step") (result i32) (local $r i32)
-    (local.set $r (call $launch (i64.load (i32.const 0x40)) (i32.const {blocks}) (i32.const 1) (i32.const 1)
-      (i32.const 64) (i32.const 1) (i32.const 1) (i32.const 0) (i32.const 0x100) (i32.const 2) (i32.const 0x60)))
-    (if (local.get $r) (then (return (local.get $r))))
-    (call $wait (i64.load (i32.const 0x60))))
-  (func (export "save") (result i32)
-    (call $copy_to_buffer (i64.load (i32.const 0x48)) (i64.const 0) (i32.const {X}) (i32.const {bytes})))
-  (func (export "restore_y") (result i32)
-    (call $copy_from_buffer (i32.const {Y}) (i64.load (i32.const 0x48)) (i64.const 0) (i32.const {bytes})))
-  (func (export "trap") unreachable)
-  (func (export "bump") (result i32)
-    (global.set $counter (i32.add (global.get $counter) (i32.const 1)))
-    (global.get $counter))
-  (func (export "load_vadd") (result i32) (local $r i32)
-    (local.set $r (call $load (i32.const 0x4000) (i32.const {ptx_len}) (i32.const 0x70)))
-    (if (local.get $r) (then (return (local.get $r))))
-    (call $get (i64.load (i32.const 0x70)) (i32.const 0x300) (i32.const 4) (i32.const 0x78)))
-  (func (export "fault") (result i32) (local $r i32)
-    (local.set $r (call $launch (i64.load (i32.const 0x78)) (i32.const 1) (i32.const 1) (i32.const 1)
-      (i32.const 1) (i32.const 1) (i32.const 1) (i32.const 0) (i32.const 0x180) (i32.const 4) (i32.const 0x60)))
-    (if (local.get $r) (then (return (local.get $r))))
-    (call $wait (i64.load (i32.const 0x60)))))"#,
-        double = hex(&double),
-        wild = hex(&wild),
-        ptx = hex(VECTOR_ADD_PTX.as_bytes()),
-        ptx_len = VECTOR_ADD_PTX.len(),
-        bytes = N * 4,
-        blocks = N / 64,
-    )
-}
-
-const TRUSTED: &str = "trusted = true\n";
-const UNTRUSTED: &str = "name = \"quiet\"\n[quota]\ndevice_bytes = 1048576\n";
-
-fn scratch(what: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tw-supervise-{what}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn supervisor(dir: &Path, driver_args: &[&str], snapshots: bool) -> Supervisor {
-    let program = std::env::var_os("TENSORWASM_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_tensorwasm")),
-        PathBuf::from,
-    );
-    let mut args = vec!["worker".into()];
-    args.extend(driver_args.iter().map(Into::into));
-    Supervisor::start(SupervisorConfig {
-        worker: WorkerCommand { program, args },
-        snapshot_dir: dir.join("snapshots"),
-        snapshots,
-    })
-    .expect("supervisor")
-}
-
-fn int(values: Vec<WasmValue>) -> i32 {
-    match values.as_slice() {
-        [WasmValue::I32(v)] => *v,
-        other => panic!("expected one i32, got {other:?}"),
-    }
-}
-
-fn float(values: Vec<WasmValue>) -> f64 {
-    match values.as_slice() {
-        [WasmValue::F64(v)] => *v,
-        other => panic!("expected one f64, got {other:?}"),
-    }
-}
-
-fn ok(s: &mut Supervisor, tenant: &str, export: &str, args: &[WasmValue]) -> Vec<WasmValue> {
-    s.call(tenant, export, args)
-        .unwrap_or_else(|e| panic!("{tenant}.{export}: {e}"))
-}
+use supervised_guest::{TRUSTED, UNTRUSTED, float, guest, int, ok, scratch, supervisor};
+use tensorwasm_core::abi::Errno;
+use tensorwasm_embed::supervise::{SupervisorError, protocol::WasmValue};
 
 /// Quiet tenants at work, then a fault from the trusted one: every tenant
 /// is restored and goes on.
@@ -242,6 +95,12 @@ fn tenants_survive_a_lost_device(driver_args: &[&str]) {
     // which it does not).
     assert_eq!(int(ok(&mut s, "idle", "bump", &[])), 1);
     assert_eq!(int(ok(&mut s, "idle", "setup", &[])), 0);
+    // Every restored tenant's ledger goes back to zero when it is removed.
+    for name in quiet.iter().chain(&["idle", "raw"]) {
+        let held = s.remove_tenant(name).expect("remove");
+        assert!(held.is_empty(), "{name} still held {held:?}");
+    }
+    assert_eq!(s.status().expect("status").tenants, 0);
     drop(s);
     let left: Vec<_> = std::fs::read_dir(dir.join("snapshots")).unwrap().collect();
     assert!(left.is_empty(), "snapshots left behind: {left:?}");

@@ -27,7 +27,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use protocol::{Failure, Request, Response, WasmValue};
+use protocol::{Failure, Request, Response, WasmValue, WorkerStatus};
 
 /// How to start a worker: a program and its arguments, e.g. the
 /// `tensorwasm` binary with `worker --driver auto`.
@@ -279,7 +279,9 @@ impl Supervisor {
                 }
                 Ok(results)
             }
-            Ok(Response::Failed { message, .. }) => Err(SupervisorError::Worker(message)),
+            Ok(other) => Err(SupervisorError::Worker(format!(
+                "a call answered {other:?}"
+            ))),
             Err(e) => {
                 // A guest that failed part-way may have changed its memory.
                 if matches!(e, SupervisorError::Guest(_)) {
@@ -290,18 +292,37 @@ impl Supervisor {
         }
     }
 
-    /// Ends tenant `tenant`, freeing everything it holds.
-    pub fn remove_tenant(&mut self, tenant: &str) -> Result<(), SupervisorError> {
-        let index = self.index(tenant)?;
-        self.request(
+    /// Ends tenant `tenant`, freeing everything it holds; returns what its
+    /// quota ledger still held after (by resource; empty unless something
+    /// leaked).
+    pub fn remove_tenant(&mut self, tenant: &str) -> Result<Vec<(String, u64)>, SupervisorError> {
+        self.index(tenant)?;
+        let answer = self.request(
             &Request::Remove {
                 tenant: tenant.into(),
             },
             None,
-        )?;
-        let t = self.tenants.remove(index);
-        let _ = fs::remove_file(&t.snapshot);
-        Ok(())
+        );
+        if let Some(i) = self.tenants.iter().position(|t| t.name == tenant) {
+            let t = self.tenants.remove(i);
+            let _ = fs::remove_file(&t.snapshot);
+        }
+        match answer? {
+            Response::Removed { held } => Ok(held),
+            other => Err(SupervisorError::Worker(format!(
+                "remove answered {other:?}"
+            ))),
+        }
+    }
+
+    /// The worker's and the device's memory.
+    pub fn status(&mut self) -> Result<WorkerStatus, SupervisorError> {
+        match self.request(&Request::Status, None)? {
+            Response::Status(status) => Ok(status),
+            other => Err(SupervisorError::Worker(format!(
+                "status answered {other:?}"
+            ))),
+        }
     }
 
     /// Every recovery so far.
@@ -385,16 +406,17 @@ impl Supervisor {
                 module: t.module.clone(),
                 snapshot: t.snapshotted.then(|| t.snapshot.clone()),
             };
-            match self.worker.request(&request) {
+            let failed = match self.worker.request(&request) {
                 Ok(Response::Ok { .. }) => {
                     restored.push(t.name.clone());
                     self.tenants.push(Supervised { kept: true, ..t });
+                    continue;
                 }
-                Ok(Response::Failed { message, .. }) | Err(message) => {
-                    let _ = fs::remove_file(&t.snapshot);
-                    ended.push((t.name.clone(), format!("restoring it failed: {message}")));
-                }
-            }
+                Ok(Response::Failed { message, .. }) | Err(message) => message,
+                Ok(other) => format!("the worker answered {other:?}"),
+            };
+            let _ = fs::remove_file(&t.snapshot);
+            ended.push((t.name.clone(), format!("restoring it failed: {failed}")));
         }
         self.ended.extend(ended.iter().cloned());
         let recovery = Recovery {

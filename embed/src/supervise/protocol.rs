@@ -72,11 +72,14 @@ pub enum Request {
         /// Where to write the tenant's snapshot after the call.
         snapshot: Option<PathBuf>,
     },
-    /// Ends tenant `tenant`, freeing all it holds.
+    /// Ends tenant `tenant`, freeing all it holds; answered with what its
+    /// quota ledger still holds after (nothing, unless something leaked).
     Remove {
         /// The tenant.
         tenant: String,
     },
+    /// The worker's memory and the device's.
+    Status,
 }
 
 /// Why a request failed.
@@ -108,6 +111,14 @@ pub enum Response {
         /// succeeded).
         snapshot_error: Option<String>,
     },
+    /// A tenant removed.
+    Removed {
+        /// What its ledger still held once everything was freed, by
+        /// resource: empty unless something leaked.
+        held: Vec<(String, u64)>,
+    },
+    /// The worker's state.
+    Status(WorkerStatus),
     /// Failed.
     Failed {
         /// Why.
@@ -134,4 +145,17 @@ impl Response {
             snapshot_error: None,
         }
     }
+}
+
+/// What a worker reports about itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    /// The device's free memory, in bytes.
+    pub device_free: u64,
+    /// The device's memory, in bytes.
+    pub device_total: u64,
+    /// The worker process's resident memory, in bytes.
+    pub rss_bytes: u64,
+    /// Tenants it serves.
+    pub tenants: u64,
 }

@@ -14,9 +14,9 @@ use std::{
 use tensorwasm_core::{DriverError, ErrorKind, ManagedAllocator};
 use wasmtime::Val;
 
-use super::protocol::{Failure, Request, Response, WasmValue};
+use super::protocol::{Failure, Request, Response, WasmValue, WorkerStatus};
 use crate::{
-    kernel::{GuestModule, KernelTarget},
+    kernel::{GuestModule, KernelSource, KernelTarget},
     runtime::GuestRuntime,
     snapshot::TenantSnapshot,
     tenant::{Tenant, TenantConfig},
@@ -42,6 +42,7 @@ where
     let mut worker = Worker {
         runtime,
         tenants: HashMap::new(),
+        modules: HashMap::new(),
     };
     for line in input.lines() {
         let line = line?;
@@ -87,6 +88,9 @@ where
 {
     runtime: GuestRuntime<D>,
     tenants: HashMap<String, Tenant<D>>,
+    /// Compiled modules by their file's identity: tenants of one module
+    /// (and a recovery's many restores) compile it once.
+    modules: HashMap<(u64, usize), GuestModule>,
 }
 
 impl<D> Worker<D>
@@ -115,8 +119,27 @@ where
                 .await
                 .unwrap_or_else(|(f, m)| Response::failed(f, m)),
             Request::Remove { tenant } => match self.tenants.remove(&tenant) {
-                Some(_) => Response::done(),
+                Some(t) => {
+                    let ledger = std::sync::Arc::clone(t.ledger());
+                    drop(t);
+                    let held = ledger
+                        .snapshot()
+                        .iter()
+                        .filter(|&(_, used, _)| used != 0)
+                        .map(|(r, used, _)| (r.name().to_string(), used))
+                        .collect();
+                    Response::Removed { held }
+                }
                 None => Response::failed(Failure::Request, format!("no tenant `{tenant}`")),
+            },
+            Request::Status => match self.runtime.driver().mem_info() {
+                Ok(m) => Response::Status(WorkerStatus {
+                    device_free: m.free,
+                    device_total: m.total,
+                    rss_bytes: rss_bytes(),
+                    tenants: self.tenants.len() as u64,
+                }),
+                Err(e) => Response::failed(Failure::Request, format!("mem_info: {e}")),
             },
         }
     }
@@ -136,10 +159,18 @@ where
         config.name.clone_from(&name);
         let bytes = std::fs::read(module)
             .map_err(|e| refused(format!("reading {}: {e}", module.display())))?;
-        let module: GuestModule = self
-            .runtime
-            .compile(&bytes)
-            .map_err(|e| refused(format!("compiling {}: {e:#}", module.display())))?;
+        let key = KernelSource::new(bytes.as_slice().into()).id();
+        let module = match self.modules.get(&key) {
+            Some(compiled) => compiled.clone(),
+            None => {
+                let compiled = self
+                    .runtime
+                    .compile(&bytes)
+                    .map_err(|e| refused(format!("compiling {}: {e:#}", module.display())))?;
+                self.modules.insert(key, compiled.clone());
+                compiled
+            }
+        };
         let mut tenant =
             Tenant::new(&self.runtime, &config).map_err(|e| refused(format!("{e:#}")))?;
         tenant
@@ -225,4 +256,15 @@ where
             snapshot_error,
         })
     }
+}
+
+/// This process's resident memory (`/proc/self/statm`), 0 where unknown.
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf only reads a configuration value.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).unwrap_or(4096)
 }
