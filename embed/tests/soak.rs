@@ -123,7 +123,10 @@ fn soak(driver_args: &[&str], length: Duration, fault_every: Duration) {
                 Err(SupervisorError::DeviceLost(r)) => {
                     assert!(r.ended.is_empty(), "tenants ended: {:?}", r.ended);
                     assert_eq!(r.restored.len(), TENANTS);
-                    eprintln!("device lost; serving again after {:?}", r.took);
+                    eprintln!(
+                        "device lost; serving again after {:?} (the worker ready after {:?})",
+                        r.took, r.worker_ready
+                    );
                     recoveries.push(r.took);
                 }
                 other => panic!("the fault: expected DeviceLost, got {other:?}"),

@@ -53,10 +53,11 @@ fn tenants_survive_a_lost_device(driver_args: &[&str]) {
         other => panic!("the fault: expected DeviceLost, got {other:?}"),
     };
     eprintln!(
-        "the faulting call returned after {:?}; recovery (new worker, tenants restored): {:?} \
-         (cause: {}; restored {:?}; ended {:?})",
+        "the faulting call returned after {:?}; recovery (new worker, tenants restored): {:?}, \
+         of which the worker's start {:?} (cause: {}; restored {:?}; ended {:?})",
         called.elapsed(),
         recovery.took,
+        recovery.worker_ready,
         recovery.cause,
         recovery.restored,
         recovery.ended

@@ -50,6 +50,11 @@ pub struct SupervisorConfig {
     /// Snapshot each tenant after each call (the default). Without it a
     /// tenant that has been called cannot be kept across a lost device.
     pub snapshots: bool,
+    /// Keep a second worker started and idle, so that a recovery does not
+    /// wait for a process and its driver to start (on CUDA most of a
+    /// recovery's time); it costs that worker's memory and, on CUDA, its
+    /// context's device memory.
+    pub standby: bool,
 }
 
 /// One recovery from a lost device.
@@ -67,6 +72,9 @@ pub struct Recovery {
     /// From noticing the loss to serving again (the new worker started and
     /// every tenant restored).
     pub took: Duration,
+    /// Of that, until the new worker answered (the standby's check, or a
+    /// process and its driver starting).
+    pub worker_ready: Duration,
 }
 
 /// Why a supervised request failed.
@@ -185,6 +193,8 @@ struct Supervised {
 pub struct Supervisor {
     config: SupervisorConfig,
     worker: Worker,
+    /// The standby worker ([`SupervisorConfig::standby`]).
+    spare: Option<Worker>,
     tenants: Vec<Supervised>,
     ended: Vec<(String, String)>,
     recoveries: Vec<Recovery>,
@@ -198,9 +208,14 @@ impl Supervisor {
             SupervisorError::Worker(format!("creating {}: {e}", config.snapshot_dir.display()))
         })?;
         let worker = Worker::start(&config.worker)?;
+        let spare = config
+            .standby
+            .then(|| Worker::start(&config.worker))
+            .transpose()?;
         Ok(Supervisor {
             config,
             worker,
+            spare,
             tenants: Vec::new(),
             ended: Vec::new(),
             recoveries: Vec::new(),
@@ -378,6 +393,27 @@ impl Supervisor {
         Err(SupervisorError::DeviceLost(Box::new(recovery)))
     }
 
+    /// The standby worker if it answers, else a new one.
+    fn next_worker(&mut self) -> Result<Worker, SupervisorError> {
+        if let Some(mut spare) = self.spare.take() {
+            match spare.request(&Request::Status) {
+                Ok(Response::Status(_)) => return Ok(spare),
+                answer => {
+                    tracing::warn!(?answer, "the standby worker is not well; starting another");
+                    spare.end();
+                }
+            }
+        }
+        let mut worker = Worker::start(&self.config.worker)?;
+        // Ready once it answers (its driver started).
+        match worker.request(&Request::Status) {
+            Ok(Response::Status(_)) => Ok(worker),
+            answer => Err(SupervisorError::Worker(format!(
+                "a new worker did not start: {answer:?}"
+            ))),
+        }
+    }
+
     /// Starts a new worker and restores every tenant that can be kept.
     fn recover(
         &mut self,
@@ -386,7 +422,12 @@ impl Supervisor {
     ) -> Result<Recovery, SupervisorError> {
         let started = Instant::now();
         self.worker.end();
-        self.worker = Worker::start(&self.config.worker)?;
+        self.worker = self.next_worker()?;
+        let worker_ready = started.elapsed();
+        if self.config.standby {
+            // Starts in the background while the tenants are restored.
+            self.spare = Worker::start(&self.config.worker).ok();
+        }
         let mut restored = Vec::new();
         let mut ended = Vec::new();
         for t in std::mem::take(&mut self.tenants) {
@@ -425,6 +466,7 @@ impl Supervisor {
             restored,
             ended,
             took: started.elapsed(),
+            worker_ready,
         };
         tracing::warn!(?recovery, "serving again");
         self.recoveries.push(recovery.clone());
@@ -435,8 +477,10 @@ impl Supervisor {
 impl Drop for Supervisor {
     fn drop(&mut self) {
         // The worker ends at the end of its input; then its snapshots go.
-        let _ = self.worker.stdin.flush();
         self.worker.end();
+        if let Some(spare) = &mut self.spare {
+            spare.end();
+        }
         for t in &self.tenants {
             let _ = fs::remove_file(&t.snapshot);
         }

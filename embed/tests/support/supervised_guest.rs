@@ -165,8 +165,10 @@ pub fn scratch(what: &str) -> PathBuf {
 }
 
 /// A supervisor whose workers run `tensorwasm worker DRIVER_ARGS`
-/// (`TENSORWASM_BIN` names the binary on machines where cargo's is not).
+/// (`TENSORWASM_BIN` names the binary on machines where cargo's is not),
+/// with a standby worker unless `TW_STANDBY=0`.
 pub fn supervisor(dir: &Path, driver_args: &[&str], snapshots: bool) -> Supervisor {
+    let standby = std::env::var("TW_STANDBY").map_or(true, |v| v != "0");
     let program = std::env::var_os("TENSORWASM_BIN").map_or_else(
         || PathBuf::from(env!("CARGO_BIN_EXE_tensorwasm")),
         PathBuf::from,
@@ -177,6 +179,7 @@ pub fn supervisor(dir: &Path, driver_args: &[&str], snapshots: bool) -> Supervis
         worker: WorkerCommand { program, args },
         snapshot_dir: dir.join("snapshots"),
         snapshots,
+        standby,
     })
     .expect("supervisor")
 }
