@@ -164,6 +164,17 @@ impl Worker {
         }
     }
 
+    /// Ends the process without waiting for it to go (a process whose CUDA
+    /// context faulted takes a few hundred milliseconds to be torn down):
+    /// a thread reaps it.
+    fn abandon(mut self) {
+        let _ = self.child.kill();
+        let reaper = std::thread::Builder::new().name("tensorwasm-reaper".into());
+        if reaper.spawn(move || self.child.wait()).is_err() {
+            tracing::warn!("no thread to reap the old worker; it stays a zombie until this ends");
+        }
+    }
+
     /// Ends the process; how it ended.
     fn end(&mut self) -> String {
         let _ = self.child.kill();
@@ -421,8 +432,8 @@ impl Supervisor {
         during: Option<(String, String)>,
     ) -> Result<Recovery, SupervisorError> {
         let started = Instant::now();
-        self.worker.end();
-        self.worker = self.next_worker()?;
+        let next = self.next_worker()?;
+        std::mem::replace(&mut self.worker, next).abandon();
         let worker_ready = started.elapsed();
         if self.config.standby {
             // Starts in the background while the tenants are restored.
