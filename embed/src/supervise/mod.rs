@@ -44,8 +44,10 @@ pub struct WorkerCommand {
 pub struct SupervisorConfig {
     /// How to start each worker.
     pub worker: WorkerCommand,
-    /// Where tenants' snapshots are kept (created if missing; a tmpfs such
-    /// as `/dev/shm` keeps them fast).
+    /// Where tenants' snapshots are kept: a directory of this supervisor's
+    /// own (created if missing; a tmpfs such as `/dev/shm` keeps them
+    /// fast). A tenant's module file must not change while it is served:
+    /// a snapshot restores only into the module it was taken from.
     pub snapshot_dir: PathBuf,
     /// Snapshot each tenant after each call (the default). Without it a
     /// tenant that has been called cannot be kept across a lost device.
