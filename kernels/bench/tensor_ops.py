@@ -11,6 +11,10 @@ block of docs/tensor-ops.md on PyTorch's current stream, and
 1. checks every entry on random inputs (torch.randn, fresh per case; outputs
    poisoned with NaN first) against a float64 reference computed by torch on
    the GPU, printing PASS/FAIL per case (exit status 1 on any failure);
+   f32 GEMMs follow the plan (kernels/src/table/gemm.rs): tw_gemm_f32_split_k
+   where the build has it (sm_90) and K >= 512, else tw_gemm_f32, so the
+   cases cover both; the split-K entry must also give the same bits run
+   after run;
 2. times our kernels and PyTorch's side by side (CUDA events, warm-up, median
    of repeats) and writes DIR/results.md and DIR/results.json, including the
    kernels' resource report (cuFuncGetAttribute).
@@ -181,6 +185,12 @@ ENTRIES = {
                "tw_softmax_wide_f32", "tw_layernorm_rows_f32", "tw_layernorm_f32", "tw_layernorm_wide_f32"],
     "elementwise": ["tw_add_f32", "tw_mul_f32", "tw_relu_f32", "tw_gelu_f32", "tw_transpose_f32"],
 }
+# Entries that only newer builds of a file have: loaded where the build has them. tw_gemm_f32_split_k (sm_90+,
+# a cluster of two blocks per tile) runs f32 GEMMs with K >= F32_SPLIT_K_MIN_K (kernels/src/table/gemm.rs: the
+# same rule), with grid (2 ceil(N/128), ceil(M/128), batch) and F32_SPLIT_K_SHARED bytes of dynamic shared memory.
+OPTIONAL_ENTRIES = {"gemm": ["tw_gemm_f32_split_k"]}
+F32_SPLIT_K_MIN_K = 512
+F32_SPLIT_K_SHARED = 3 * (32 * (128 + 4) + 32 * 128) * 4
 SIGS = {
     "gemm": "pppiiiqqqqqqff",
     "gemm_tma": "mmpiiiqqiiff",
@@ -268,9 +278,14 @@ class Kernels:
             t0 = time.time()
             mod = drv.load(path)
             print(f"loaded {os.path.relpath(path, ROOT)} ({time.time() - t0:.2f} s JIT)")
-            for n in names:
+            with open(path) as fh:
+                text = fh.read()
+            for n in names + [n for n in OPTIONAL_ENTRIES.get(stem, []) if f".entry {n}(" in text]:
                 self.fn[n] = drv.function(mod, n)
                 self.files[n] = os.path.relpath(path, ROOT)
+        self.f32_split = self.fn.get("tw_gemm_f32_split_k")
+        if self.f32_split is not None:
+            drv.set_max_dynamic_smem(self.f32_split, F32_SPLIT_K_SHARED)
 
     def stream(self):
         return torch.cuda.current_stream().cuda_stream
@@ -279,9 +294,12 @@ class Kernels:
         tma = getattr(self, "tma", {}).get(name)
         if tma is not None and tma_eligible(A, B, M, K, lda, ldb, sA, sB, batch, 4 if "tf32" in name else 2):
             return self.gemm_tma(tma, name, A, B, C, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, alpha, beta)
-        grid = (-(-N // 128), -(-M // 128), batch)
-        self.drv.launch(self.fn[name], grid, (256, 1, 1), SIGS["gemm"],
-                        [A, B, C, M, N, K, lda, ldb, ldc, sA, sB, sC, alpha, beta], self.stream())
+        f, split, shared = self.fn[name], 1, 0
+        if name == "tw_gemm_f32" and getattr(self, "f32_split", None) is not None and K >= F32_SPLIT_K_MIN_K:
+            f, split, shared = self.f32_split, 2, F32_SPLIT_K_SHARED
+        grid = (split * -(-N // 128), -(-M // 128), batch)
+        self.drv.launch(f, grid, (256, 1, 1), SIGS["gemm"],
+                        [A, B, C, M, N, K, lda, ldb, ldc, sA, sB, sC, alpha, beta], self.stream(), shared=shared)
 
     def gemm_tma(self, f, name, A, B, C, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, alpha, beta):
         """The TMA GEMMs (docs/tensor-ops.md): A as {K, M, batch}, B as {N, K, batch}, 128-byte swizzle; a
@@ -587,6 +605,22 @@ def check_gemm(k, label="", dtypes=("f32", "tf32", "bf16", "f16")):
                 raise
     if "tf32" in dtypes:
         check_tf32_rounding(k, label)
+    if "f32" in dtypes and getattr(k, "f32_split", None) is not None:
+        check_f32_split_deterministic(k, label)
+
+
+def check_f32_split_deterministic(k, label=""):
+    """The split-K f32 GEMM gives the same bits run after run (its two halves meet in a fixed order)."""
+    for M, N, K in ((1024, 1024, 1024), (333, 555, 4097)):
+        A, B = torch.randn(M, K, device=DEV), torch.randn(K, N, device=DEV)
+        outs = []
+        for _ in range(3):
+            C = torch.full((M, N), float("nan"), device=DEV)
+            k.gemm("tw_gemm_f32", A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, K, N, N, 0, 0, 0, 1, 1.0, 0.0)
+            k.drv.sync("gemm f32 split-K determinism")
+            outs.append(C.view(torch.int32))
+        same = all(torch.equal(outs[0], o) for o in outs[1:])
+        record(f"{label}gemm f32 M={M} N={N} K={K} (split K): 3 runs bit-identical", same, "")
 
 
 def check_reduce(k):
@@ -928,7 +962,8 @@ def profile(k, drv):
 
 def resources(k):
     out = []
-    for name in [n for names in ENTRIES.values() for n in names]:
+    for name in [n for names in ENTRIES.values() for n in names] + [n for n in k.fn if n not in
+                                                                       sum(ENTRIES.values(), [])]:
         f = k.fn[name]
         out.append(dict(entry=name, ptx=k.files[name],
                         **{a: k.drv.attr(f, a) for a in ("NUM_REGS", "SHARED_SIZE_BYTES", "LOCAL_SIZE_BYTES",
@@ -1008,7 +1043,13 @@ def main():
                 kv = Kernels.__new__(Kernels)
                 kv.__dict__.update(k.__dict__)
                 kv.fn = dict(k.fn)
-                # simt: the SIMT entry tw_gemm_f32 (same launch as the mma.sync entries).
+                try:  # the variant's own split-K f32 entry, if it has one
+                    kv.f32_split = drv.function(mod, "tw_gemm_f32_split_k")
+                    drv.set_max_dynamic_smem(kv.f32_split, F32_SPLIT_K_SHARED)
+                except RuntimeError:
+                    kv.f32_split = None
+                # simt: the SIMT entry tw_gemm_f32 (same launch as the mma.sync entries; tw_gemm_f32_split_k
+                # for K >= F32_SPLIT_K_MIN_K where the module has it).
                 for tag, dts, on in (("", ("f32",), simt and not tma_only),
                                      ("", ("tf32", "bf16", "f16"), mma and not tma_only),
                                      ("_sm90a", ("tf32", "bf16", "f16"), wgmma and not tma_only),

@@ -7,9 +7,13 @@
 // z * sA / z * sB / z * sC elements (sA, sB may be 0: broadcast).
 // Every entry: 256 threads, one 128 x 128 tile of C per block,
 // grid (ceil(N/128), ceil(M/128), batch), static shared memory only
-// (<= 48 KiB), f32 accumulate.
+// (<= 48 KiB), f32 accumulate; but for tw_gemm_f32_split_k and the TMA
+// entries (gemm_tma*.cuh).
 //
-//   tw_gemm_f32    SIMT FFMA, every architecture (sm_75+).
+//   tw_gemm_f32    SIMT FFMA, every architecture (sm_75+) (gemm_f32.cuh).
+//   tw_gemm_f32_split_k  the same with K split over a cluster of two
+//                  blocks per tile, grid (2 ceil(N/128), ceil(M/128),
+//                  batch), dynamic shared memory, sm_90+ (gemm_f32.cuh).
 //   tw_gemm_tf32   mma.sync m16n8k8 tf32 (inputs rounded to nearest, ties to
 //                  even: to_tf32), sm_80+.
 //   tw_gemm_bf16   mma.sync m16n8k16 bf16, ldmatrix, sm_80+.
@@ -58,10 +62,11 @@ TW_DI bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 1
 // registers across the main loop.
 TW_DI unsigned sreg_ctaid_x() { unsigned v; asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v)); return v; }
 TW_DI unsigned sreg_ctaid_y() { unsigned v; asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(v)); return v; }
-template <int TBM = BM, int TBN = BN, int TGROUP = GROUP_M>
+// XDIV consecutive blocks along x share a tile (a split K: gemm_f32_async).
+template <int TBM = BM, int TBN = BN, int TGROUP = GROUP_M, int XDIV = 1>
 TW_DI void tile_origin(int& m0, int& n0) {
-  const unsigned gx = gridDim.x, gy = gridDim.y;
-  const unsigned bx = sreg_ctaid_x(), by = sreg_ctaid_y();
+  const unsigned gx = gridDim.x / XDIV, gy = gridDim.y;
+  const unsigned bx = sreg_ctaid_x() / XDIV, by = sreg_ctaid_y();
   if (TGROUP == 1 || (unsigned long long)gx * gy * TGROUP >= (1ull << 32)) {
     m0 = by * TBM;
     n0 = bx * TBN;
@@ -107,234 +112,7 @@ TW_DI void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// ---------------------------------------------------------------------------
-// SIMT f32 GEMM: 128x128 tiles, each thread an 8x8 sub-tile (two 4x4
-// quadrants 64 rows / 64 columns apart), one barrier per K tile.
-//
-// sm_80+: K tile 16, two shared stages, cp.async one tile ahead of the
-// multiply. A lands transposed (As[k][m], so a thread's 4 rows at one k are
-// one 16-byte shared load) through 4-byte copies, 16 consecutive k of a row
-// per 16 lanes; elements outside the matrix are zero-filled by the copy. B
-// rows are 16-byte copies when the block's columns are inside the matrix and
-// B, ldb are 16-byte aligned, else 4-byte copies with zero fill. Warps are
-// 4 (M) x 2 (N) of 4 x 8 lanes: a warp's shared loads of A and B read 64 and
-// 128 contiguous bytes. (On an H100 this beat K tile 8 with 3-4 stages, 3
-// stages of an unpadded swizzled A, the sm_75 lane layout and one block of
-// more registers per SM.)
-// sm_75: K tile 8, register-staged double buffer, lanes 16 (N) x 2 (M).
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define TW_F32_CP_ASYNC 1
-#else
-#define TW_F32_CP_ASYNC 0
-#endif
-constexpr int F_BK = TW_F32_CP_ASYNC ? 16 : 8;
-constexpr int F_AS = BM + 4;  // As row (padded: fewer bank conflicts on the transposed stores)
-
-}  // namespace tw_detail
-using namespace tw_detail;  // (a named namespace: nvcc names anonymous ones after the file path)
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-tw_gemm_f32(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-            int M, int N, int K, long long lda, long long ldb, long long ldc,
-            long long sA, long long sB, long long sC, float alpha, float beta) {
-  __shared__ __align__(16) float As[2][F_BK][F_AS];
-  __shared__ __align__(16) float Bs[2][F_BK][BN];
-  constexpr int BK = F_BK;
-
-  const int tid = threadIdx.x;
-  int m0, n0;
-  tile_origin(m0, n0);
-  const long long z = blockIdx.z;
-  A += z * sA;
-  B += z * sB;
-  C += z * sC;
-
-  const bool b_vec = aligned16(B) && (ldb & 3) == 0 && n0 + BN <= N;
-  // B: 16-byte chunk (tid % 32) of K rows tid / 32 + 8 * it, it < BK / 8.
-  const int b_k = tid >> 5, b_n = (tid & 31) * 4;
-  const float* pB = B + (long long)b_k * ldb + n0 + b_n;
-
-  // Loads of the K tile at k0 into stage s. The slow paths recompute the
-  // tile origin (tile_origin) instead of keeping it live across the main loop.
-#if TW_F32_CP_ASYNC
-  // A: element k = tid % BK of rows tid / BK + A_RSTEP * it, it < BK / 2.
-  constexpr int NA4 = BK / 2, NB = BK / 8;
-  constexpr int A_RSTEP = 256 / BK;
-  const int a_k = tid % BK, a_r = tid / BK;
-  const bool a_rows = m0 + BM <= M;
-  const float* pA = A + (long long)(m0 + a_r) * lda + a_k;
-  const unsigned sA0 = smem_addr(&As[0][a_k][0]);
-  const unsigned sB0 = smem_addr(&Bs[0][b_k][b_n]);
-  constexpr unsigned A_STAGE = BK * F_AS * 4, B_STAGE = BK * BN * 4;
-  auto load_stage = [&](int s, int k0) {
-    const bool full_k = k0 + BK <= K;
-    const float* a0p = pA + k0;
-    const float* b0p = pB + (long long)k0 * ldb;
-    if (a_rows && full_k) {
-#pragma unroll
-      for (int it = 0; it < NA4; ++it)
-        cp_async4(sA0 + s * A_STAGE + (a_r + it * A_RSTEP) * 4,
-                  a0p + (long long)it * A_RSTEP * lda, 4);
-    } else {
-      int tm, tn;
-      tile_origin(tm, tn);
-#pragma unroll
-      for (int it = 0; it < NA4; ++it) {
-        const bool in = tm + a_r + it * A_RSTEP < M && k0 + a_k < K;
-        const float* p = in ? a0p + (long long)it * A_RSTEP * lda : A;
-        cp_async4(sA0 + s * A_STAGE + (a_r + it * A_RSTEP) * 4, p, in ? 4 : 0);
-      }
-    }
-#pragma unroll
-    for (int it = 0; it < NB; ++it) {
-      const float* q = b0p + (long long)(it * 8) * ldb;
-      const unsigned d = sB0 + s * B_STAGE + it * 8 * BN * 4;
-      if (b_vec && full_k) {
-        cp_async16(d, q);
-      } else {
-        int tm, tn;
-        tile_origin(tm, tn);
-        const int k = k0 + b_k + it * 8;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const bool in = k < K && tn + b_n + e < N;
-          cp_async4(d + e * 4, in ? q + e : B, in ? 4 : 0);
-        }
-      }
-    }
-  };
-#else
-  // A: 16-byte chunk (tid % 2) of row tid / 2, staged in registers.
-  const bool a_vec = aligned16(A) && (lda & 3) == 0 && m0 + BM <= M;
-  const int a_r = tid >> 1, a_k = (tid & 1) * 4;
-  const float* pA = A + (long long)(m0 + a_r) * lda + a_k;
-  float4 ra, rb;
-  auto load_tile = [&](int k0) {
-    const bool full_k = k0 + BK <= K;
-    if (a_vec && full_k) {
-      ra = *reinterpret_cast<const float4*>(pA + k0);
-    } else {
-      int tm, tn;
-      tile_origin(tm, tn);
-      const int r = tm + a_r;
-      float v[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = (r < M && k0 + a_k + e < K) ? pA[k0 + e] : 0.0f;
-      ra = make_float4(v[0], v[1], v[2], v[3]);
-    }
-    const float* q = pB + (long long)k0 * ldb;
-    if (b_vec && full_k) {
-      rb = *reinterpret_cast<const float4*>(q);
-    } else {
-      int tm, tn;
-      tile_origin(tm, tn);
-      const int k = k0 + b_k;
-      float v[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = (k < K && tn + b_n + e < N) ? q[e] : 0.0f;
-      rb = make_float4(v[0], v[1], v[2], v[3]);
-    }
-  };
-  auto store_tile = [&](int buf) {
-    As[buf][a_k + 0][a_r] = ra.x;
-    As[buf][a_k + 1][a_r] = ra.y;
-    As[buf][a_k + 2][a_r] = ra.z;
-    As[buf][a_k + 3][a_r] = ra.w;
-    *reinterpret_cast<float4*>(&Bs[buf][b_k][b_n]) = rb;
-  };
-#endif
-
-  // This thread's rows ty*4 + {0..3} and + 64, columns tx*4 + {0..3} and + 64.
-#if TW_F32_CP_ASYNC
-  const int warp = tid >> 5, lane = tid & 31;
-  const int ty = (warp >> 1) * 4 + (lane >> 3), tx = (warp & 1) * 8 + (lane & 7);
-#else
-  const int tx = tid & 15, ty = tid >> 4;
-#endif
-  float acc[8][8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
-
-  auto multiply = [&](int buf) {
-#pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
-      const float4 a0 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4]);
-      const float4 a1 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4 + 64]);
-      const float4 b0 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4]);
-      const float4 b1 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4 + 64]);
-      const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-      const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-    }
-  };
-
-  const int numK = (K + BK - 1) / BK;
-#if TW_F32_CP_ASYNC
-  // Stage kt & 1 holds tile kt; the barrier at kt also frees the other stage
-  // (tile kt - 1, multiplied by every warp) for tile kt + 1.
-  if (numK > 0) load_stage(0, 0);
-  cp_async_commit();
-  for (int kt = 0; kt < numK; ++kt) {
-    cp_async_wait<0>();
-    __syncthreads();
-    if (kt + 1 < numK) load_stage((kt + 1) & 1, (kt + 1) * BK);
-    cp_async_commit();
-    multiply(kt & 1);
-  }
-  cp_async_wait<0>();
-#else
-  load_tile(0);
-  store_tile(0);
-  __syncthreads();
-  for (int kt = 0; kt < numK; ++kt) {
-    const int buf = kt & 1;
-    const bool more = kt + 1 < numK;
-    if (more) load_tile((kt + 1) * BK);
-    multiply(buf);
-    if (more) {
-      store_tile(buf ^ 1);
-      __syncthreads();
-    }
-  }
-#endif
-
-  // Epilogue.
-  tile_origin(m0, n0);
-  const bool c_vec = aligned16(C) && (ldc & 3) == 0 && m0 + BM <= M && n0 + BN <= N;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int r = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int c = n0 + tx * 4 + h * 64;
-      float* p = C + (long long)r * ldc + c;
-      if (c_vec) {
-        float4 o;
-        if (beta == 0.0f) {
-          o = make_float4(alpha * acc[i][h * 4 + 0], alpha * acc[i][h * 4 + 1],
-                          alpha * acc[i][h * 4 + 2], alpha * acc[i][h * 4 + 3]);
-        } else {
-          const float4 old = *reinterpret_cast<const float4*>(p);
-          o = make_float4(fmaf(alpha, acc[i][h * 4 + 0], beta * old.x),
-                          fmaf(alpha, acc[i][h * 4 + 1], beta * old.y),
-                          fmaf(alpha, acc[i][h * 4 + 2], beta * old.z),
-                          fmaf(alpha, acc[i][h * 4 + 3], beta * old.w));
-        }
-        *reinterpret_cast<float4*>(p) = o;
-      } else if (r < M) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (c + e < N) p[e] = epi(acc[i][h * 4 + e], alpha, beta, p + e);
-      }
-    }
-  }
-}
+#include "gemm_f32.cuh"
 
 // ===========================================================================
 // Tensor Core GEMMs (sm_80 and newer).

@@ -27,6 +27,17 @@ pub enum Geometry {
         /// Tile columns.
         bn: u32,
     },
+    /// `(split * ceil(N / bn), ceil(M / bm), batch)`: a cluster of `split`
+    /// blocks per output tile (consecutive along x), each multiplying its
+    /// share of K.
+    GemmSplitK {
+        /// Tile rows.
+        bm: u32,
+        /// Tile columns.
+        bn: u32,
+        /// Blocks per tile.
+        split: u32,
+    },
     /// `(outer * inner)`: one block per output element.
     PerOutput,
     /// `(outer * ceil(inner / width))`: one block per strip of `width`

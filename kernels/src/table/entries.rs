@@ -94,6 +94,22 @@ pub static KERNELS: &[BuiltinKernel] = &[
         oracle: "oracle::gemm",
     },
     BuiltinKernel {
+        entry: "tw_gemm_f32_split_k",
+        op: "gemm, K split in two (a cluster of two blocks per tile)",
+        operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]",
+        file: PtxFile::Gemm,
+        min_sm: 90,
+        arch_specific: false,
+        block: block(256, 1),
+        geometry: Geometry::GemmSplitK {
+            bm: 128,
+            bn: 128,
+            split: 2,
+        },
+        dynamic_shared: gemm::F32_SPLIT_K_SHARED,
+        oracle: "oracle::gemm",
+    },
+    BuiltinKernel {
         entry: "tw_gemm_tf32",
         op: "gemm (precision 1)",
         operands: "A f32 [b?,M,K], B f32 [b?,K,N], C f32 [b?,M,N]; inputs rounded to TF32",

@@ -1,8 +1,8 @@
 //! Which GEMM entry runs a checked [`Gemm`], and its launch: on Hopper the
 //! TMA kernels (`gemm_tma.cuh`, `gemm_tma_tf32.cuh`) whenever the operands
 //! suit a tensor map, with the tile that fills the GPU; otherwise the
-//! `wgmma` or `mma.sync` entries that take any operands, and the SIMT
-//! kernel for f32.
+//! `wgmma` or `mma.sync` entries that take any operands; for f32 the SIMT
+//! kernel, on Hopper with K split in two from [`F32_SPLIT_K_MIN_K`] on.
 
 use tensorwasm_core::{
     KernelParam,
@@ -34,12 +34,23 @@ pub(super) const fn tma_shared_bytes(bm: u32, bn: u32, esize: u32) -> u32 {
 /// per SM of an H100 (132).
 const MIN_TILES: u64 = 128;
 
+/// Dynamic shared memory of `tw_gemm_f32_split_k`: 3 stages of a 32 x 132
+/// (padded) A tile and a 32 x 128 B tile, f32 (`F32_SPLIT_K_SHARED` in
+/// gemm_f32.cuh).
+pub(super) const F32_SPLIT_K_SHARED: u32 = 3 * (32 * (128 + 4) + 32 * 128) * 4;
+
+/// The K from which Hopper runs f32 GEMMs with K split in two: each block
+/// of a pair then has at least 8 of its K tiles of 32. Measured on an H100
+/// at K of 1024 and more, where it beat the unsplit kernel at every shape.
+pub(super) const F32_SPLIT_K_MIN_K: u64 = 512;
+
 /// The launch of `g`; `hopper` picks the sm_90a entries.
 pub(super) fn plan(g: &Gemm, hopper: bool) -> Result<LaunchPlan, AbiError> {
     if hopper && let Some(p) = plan_tma(g)? {
         return Ok(p);
     }
     let k = entry(match (g.precision, hopper) {
+        (GemmPrecision::F32, true) if g.k >= F32_SPLIT_K_MIN_K => "tw_gemm_f32_split_k",
         (GemmPrecision::F32, _) => "tw_gemm_f32",
         (GemmPrecision::Tf32, false) => "tw_gemm_tf32",
         (GemmPrecision::Bf16, false) => "tw_gemm_bf16",
@@ -72,13 +83,17 @@ pub(super) fn plan(g: &Gemm, hopper: bool) -> Result<LaunchPlan, AbiError> {
     })
 }
 
-/// `(ceil(N / bn), ceil(M / bm), batch)`.
+/// `(split * ceil(N / bn), ceil(M / bm), batch)`, `split` 1 but for
+/// [`Geometry::GemmSplitK`].
 fn tile_grid(g: &Gemm, geometry: Geometry) -> Result<Dim3, AbiError> {
-    let Geometry::GemmTiles { bm, bn } = geometry else {
-        unreachable!("GEMMs use output tiles")
+    let (bm, bn, split) = match geometry {
+        Geometry::GemmTiles { bm, bn } => (bm, bn, 1),
+        Geometry::GemmSplitK { bm, bn, split } => (bm, bn, split),
+        _ => unreachable!("GEMMs use output tiles"),
     };
+    let columns = g.n.div_ceil(u64::from(bn)).saturating_mul(u64::from(split));
     Ok(Dim3 {
-        x: grid_x("column tiles", g.n.div_ceil(u64::from(bn)))?,
+        x: grid_x("column tiles", columns)?,
         y: grid_yz("row tiles", g.m.div_ceil(u64::from(bm)))?,
         z: grid_yz("batch", g.batch)?,
     })
@@ -378,6 +393,33 @@ mod tests {
         };
         assert_eq!(plan(&f32, true).unwrap().kernel.entry, "tw_gemm_f32");
         assert_eq!(plan(&ok, false).unwrap().kernel.entry, "tw_gemm_bf16");
+    }
+
+    #[test]
+    fn hopper_f32_gemms_split_k_from_512_on() {
+        for (m, n, k, batch, entry, grid) in [
+            (1024, 1024, 1024, 1, "tw_gemm_f32_split_k", (16, 8, 1)),
+            (8192, 8192, 8192, 1, "tw_gemm_f32_split_k", (128, 64, 1)),
+            (2048, 2048, 2048, 8, "tw_gemm_f32_split_k", (32, 16, 8)),
+            // A column tile cut by N: both blocks of its pair still launch.
+            (300, 129, 512, 1, "tw_gemm_f32_split_k", (4, 3, 1)),
+            (300, 129, 511, 1, "tw_gemm_f32", (2, 3, 1)),
+        ] {
+            let g = Gemm {
+                batch,
+                ..gemm(GemmPrecision::F32, m, n, k)
+            };
+            let p = plan(&g, true).unwrap();
+            assert_eq!(p.kernel.entry, entry, "{m}x{n}x{k}");
+            assert_eq!((p.grid.x, p.grid.y, p.grid.z), grid, "{m}x{n}x{k}");
+            assert_eq!((p.block.x, p.params.len()), (256, 14));
+            assert_eq!(p.shared_bytes, p.kernel.dynamic_shared);
+        }
+        assert_eq!(F32_SPLIT_K_SHARED, 99_840);
+        // Only Hopper builds have clusters: sm_75 and sm_80 never split.
+        let big = gemm(GemmPrecision::F32, 1024, 1024, 1024);
+        assert_eq!(plan(&big, false).unwrap().kernel.entry, "tw_gemm_f32");
+        assert_eq!(plan(&big, false).unwrap().shared_bytes, 0);
     }
 
     #[test]
