@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod memory;
 pub mod run;
 pub mod runtime;
+pub mod serve;
 pub mod snapshot;
 pub mod supervise;
 pub mod tenant;

@@ -8,6 +8,7 @@ use std::{io::Write as _, path::PathBuf, process::ExitCode};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tensorwasm_embed::{
     run::{Chosen, DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions, choose_driver},
+    serve::{ServeConfig, Server, http},
     tenant::TenantConfig,
     wasi::{DirAccess, PreopenDir},
 };
@@ -34,10 +35,30 @@ enum Command {
     /// List what each driver (cuda, cpu) finds, and why a driver is
     /// unavailable.
     Devices,
+    /// Serve many tenants over HTTP on every device (docs/serve.md): the
+    /// tenants, their tokens and limits come from a config file.
+    Serve(ServeArgs),
     /// Serve tenants for a supervisor (`tensorwasm_embed::supervise`):
     /// requests on stdin, responses on stdout, one JSON object per line.
     /// Ends at the end of its input, or when the device is lost.
     Worker(WorkerArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The server's configuration (TOML; docs/serve.md).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+
+    /// Listen here instead of the config's `listen` (port 0: any free
+    /// port; the address is printed once bound).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+
+    /// The driver, as for `run`; CUDA serves every device it can see
+    /// (CUDA_VISIBLE_DEVICES picks them).
+    #[arg(long, value_enum, default_value_t = DriverArg::Auto)]
+    driver: DriverArg,
 }
 
 #[derive(Args)]
@@ -139,6 +160,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => run(args),
         Command::Worker(args) => worker(args),
+        Command::Serve(args) => serve(args),
         Command::Devices => {
             print!(
                 "{}",
@@ -185,6 +207,89 @@ fn worker(args: WorkerArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let fail = |e: String| {
+        eprintln!("tensorwasm serve: {e}");
+        ExitCode::from(2)
+    };
+    let text = match std::fs::read_to_string(&args.config) {
+        Ok(text) => text,
+        Err(e) => return fail(format!("cannot read {}: {e}", args.config.display())),
+    };
+    let mut config = match ServeConfig::from_toml(&text) {
+        Ok(c) => c,
+        Err(e) => return fail(format!("{}: {e}", args.config.display())),
+    };
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    // Two runtimes: one serves HTTP, the other runs guests (busy guests
+    // never hold up requests); each as many threads as cores, at least 2.
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
+    let runtime = |name: &str| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name(name)
+            .enable_all()
+            .build()
+    };
+    let (tokio, guests) = match (runtime("tensorwasm-http"), runtime("tensorwasm-guest")) {
+        (Ok(t), Ok(g)) => (t, g),
+        (Err(e), _) | (_, Err(e)) => return fail(format!("starting the runtime: {e}")),
+    };
+    let guests_handle = guests.handle().clone();
+    let served = match choose_driver(driver_choice(args.driver)) {
+        Err(e) => return fail(e.to_string()),
+        Ok(Chosen::Cuda(first)) => {
+            let mut drivers = vec![(0, first)];
+            let count = tensorwasm_cuda::CudaDriver::probe().map_or(1, |d| d.len());
+            for ordinal in 1..count {
+                match tensorwasm_cuda::CudaDriver::new(ordinal as u32) {
+                    Ok(d) => drivers.push((ordinal as u32, d)),
+                    Err(e) => return fail(format!("CUDA device {ordinal}: {e}")),
+                }
+            }
+            tokio.block_on(serve_on(config, drivers, guests_handle))
+        }
+        Ok(Chosen::Cpu(driver, _)) => {
+            tokio.block_on(serve_on(config, vec![(0, driver)], guests_handle))
+        }
+    };
+    // Guests still running past the shutdown are stopped with their runtime.
+    guests.shutdown_timeout(std::time::Duration::from_secs(1));
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+async fn serve_on<D>(
+    config: ServeConfig,
+    drivers: Vec<(u32, D)>,
+    guests: tokio::runtime::Handle,
+) -> Result<(), String>
+where
+    D: tensorwasm_embed::kernel::KernelTarget
+        + tensorwasm_core::ManagedAllocator
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    <D as tensorwasm_core::ManagedAllocator>::Region: Sync,
+{
+    let listen = config.listen;
+    let server = std::sync::Arc::new(Server::new(config, drivers, guests)?);
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("tensorwasm serve: listening on http://{bound}");
+    let _ = std::io::stdout().flush();
+    http::serve(server, listener, http::shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// `limit`, capped at half the device's free memory (as `run` caps it).

@@ -363,7 +363,16 @@ where
 {
     /// A tenant of `runtime` configured by `config`.
     pub fn new(runtime: &GuestRuntime<D>, config: &TenantConfig) -> wasmtime::Result<Self> {
-        let ledger = Arc::new(QuotaLedger::new(config.quota));
+        Self::with_ledger(runtime, config, Arc::new(QuotaLedger::new(config.quota)))
+    }
+
+    /// A tenant charging `ledger` (shared with other instances of the same
+    /// party, whose quota it holds) instead of a ledger of its own.
+    pub fn with_ledger(
+        runtime: &GuestRuntime<D>,
+        config: &TenantConfig,
+        ledger: Arc<QuotaLedger>,
+    ) -> wasmtime::Result<Self> {
         let store = runtime.tenant_store(config, Arc::clone(&ledger))?;
         Ok(Tenant {
             name: config.name.clone(),

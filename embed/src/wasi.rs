@@ -110,6 +110,9 @@ pub struct WasiConfig {
     pub dirs: Vec<PreopenDir>,
     /// Whether the guest reads the host's stdin (else stdin is empty).
     pub stdin: bool,
+    /// Bytes the guest reads as its stdin instead (a request's body, for a
+    /// server); wins over `stdin`.
+    pub stdin_bytes: Option<Bytes>,
     /// Where its stdout goes.
     pub stdout: OutputMode,
     /// Where its stderr goes.
@@ -132,6 +135,7 @@ impl WasiConfig {
             env: Vec::new(),
             dirs: Vec::new(),
             stdin: false,
+            stdin_bytes: None,
             stdout: OutputMode::Capture,
             stderr: OutputMode::Capture,
             output_bytes: Some(DEFAULT_OUTPUT_BYTES),
@@ -157,7 +161,9 @@ impl WasiConfig {
         let output = GuestOutput::new(self.output_bytes);
         let mut builder = WasiCtxBuilder::new();
         builder.args(&self.args).envs(&self.env);
-        if self.stdin {
+        if let Some(bytes) = &self.stdin_bytes {
+            builder.stdin(wasmtime_wasi::p2::pipe::MemoryInputPipe::new(bytes.clone()));
+        } else if self.stdin {
             builder.inherit_stdin();
         }
         builder.stdout(output.stream(Stream::Stdout, self.stdout));

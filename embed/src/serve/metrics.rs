@@ -1,0 +1,115 @@
+//! The server's Prometheus metrics (prometheus-client): per tenant, calls
+//! made, calls that trapped or failed in the guest, requests refused at a
+//! limit (429); at each scrape, what each tenant's quota ledger holds, and
+//! each device's free memory.
+
+use prometheus_client::{
+    encoding::text::encode,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+
+type Labels = [(&'static str, String); 1];
+type Labels2 = [(&'static str, String); 2];
+
+/// The counters and gauges; [`Metrics::render`] writes the text format.
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<Labels, Counter>,
+    traps: Family<Labels, Counter>,
+    refused: Family<Labels, Counter>,
+    in_use: Family<Labels2, Gauge>,
+    device_free: Family<Labels, Gauge>,
+}
+
+fn tenant(name: &str) -> Labels {
+    [("tenant", name.to_string())]
+}
+
+impl Metrics {
+    /// Metrics for `tenants` (each starts at zero, so it is listed before
+    /// its first call).
+    pub fn new<'a>(tenants: impl Iterator<Item = &'a str>) -> Self {
+        let mut registry = Registry::with_prefix("tensorwasm");
+        let calls = Family::<Labels, Counter>::default();
+        let traps = Family::<Labels, Counter>::default();
+        let refused = Family::<Labels, Counter>::default();
+        let in_use = Family::<Labels2, Gauge>::default();
+        let device_free = Family::<Labels, Gauge>::default();
+        registry.register("calls", "Guest calls made (invoke and run)", calls.clone());
+        registry.register(
+            "traps",
+            "Guest calls that trapped or failed in the guest",
+            traps.clone(),
+        );
+        registry.register(
+            "refused",
+            "Requests refused at a tenant's limit (HTTP 429)",
+            refused.clone(),
+        );
+        registry.register(
+            "quota_in_use",
+            "What a tenant's quota ledger holds, by resource",
+            in_use.clone(),
+        );
+        registry.register(
+            "device_free_bytes",
+            "A device's free memory",
+            device_free.clone(),
+        );
+        for t in tenants {
+            let _ = calls.get_or_create(&tenant(t));
+            let _ = traps.get_or_create(&tenant(t));
+            let _ = refused.get_or_create(&tenant(t));
+        }
+        Metrics {
+            registry,
+            calls,
+            traps,
+            refused,
+            in_use,
+            device_free,
+        }
+    }
+
+    /// A call of `t`.
+    pub fn call(&self, t: &str) {
+        self.calls.get_or_create(&tenant(t)).inc();
+    }
+
+    /// A call of `t` that trapped.
+    pub fn trap(&self, t: &str) {
+        self.traps.get_or_create(&tenant(t)).inc();
+    }
+
+    /// A request of `t` refused at a limit.
+    pub fn refused(&self, t: &str) {
+        self.refused.get_or_create(&tenant(t)).inc();
+    }
+
+    /// Sets what `t`'s ledger holds of `resource`.
+    pub fn set_in_use(&self, t: &str, resource: &str, amount: u64) {
+        let labels = [
+            ("tenant", t.to_string()),
+            ("resource", resource.to_string()),
+        ];
+        self.in_use
+            .get_or_create(&labels)
+            .set(i64::try_from(amount).unwrap_or(i64::MAX));
+    }
+
+    /// Sets device `ordinal`'s free memory.
+    pub fn set_device_free(&self, ordinal: u32, bytes: u64) {
+        self.device_free
+            .get_or_create(&[("device", ordinal.to_string())])
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,663 @@
+//! `tensorwasm serve`: many tenants in one process, over HTTP
+//! ([`http`]), on every device the process may see. Each tenant (a party,
+//! authenticated by its bearer token) is placed on one device and keeps its
+//! own modules and instances there; all its instances share its quota. This
+//! module holds that state and its operations, apart from HTTP:
+//! [`Server::upload`], [`Server::instantiate`], [`Server::invoke`],
+//! [`Server::run`] and the deletes and lists. `docs/serve.md` is the API.
+
+pub mod config;
+pub mod http;
+mod metrics;
+
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+};
+
+use bytes::Bytes;
+use serde::Serialize;
+use sha2::Digest as _;
+use tensorwasm_core::{ManagedAllocator, quota::QuotaLedger};
+use wasmtime::{ExternType, Val, ValType};
+use wasmtime_wasi::I32Exit;
+
+pub use config::{ServeConfig, ServedTenant, token_digest};
+pub use metrics::Metrics;
+
+use crate::{
+    kernel::{GuestModule, KernelTarget},
+    runtime::GuestRuntime,
+    tenant::{Tenant, TenantConfig},
+    wasi::OutputMode,
+};
+
+/// Guest code yields to the executor after this much fuel, so a long call
+/// does not hold a server thread and its request's timeout can stop it.
+const YIELD_FUEL: u64 = 10_000_000;
+
+/// Why an operation failed, as HTTP says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServeError {
+    /// 400: the request is malformed or the module invalid.
+    BadRequest(String),
+    /// 404: no such module or instance (of this tenant).
+    NotFound(String),
+    /// 413: the module is larger than the server takes.
+    TooLarge(String),
+    /// 429: the tenant is at a limit (calls in flight, modules, instances,
+    /// its quota); retry later.
+    Busy(String),
+    /// 422: the guest trapped or failed.
+    Guest(String),
+    /// 504: the call took longer than the request timeout; its instance
+    /// was ended.
+    Timeout(String),
+    /// 503: the server is shutting down.
+    Unavailable(String),
+}
+
+impl ServeError {
+    /// The HTTP status.
+    pub fn status(&self) -> u16 {
+        match self {
+            ServeError::BadRequest(_) => 400,
+            ServeError::NotFound(_) => 404,
+            ServeError::TooLarge(_) => 413,
+            ServeError::Guest(_) => 422,
+            ServeError::Busy(_) => 429,
+            ServeError::Unavailable(_) => 503,
+            ServeError::Timeout(_) => 504,
+        }
+    }
+
+    /// What happened.
+    pub fn message(&self) -> &str {
+        match self {
+            ServeError::BadRequest(m)
+            | ServeError::NotFound(m)
+            | ServeError::TooLarge(m)
+            | ServeError::Busy(m)
+            | ServeError::Guest(m)
+            | ServeError::Timeout(m)
+            | ServeError::Unavailable(m) => m,
+        }
+    }
+}
+
+/// One device's runtime.
+pub struct DeviceRuntime<D>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    /// Its ordinal.
+    pub ordinal: u32,
+    runtime: GuestRuntime<D>,
+    tenants: AtomicUsize,
+}
+
+/// An uploaded module.
+struct Uploaded {
+    module: GuestModule,
+    bytes: usize,
+    exports: Vec<String>,
+}
+
+/// An instance of a module, with its tenant store.
+struct Live<D>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    module: u64,
+    tenant: tokio::sync::Mutex<Tenant<D>>,
+}
+
+/// A tenant's state on the server.
+struct Party<D>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    served: ServedTenant,
+    device: usize,
+    ledger: Arc<QuotaLedger>,
+    modules: Mutex<BTreeMap<u64, Arc<Uploaded>>>,
+    instances: Mutex<BTreeMap<u64, Arc<Live<D>>>>,
+    next_id: AtomicU64,
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+/// A module as listed.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct ModuleInfo {
+    /// Its id (the tenant's own).
+    pub id: u64,
+    /// Its size in bytes.
+    pub bytes: usize,
+    /// Its exported functions.
+    pub exports: Vec<String>,
+}
+
+/// An instance as listed.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct InstanceInfo {
+    /// Its id (the tenant's own).
+    pub id: u64,
+    /// The module it instantiates.
+    pub module: u64,
+}
+
+/// What a command run (`_start`) gave.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct RunOutcome {
+    /// Its exit code (0 when `_start` returned).
+    pub exit_code: i32,
+    /// What it wrote to stdout (lossy UTF-8).
+    pub stdout: String,
+    /// What it wrote to stderr (lossy UTF-8).
+    pub stderr: String,
+    /// Whether its output reached the tenant's cap.
+    pub output_capped: bool,
+}
+
+/// Every tenant on every device.
+pub struct Server<D>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    config: ServeConfig,
+    devices: Vec<DeviceRuntime<D>>,
+    parties: Vec<Party<D>>,
+    metrics: Metrics,
+    /// Where guest calls run: a runtime apart from the one that serves
+    /// HTTP, so that guests busy on their threads never hold up requests
+    /// (health, metrics, 429s, other tenants' calls).
+    guests: tokio::runtime::Handle,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn one_line(e: &wasmtime::Error) -> String {
+    format!("{e:#}").replace('\n', " | ")
+}
+
+impl<D> Server<D>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    /// A server over `drivers` (one per device, ordinals in order), placing
+    /// each tenant: on its configured device, else on the device with the
+    /// fewest tenants so far, the most free memory among those. Guest calls
+    /// run on `guests`.
+    pub fn new(
+        config: ServeConfig,
+        drivers: Vec<(u32, D)>,
+        guests: tokio::runtime::Handle,
+    ) -> Result<Self, String> {
+        if drivers.is_empty() {
+            return Err("no device to serve on".into());
+        }
+        let mut devices = Vec::new();
+        for (ordinal, driver) in drivers {
+            let free = driver.mem_info().map_err(|e| e.to_string())?.free;
+            let limit = config
+                .memory_limit
+                .min(usize::try_from(free / 2).unwrap_or(usize::MAX));
+            let runtime = GuestRuntime::new(driver, limit).map_err(|e| one_line(&e))?;
+            devices.push(DeviceRuntime {
+                ordinal,
+                runtime,
+                tenants: AtomicUsize::new(0),
+            });
+        }
+        let mut parties = Vec::new();
+        for served in &config.tenants {
+            let device = match served.device {
+                Some(d) => devices
+                    .iter()
+                    .position(|x| x.ordinal == d)
+                    .ok_or_else(|| format!("tenant `{}`: no device {d} here", served.name))?,
+                None => place(&devices),
+            };
+            devices[device].tenants.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(tenant = %served.name, device = devices[device].ordinal, "tenant placed");
+            parties.push(Party {
+                served: served.clone(),
+                device,
+                ledger: Arc::new(QuotaLedger::new(served.settings.quota)),
+                modules: Mutex::default(),
+                instances: Mutex::default(),
+                next_id: AtomicU64::new(1),
+                in_flight: Arc::new(tokio::sync::Semaphore::new(config.calls_in_flight)),
+            });
+        }
+        let metrics = Metrics::new(config.tenants.iter().map(|t| t.name.as_str()));
+        Ok(Server {
+            config,
+            devices,
+            parties,
+            metrics,
+            guests,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServeConfig {
+        &self.config
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The tenant whose token is `token`, in constant time per tenant.
+    pub fn authenticate(&self, token: &str) -> Option<usize> {
+        let digest: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let mut found = None;
+        for (i, p) in self.parties.iter().enumerate() {
+            let diff = p
+                .served
+                .token_sha256
+                .iter()
+                .zip(&digest)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+            if diff == 0 {
+                found = Some(i);
+            }
+        }
+        found
+    }
+
+    /// Tenant `t`'s name and device ordinal.
+    pub fn tenant(&self, t: usize) -> (&str, u32) {
+        let p = &self.parties[t];
+        (&p.served.name, self.devices[p.device].ordinal)
+    }
+
+    fn party(&self, t: usize) -> &Party<D> {
+        &self.parties[t]
+    }
+
+    /// Validates, compiles and keeps `bytes` (Wasm binary or text) as a
+    /// module of tenant `t`.
+    pub fn upload(&self, t: usize, bytes: &[u8]) -> Result<ModuleInfo, ServeError> {
+        let p = self.party(t);
+        if bytes.len() > self.config.module_bytes {
+            return Err(ServeError::TooLarge(format!(
+                "the module has {} bytes; this server takes at most {}",
+                bytes.len(),
+                self.config.module_bytes
+            )));
+        }
+        if lock(&p.modules).len() >= self.config.modules {
+            return Err(ServeError::Busy(format!(
+                "{} modules kept already; delete one first",
+                self.config.modules
+            )));
+        }
+        let runtime = &self.devices[p.device].runtime;
+        let module = runtime
+            .compile(bytes)
+            .map_err(|e| ServeError::BadRequest(format!("invalid module: {}", one_line(&e))))?;
+        let exports = module
+            .exports()
+            .filter(|e| matches!(e.ty(), ExternType::Func(_)))
+            .map(|e| e.name().to_string())
+            .collect();
+        let id = p.next_id.fetch_add(1, Ordering::Relaxed);
+        let uploaded = Arc::new(Uploaded {
+            module,
+            bytes: bytes.len(),
+            exports,
+        });
+        let info = ModuleInfo {
+            id,
+            bytes: uploaded.bytes,
+            exports: uploaded.exports.clone(),
+        };
+        lock(&p.modules).insert(id, uploaded);
+        Ok(info)
+    }
+
+    /// Tenant `t`'s modules.
+    pub fn modules(&self, t: usize) -> Vec<ModuleInfo> {
+        lock(&self.party(t).modules)
+            .iter()
+            .map(|(&id, m)| ModuleInfo {
+                id,
+                bytes: m.bytes,
+                exports: m.exports.clone(),
+            })
+            .collect()
+    }
+
+    /// Deletes module `id` of tenant `t` (its instances stay).
+    pub fn delete_module(&self, t: usize, id: u64) -> Result<(), ServeError> {
+        lock(&self.party(t).modules)
+            .remove(&id)
+            .map(drop)
+            .ok_or_else(|| ServeError::NotFound(format!("no module {id}")))
+    }
+
+    fn module(&self, t: usize, id: u64) -> Result<Arc<Uploaded>, ServeError> {
+        lock(&self.party(t).modules)
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| ServeError::NotFound(format!("no module {id}")))
+    }
+
+    fn new_tenant(&self, t: usize, settings: &TenantConfig) -> Result<Tenant<D>, ServeError> {
+        let p = self.party(t);
+        let runtime = &self.devices[p.device].runtime;
+        let mut tenant = Tenant::with_ledger(runtime, settings, Arc::clone(&p.ledger))
+            .map_err(|e| ServeError::Busy(one_line(&e)))?;
+        tenant
+            .store_mut()
+            .fuel_async_yield_interval(Some(YIELD_FUEL))
+            .map_err(|e| ServeError::BadRequest(one_line(&e)))?;
+        Ok(tenant)
+    }
+
+    /// Instantiates module `module` of tenant `t`.
+    pub async fn instantiate(&self, t: usize, module: u64) -> Result<InstanceInfo, ServeError> {
+        let p = self.party(t);
+        if lock(&p.instances).len() >= self.config.instances {
+            return Err(ServeError::Busy(format!(
+                "{} instances kept already; delete one first",
+                self.config.instances
+            )));
+        }
+        let uploaded = self.module(t, module)?;
+        let mut settings = p.served.settings.clone();
+        // A served instance's output is captured (never the server's).
+        settings.wasi.stdout = OutputMode::Capture;
+        settings.wasi.stderr = OutputMode::Capture;
+        settings.wasi.stdin = false;
+        let mut tenant = self.new_tenant(t, &settings)?;
+        let runtime = &self.devices[p.device].runtime;
+        tenant
+            .instantiate(runtime, &uploaded.module)
+            .await
+            .map_err(|e| ServeError::Guest(format!("instantiating: {}", one_line(&e))))?;
+        let id = p.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&p.instances).insert(
+            id,
+            Arc::new(Live {
+                module,
+                tenant: tokio::sync::Mutex::new(tenant),
+            }),
+        );
+        Ok(InstanceInfo { id, module })
+    }
+
+    /// Tenant `t`'s instances.
+    pub fn instances(&self, t: usize) -> Vec<InstanceInfo> {
+        lock(&self.party(t).instances)
+            .iter()
+            .map(|(&id, l)| InstanceInfo {
+                id,
+                module: l.module,
+            })
+            .collect()
+    }
+
+    /// Ends instance `id` of tenant `t` (once its call in flight, if any,
+    /// is done), freeing all it holds.
+    pub fn delete_instance(&self, t: usize, id: u64) -> Result<(), ServeError> {
+        lock(&self.party(t).instances)
+            .remove(&id)
+            .map(drop)
+            .ok_or_else(|| ServeError::NotFound(format!("no instance {id}")))
+    }
+
+    /// Runs `call` on the guests' runtime.
+    pub async fn on_guest_runtime<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = Result<T, ServeError>> + Send + 'static,
+    ) -> Result<T, ServeError> {
+        self.guests
+            .spawn(call)
+            .await
+            .unwrap_or_else(|e| Err(ServeError::Guest(format!("the call's task failed: {e}"))))
+    }
+
+    /// A call slot of tenant `t` (held while the call runs), or 429.
+    pub fn slot(&self, t: usize) -> Result<tokio::sync::OwnedSemaphorePermit, ServeError> {
+        let p = self.party(t);
+        Arc::clone(&p.in_flight).try_acquire_owned().map_err(|_| {
+            self.metrics.refused(&p.served.name);
+            ServeError::Busy(format!(
+                "{} calls in flight already",
+                self.config.calls_in_flight
+            ))
+        })
+    }
+
+    /// Calls export `export` of instance `id` with `args` (JSON numbers,
+    /// converted to its parameter types); its results as JSON numbers. The
+    /// caller holds one of the tenant's call [`slot`](Self::slot)s.
+    pub async fn invoke(
+        &self,
+        t: usize,
+        id: u64,
+        export: &str,
+        args: &[serde_json::Value],
+    ) -> Result<Vec<serde_json::Value>, ServeError> {
+        let p = self.party(t);
+        let live = lock(&p.instances)
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| ServeError::NotFound(format!("no instance {id}")))?;
+        let name = p.served.name.clone();
+        let call = async {
+            let mut tenant = live.tenant.lock().await;
+            let (instance, _) = tenant
+                .instantiated()
+                .map_err(|e| ServeError::BadRequest(one_line(&e)))?;
+            let func = instance
+                .get_func(tenant.store_mut(), export)
+                .ok_or_else(|| ServeError::NotFound(format!("no export `{export}`")))?;
+            let ty = func.ty(tenant.store());
+            let params: Vec<ValType> = ty.params().collect();
+            if params.len() != args.len() {
+                return Err(ServeError::BadRequest(format!(
+                    "`{export}` takes {} arguments, {} given",
+                    params.len(),
+                    args.len()
+                )));
+            }
+            let vals = params
+                .iter()
+                .zip(args)
+                .enumerate()
+                .map(|(i, (ty, v))| {
+                    to_val(ty, v).ok_or_else(|| {
+                        ServeError::BadRequest(format!("argument {i} is not a {ty}: {v}"))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut results = vec![Val::I32(0); ty.results().len()];
+            self.metrics.call(&name);
+            func.call_async(tenant.store_mut(), &vals, &mut results)
+                .await
+                .map_err(|e| {
+                    self.metrics.trap(&name);
+                    ServeError::Guest(format!("`{export}` failed: {}", one_line(&e)))
+                })?;
+            results
+                .iter()
+                .map(|v| {
+                    from_val(v).ok_or_else(|| {
+                        ServeError::Guest(format!(
+                            "`{export}` returned a {v:?}, which has no JSON form"
+                        ))
+                    })
+                })
+                .collect()
+        };
+        match tokio::time::timeout(self.config.request_timeout, call).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                // The call was stopped part-way: its instance cannot be trusted.
+                lock(&p.instances).remove(&id);
+                Err(ServeError::Timeout(format!(
+                    "`{export}` ran past {:?}; instance {id} was ended",
+                    self.config.request_timeout
+                )))
+            }
+        }
+    }
+
+    /// Runs module `module` of tenant `t` as a WASI command: a fresh
+    /// instance's `_start` with `argv` and `stdin`, its output captured.
+    /// The caller holds one of the tenant's call [`slot`](Self::slot)s.
+    pub async fn run(
+        &self,
+        t: usize,
+        module: u64,
+        argv: Vec<String>,
+        stdin: Bytes,
+    ) -> Result<RunOutcome, ServeError> {
+        let p = self.party(t);
+        let uploaded = self.module(t, module)?;
+        if !uploaded.exports.iter().any(|e| e == "_start") {
+            return Err(ServeError::BadRequest(
+                "the module exports no `_start` (not a WASI command)".into(),
+            ));
+        }
+        let mut settings = p.served.settings.clone();
+        settings.wasi.args = argv;
+        settings.wasi.stdin_bytes = Some(stdin);
+        settings.wasi.stdout = OutputMode::Capture;
+        settings.wasi.stderr = OutputMode::Capture;
+        let name = p.served.name.clone();
+        let call = async {
+            let mut tenant = self.new_tenant(t, &settings)?;
+            let runtime = &self.devices[p.device].runtime;
+            let instance = tenant
+                .instantiate(runtime, &uploaded.module)
+                .await
+                .map_err(|e| ServeError::Guest(format!("instantiating: {}", one_line(&e))))?;
+            let start = instance
+                .get_typed_func::<(), ()>(tenant.store_mut(), "_start")
+                .map_err(|e| ServeError::BadRequest(one_line(&e)))?;
+            self.metrics.call(&name);
+            let exit_code = match start.call_async(tenant.store_mut(), ()).await {
+                Ok(()) => 0,
+                Err(e) => match e.downcast_ref::<I32Exit>() {
+                    Some(exit) => exit.0,
+                    None => {
+                        self.metrics.trap(&name);
+                        return Err(ServeError::Guest(format!(
+                            "_start failed: {}",
+                            one_line(&e)
+                        )));
+                    }
+                },
+            };
+            let output = tenant.output();
+            Ok(RunOutcome {
+                exit_code,
+                stdout: String::from_utf8_lossy(&output.stdout()).into_owned(),
+                stderr: String::from_utf8_lossy(&output.stderr()).into_owned(),
+                output_capped: output.capped(),
+            })
+        };
+        tokio::time::timeout(self.config.request_timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ServeError::Timeout(format!(
+                    "the run took longer than {:?} and was stopped",
+                    self.config.request_timeout
+                )))
+            })
+    }
+
+    /// Ends every instance of every tenant (shutdown).
+    pub fn end_all(&self) {
+        for p in &self.parties {
+            lock(&p.instances).clear();
+            lock(&p.modules).clear();
+        }
+    }
+
+    /// The metrics, with each tenant's ledger and each device's free
+    /// memory read now.
+    pub fn scrape(&self) -> String {
+        for p in &self.parties {
+            for (r, used, _) in p.ledger.snapshot().iter() {
+                self.metrics.set_in_use(&p.served.name, r.name(), used);
+            }
+        }
+        for d in &self.devices {
+            if let Ok(m) = d.runtime.driver().mem_info() {
+                self.metrics.set_device_free(d.ordinal, m.free);
+            }
+        }
+        self.metrics.render()
+    }
+
+    /// What tenant `t`'s ledger holds now, by resource (nonzero only).
+    pub fn usage(&self, t: usize) -> Vec<(String, u64)> {
+        self.party(t)
+            .ledger
+            .snapshot()
+            .iter()
+            .filter(|&(_, used, _)| used != 0)
+            .map(|(r, used, _)| (r.name().to_string(), used))
+            .collect()
+    }
+}
+
+/// The device for a tenant with none configured: the fewest tenants, then
+/// the most free memory.
+fn place<D>(devices: &[DeviceRuntime<D>]) -> usize
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    let free = |d: &DeviceRuntime<D>| d.runtime.driver().mem_info().map_or(0, |m| m.free);
+    (0..devices.len())
+        .min_by_key(|&i| {
+            let d = &devices[i];
+            (
+                d.tenants.load(Ordering::Relaxed),
+                std::cmp::Reverse(free(d)),
+            )
+        })
+        .unwrap_or(0)
+}
+
+fn to_val(ty: &ValType, v: &serde_json::Value) -> Option<Val> {
+    Some(match ty {
+        ValType::I32 => Val::I32(i32::try_from(v.as_i64()?).ok().or_else(|| {
+            // Unsigned 32-bit values are accepted as their bits.
+            u32::try_from(v.as_u64()?).ok().map(|u| u as i32)
+        })?),
+        ValType::I64 => Val::I64(v.as_i64().or_else(|| v.as_u64().map(|u| u as i64))?),
+        ValType::F32 => Val::F32((v.as_f64()? as f32).to_bits()),
+        ValType::F64 => Val::F64(v.as_f64()?.to_bits()),
+        _ => return None,
+    })
+}
+
+fn from_val(v: &Val) -> Option<serde_json::Value> {
+    Some(match *v {
+        Val::I32(x) => x.into(),
+        Val::I64(x) => x.into(),
+        Val::F32(bits) => serde_json::Number::from_f64(f64::from(f32::from_bits(bits)))?.into(),
+        Val::F64(bits) => serde_json::Number::from_f64(f64::from_bits(bits))?.into(),
+        _ => return None,
+    })
+}

@@ -1,0 +1,492 @@
+//! `tensorwasm serve` for real: the binary started on a free port with a
+//! config file, driven by an HTTP client (ureq). Every endpoint, missing and
+//! wrong tokens, one tenant reaching for another's module and instance,
+//! oversized and malformed uploads and bodies, the limits (429), the
+//! request timeout (504), and a shutdown with a call in flight. The CPU
+//! driver in CI; on a GPU `TW_SERVE_DRIVER=cuda` (and `TENSORWASM_BIN` for
+//! the carried binary) runs the same suite there.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+use tensorwasm_embed::serve::token_digest;
+use ureq::Agent;
+
+/// A guest: `add(a, b)`, `scale(x) -> x * 2.5` (f64), `double_on_device(n)`
+/// (a Wasm kernel doubling n floats written by the guest, returning their
+/// sum), `sleep_ms(ms)` (spins on the WASI clock), `trap`.
+const GUEST: &str = r#"(module
+  (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
+  (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
+  (import "wasi_snapshot_preview1" "clock_time_get" (func $clock (param i32 i64 i32) (result i32)))
+  (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
+  (import "tensorwasm_kernel" "block_idx_x" (func $bid (result i32)))
+  (import "tensorwasm_kernel" "block_dim_x" (func $bdim (result i32)))
+  (memory (export "memory") 2)
+  ;; function 7: doubles n floats at p
+  (func $double (param $p i32) (param $n i32) (local $i i32) (local $a i32)
+    (local.set $i (i32.add (i32.mul (call $bid) (call $bdim)) (call $tid)))
+    (if (i32.lt_u (local.get $i) (local.get $n)) (then
+      (local.set $a (i32.add (local.get $p) (i32.shl (local.get $i) (i32.const 2))))
+      (f32.store (local.get $a) (f32.mul (f32.load (local.get $a)) (f32.const 2))))))
+  (func (export "add") (param i32 i32) (result i32) (i32.add (local.get 0) (local.get 1)))
+  (func (export "scale") (param f64) (result f64) (f64.mul (local.get 0) (f64.const 2.5)))
+  (func (export "trap") unreachable)
+  (func $now (result i64)
+    (drop (call $clock (i32.const 1) (i64.const 1) (i32.const 0x10)))
+    (i64.load (i32.const 0x10)))
+  (func (export "sleep_ms") (param $ms i64) (local $end i64)
+    (local.set $end (i64.add (call $now) (i64.mul (local.get $ms) (i64.const 1000000))))
+    (loop $l (br_if $l (i64.lt_u (call $now) (local.get $end)))))
+  (func (export "double_on_device") (param $n i32) (result f64) (local $i i32) (local $s f64)
+    (loop $fill
+      (f32.store (i32.add (i32.const 0x1000) (i32.shl (local.get $i) (i32.const 2)))
+        (f32.convert_i32_u (local.get $i)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $fill (i32.lt_u (local.get $i) (local.get $n))))
+    (if (call $kernel_get (i32.const 7) (i32.const 0x20)) (then (return (f64.const -1))))
+    ;; args at 0x100: i32 0x1000, i32 n (24-byte descriptors, tag 0 = i32)
+    (i32.store (i32.const 0x100) (i32.const 0))
+    (i64.store (i32.const 0x108) (i64.const 0x1000))
+    (i32.store (i32.const 0x118) (i32.const 0))
+    (i64.store (i32.const 0x120) (i64.extend_i32_u (local.get $n)))
+    (if (call $launch (i64.load (i32.const 0x20)) (i32.div_u (i32.add (local.get $n) (i32.const 63)) (i32.const 64))
+          (i32.const 1) (i32.const 1) (i32.const 64) (i32.const 1) (i32.const 1) (i32.const 0)
+          (i32.const 0x100) (i32.const 2) (i32.const 0x28))
+      (then (return (f64.const -2))))
+    (if (call $wait (i64.load (i32.const 0x28))) (then (return (f64.const -3))))
+    (local.set $i (i32.const 0))
+    (loop $sum
+      (local.set $s (f64.add (local.get $s) (f64.promote_f32
+        (f32.load (i32.add (i32.const 0x1000) (i32.shl (local.get $i) (i32.const 2)))))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $sum (i32.lt_u (local.get $i) (local.get $n))))
+    (local.get $s)))"#;
+
+/// A WASI command: echoes its argv and stdin, exits with argv's count.
+const COMMAND: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_read" (func $read (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "args_sizes_get" (func $sizes (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (func (export "_start") (local $n i32)
+    ;; stdin into 0x1000 (up to 4096 bytes), then write it to stdout
+    (i32.store (i32.const 0x10) (i32.const 0x1000))
+    (i32.store (i32.const 0x14) (i32.const 4096))
+    (drop (call $read (i32.const 0) (i32.const 0x10) (i32.const 1) (i32.const 0x20)))
+    (i32.store (i32.const 0x14) (i32.load (i32.const 0x20)))
+    (drop (call $write (i32.const 1) (i32.const 0x10) (i32.const 1) (i32.const 0x24)))
+    (drop (call $sizes (i32.const 0x30) (i32.const 0x34)))
+    (call $exit (i32.load (i32.const 0x30)))))"#;
+
+struct Served {
+    child: Child,
+    url: String,
+    agent: Agent,
+    dir: PathBuf,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn binary() -> PathBuf {
+    std::env::var_os("TENSORWASM_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_tensorwasm")),
+        PathBuf::from,
+    )
+}
+
+/// Starts the server with `extra` config lines and tenants `a` (untrusted,
+/// token "token-a") and `b` (trusted, "token-b").
+fn start(what: &str, extra: &str) -> Served {
+    let dir = std::env::temp_dir().join(format!("tw-serve-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\n{extra}\n\
+         [[tenant]]\nname = \"a\"\ntoken_sha256 = \"{}\"\n\
+         [tenant.settings.quota]\ndevice_bytes = 1048576\n\
+         [[tenant]]\nname = \"b\"\ntoken_sha256 = \"{}\"\n\
+         [tenant.settings]\ntrusted = true\n",
+        token_digest("token-a"),
+        token_digest("token-b")
+    );
+    let path = dir.join("serve.toml");
+    std::fs::write(&path, config).unwrap();
+    let driver = std::env::var("TW_SERVE_DRIVER").unwrap_or_else(|_| "cpu".into());
+    let mut child = Command::new(binary())
+        .args(["serve", "--driver", &driver, "--config"])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start tensorwasm serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("tensorwasm serve: listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    let agent: Agent = Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    Served {
+        child,
+        url,
+        agent,
+        dir,
+    }
+}
+
+impl Served {
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Body>,
+    ) -> (u16, Value) {
+        let url = format!("{}{path}", self.url);
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let response = match method {
+            "GET" | "DELETE" => {
+                let mut r = if method == "GET" {
+                    self.agent.get(&url)
+                } else {
+                    self.agent.delete(&url)
+                };
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.call()
+            }
+            _ => {
+                let mut r = self.agent.post(&url);
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                match body {
+                    Some(Body::Json(v)) => r.send_json(v),
+                    Some(Body::Bytes(b)) => r.send(&b[..]),
+                    None => r.send_empty(),
+                }
+            }
+        }
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = response.status().as_u16();
+        let text = response.into_body().read_to_string().unwrap_or_default();
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    fn get(&self, path: &str, token: &str) -> (u16, Value) {
+        self.call("GET", path, Some(token), None)
+    }
+
+    fn post(&self, path: &str, token: &str, body: Value) -> (u16, Value) {
+        self.call("POST", path, Some(token), Some(Body::Json(body)))
+    }
+
+    fn upload(&self, token: &str, module: &[u8]) -> (u16, Value) {
+        self.call(
+            "POST",
+            "/v1/modules",
+            Some(token),
+            Some(Body::Bytes(module.to_vec())),
+        )
+    }
+
+    fn instance(&self, token: &str, module: &str) -> u64 {
+        let (s, m) = self.upload(token, module.as_bytes());
+        assert_eq!(s, 201, "{m}");
+        let (s, i) = self.post("/v1/instances", token, json!({ "module": m["id"] }));
+        assert_eq!(s, 201, "{i}");
+        i["id"].as_u64().unwrap()
+    }
+}
+
+enum Body {
+    Json(Value),
+    Bytes(Vec<u8>),
+}
+
+#[test]
+fn every_endpoint_for_real() {
+    let s = start("endpoints", "");
+    assert_eq!(s.call("GET", "/healthz", None, None).0, 200);
+    let (status, who) = s.get("/v1/whoami", "token-a");
+    assert_eq!(status, 200);
+    assert_eq!(who["tenant"], "a");
+    let (status, m) = s.upload("token-a", GUEST.as_bytes());
+    assert_eq!(status, 201, "{m}");
+    let module = m["id"].as_u64().unwrap();
+    assert!(
+        m["exports"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("double_on_device"))
+    );
+    assert_eq!(
+        s.get("/v1/modules", "token-a").1.as_array().unwrap().len(),
+        1
+    );
+    let (status, i) = s.post("/v1/instances", "token-a", json!({ "module": module }));
+    assert_eq!(status, 201, "{i}");
+    let id = i["id"].as_u64().unwrap();
+    assert_eq!(s.get("/v1/instances", "token-a").1[0]["module"], module);
+    let invoke = |export: &str, args: Value| {
+        s.post(
+            &format!("/v1/instances/{id}/invoke"),
+            "token-a",
+            json!({ "export": export, "args": args }),
+        )
+    };
+    assert_eq!(
+        invoke("add", json!([2, 40])),
+        (200, json!({ "results": [42] }))
+    );
+    assert_eq!(
+        invoke("scale", json!([1.5])),
+        (200, json!({ "results": [3.75] }))
+    );
+    // sum of 2i for i < 1000
+    assert_eq!(
+        invoke("double_on_device", json!([1000])),
+        (200, json!({ "results": [999000.0] }))
+    );
+    let (status, e) = invoke("trap", json!([]));
+    assert_eq!(status, 422, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("unreachable"), "{e}");
+    // The instance survives a trap.
+    assert_eq!(invoke("add", json!([1, 1])).1, json!({ "results": [2] }));
+    // A WASI command: argv and stdin in, exit code and output out.
+    let (status, c) = s.upload("token-a", COMMAND.as_bytes());
+    assert_eq!(status, 201, "{c}");
+    let (status, out) = s.post(
+        &format!("/v1/modules/{}/run", c["id"]),
+        "token-a",
+        json!({ "argv": ["echo", "x", "y"], "stdin": "hello from stdin" }),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["exit_code"], 3);
+    assert_eq!(out["stdout"], "hello from stdin");
+    // Metrics count the tenant's calls and traps.
+    let (status, metrics) = s.call("GET", "/metrics", None, None);
+    assert_eq!(status, 200);
+    let text = metrics.as_str().unwrap();
+    assert!(
+        text.contains("tensorwasm_calls_total{tenant=\"a\"} 6"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tensorwasm_traps_total{tenant=\"a\"} 1"),
+        "{text}"
+    );
+    // Deletes: everything goes, and the quota with it.
+    assert_eq!(
+        s.call(
+            "DELETE",
+            &format!("/v1/instances/{id}"),
+            Some("token-a"),
+            None
+        )
+        .0,
+        204
+    );
+    assert_eq!(
+        s.call(
+            "DELETE",
+            &format!("/v1/modules/{module}"),
+            Some("token-a"),
+            None
+        )
+        .0,
+        204
+    );
+    assert_eq!(s.get("/v1/instances", "token-a").1, json!([]));
+    assert_eq!(s.get("/v1/whoami", "token-a").1["quota_in_use"], json!([]));
+}
+
+#[test]
+fn tokens_are_checked_and_tenants_see_only_their_own() {
+    let s = start("auth", "");
+    let id = s.instance("token-a", GUEST);
+    for token in [None, Some("token-c"), Some("")] {
+        let (status, e) = s.call("GET", "/v1/modules", token, None);
+        assert_eq!(status, 401, "{token:?}: {e}");
+    }
+    let (status, _) = s.call(
+        "POST",
+        "/v1/modules",
+        Some("token-c"),
+        Some(Body::Bytes(GUEST.into())),
+    );
+    assert_eq!(status, 401);
+    // b sees none of a's, and cannot call, run or delete them.
+    assert_eq!(s.get("/v1/modules", "token-b").1, json!([]));
+    assert_eq!(s.get("/v1/instances", "token-b").1, json!([]));
+    let (status, _) = s.post(
+        &format!("/v1/instances/{id}/invoke"),
+        "token-b",
+        json!({ "export": "add", "args": [1, 2] }),
+    );
+    assert_eq!(status, 404);
+    assert_eq!(
+        s.call(
+            "DELETE",
+            &format!("/v1/instances/{id}"),
+            Some("token-b"),
+            None
+        )
+        .0,
+        404
+    );
+    assert_eq!(
+        s.call("DELETE", "/v1/modules/1", Some("token-b"), None).0,
+        404
+    );
+    // a's instance is untouched.
+    let (status, r) = s.post(
+        &format!("/v1/instances/{id}/invoke"),
+        "token-a",
+        json!({ "export": "add", "args": [1, 2] }),
+    );
+    assert_eq!((status, r), (200, json!({ "results": [3] })));
+}
+
+#[test]
+fn bad_uploads_and_bodies_are_refused() {
+    let s = start("bad", "module_bytes = 65536\n");
+    let (status, e) = s.upload("token-a", &vec![0u8; 65537]);
+    assert_eq!(status, 413, "{e}");
+    let (status, e) = s.upload("token-a", b"\0asm\x01\0\0\0\xff garbage");
+    assert_eq!(status, 400, "{e}");
+    let (status, e) = s.upload(
+        "token-a",
+        b"(module (func (export \"f\") (result i32) i64.const 1))",
+    );
+    assert_eq!(status, 400, "{e}");
+    assert_eq!(s.get("/v1/modules", "token-a").1, json!([]));
+    let id = s.instance("token-a", GUEST);
+    let path = format!("/v1/instances/{id}/invoke");
+    for (body, want) in [
+        (json!({ "export": "nothing" }), 404),
+        (json!({ "export": "add", "args": [1] }), 400),
+        (json!({ "export": "add", "args": ["one", 2] }), 400),
+        (json!({ "export": "add", "args": [1, 2], "extra": 1 }), 422),
+        (json!({ "module": 1 }), 422),
+    ] {
+        let (status, e) = s.post(&path, "token-a", body.clone());
+        assert_eq!(status, want, "{body}: {e}");
+    }
+    let (status, _) = s.call(
+        "POST",
+        &path,
+        Some("token-a"),
+        Some(Body::Bytes(b"{not json".to_vec())),
+    );
+    assert!(status == 400 || status == 415, "{status}");
+    let (status, _) = s.post("/v1/instances", "token-a", json!({ "module": 99 }));
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn limits_answer_429_and_timeouts_504() {
+    let s = start(
+        "limits",
+        "calls_in_flight = 1\ninstances = 2\nrequest_timeout_ms = 1500\n",
+    );
+    let first = s.instance("token-a", GUEST);
+    let _second = s.instance("token-a", GUEST);
+    let (status, e) = s.post("/v1/instances", "token-a", json!({ "module": 1 }));
+    assert_eq!(status, 429, "{e}");
+    // One call in flight: the next is refused, not queued.
+    std::thread::scope(|scope| {
+        let slow = scope.spawn(|| {
+            s.post(
+                &format!("/v1/instances/{first}/invoke"),
+                "token-a",
+                json!({ "export": "sleep_ms", "args": [700] }),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(250));
+        let (status, e) = s.post(
+            &format!("/v1/instances/{first}/invoke"),
+            "token-a",
+            json!({ "export": "add", "args": [1, 2] }),
+        );
+        assert_eq!(status, 429, "{e}");
+        // Another tenant is not held up.
+        let other = s.instance("token-b", GUEST);
+        let (status, _) = s.post(
+            &format!("/v1/instances/{other}/invoke"),
+            "token-b",
+            json!({ "export": "add", "args": [1, 2] }),
+        );
+        assert_eq!(status, 200);
+        assert_eq!(slow.join().unwrap().0, 200);
+    });
+    let (_, metrics) = s.call("GET", "/metrics", None, None);
+    assert!(
+        metrics
+            .as_str()
+            .unwrap()
+            .contains("tensorwasm_refused_total{tenant=\"a\"} 1"),
+        "{metrics}"
+    );
+    // Past the request timeout: 504, and the instance is ended.
+    let started = Instant::now();
+    let (status, e) = s.post(
+        &format!("/v1/instances/{first}/invoke"),
+        "token-a",
+        json!({ "export": "sleep_ms", "args": [60000] }),
+    );
+    assert_eq!(status, 504, "{e}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let (status, _) = s.post(
+        &format!("/v1/instances/{first}/invoke"),
+        "token-a",
+        json!({ "export": "add", "args": [1, 2] }),
+    );
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn shutdown_lets_the_call_in_flight_finish() {
+    let mut s = start("shutdown", "");
+    let id = s.instance("token-a", GUEST);
+    let pid = s.child.id();
+    std::thread::scope(|scope| {
+        let slow = scope.spawn(|| {
+            s.post(
+                &format!("/v1/instances/{id}/invoke"),
+                "token-a",
+                json!({ "export": "sleep_ms", "args": [800] }),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill(2) on the server's pid, which this test owns.
+        let r = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(r, 0);
+        let (status, _) = slow.join().unwrap();
+        assert_eq!(status, 200, "the call in flight finished");
+    });
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    // Nothing listens any more.
+    assert!(s.agent.get(&format!("{}/healthz", s.url)).call().is_err());
+}
