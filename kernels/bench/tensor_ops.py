@@ -194,6 +194,7 @@ F32_SPLIT_K_SHARED = 3 * (32 * (128 + 4) + 32 * 128) * 4
 SIGS = {
     "gemm": "pppiiiqqqqqqff",
     "gemm_tma": "mmpiiiqqiiff",
+    "gemm_tma16": "mmpiiiiqqiiff",
     "reduce": "ppiii",
     "softmax": "ppii",
     "layernorm": "ppppiif",
@@ -207,6 +208,9 @@ SIGS = {
 # them (kernels/src/table/gemm.rs: the same rules).
 TMA_BM = 128
 TMA_TF32_BN = 128
+# Blocks of a 16-bit TMA GEMM: it walks its tiles blockIdx.x, + gridDim.x, ... on min(tiles, this) blocks, about
+# one per SM of an H100 (table/gemm.rs, TMA_PERSISTENT_BLOCKS).
+TMA_PERSISTENT_BLOCKS = 132
 
 
 # cuTensorMapEncodeTiled's data types (cuda.h, CUtensorMapDataType): the TF32 GEMM's maps are TFLOAT32 (the TMA
@@ -214,13 +218,18 @@ TMA_TF32_BN = 128
 CU_TENSOR_MAP_DATA_TYPE = {"f16": 6, "f32": 7, "bf16": 9, "tf32": 11}
 
 
+# Shared memory through which the 16-bit TMA GEMMs store C (table/gemm.rs, TMA_EPILOGUE_BYTES).
+TMA_EPILOGUE_BYTES = 8 * 16 * 40 * 4
+
+
 def tma_shared_bytes(bm, bn, esize):
     """Dynamic shared memory of a TMA GEMM: as many stages as fit 192 KiB (at most 8), their mbarriers (full and
-    empty) and 1 KiB of alignment slack (table/gemm.rs, tma_shared_bytes)."""
+    empty), for 16-bit inputs the epilogue's staging, and 1 KiB of alignment slack (table/gemm.rs,
+    tma_shared_bytes)."""
     bk = 64 if esize == 2 else 32
     stage = (bm + bn) * bk * esize
     stages = min(192 * 1024 // stage, 8)
-    return stages * stage + 2 * stages * 8 + 1024
+    return stages * stage + 2 * stages * 8 + (TMA_EPILOGUE_BYTES if esize == 2 else 0) + 1024
 
 
 def tma_tf32_bm(M, N, batch):
@@ -318,9 +327,14 @@ class Kernels:
                                  box_a, 3)
         tb = self.drv.tensor_map(dt, B, (N, K, batch if zB else 1), (ldb * esz, tma_batch_stride(sB, K, ldb, esz)),
                                  box_b, 3)
-        grid = (-(-N // bn), -(-M // bm), batch)
-        self.drv.launch(fn, grid, (384, 1, 1), SIGS["gemm_tma"],
-                        [ta, tb, C, M, N, K, ldc, sC, zA, zB, alpha, beta], self.stream(), shared=smem)
+        if "tf32" in name:
+            grid = (-(-N // bn), -(-M // bm), batch)
+            self.drv.launch(fn, grid, (384, 1, 1), SIGS["gemm_tma"],
+                            [ta, tb, C, M, N, K, ldc, sC, zA, zB, alpha, beta], self.stream(), shared=smem)
+        else:  # persistent: min(tiles, TMA_PERSISTENT_BLOCKS) blocks walk the tiles; batch is a parameter
+            grid = (min(-(-N // bn) * -(-M // bm) * batch, TMA_PERSISTENT_BLOCKS), 1, 1)
+            self.drv.launch(fn, grid, (384, 1, 1), SIGS["gemm_tma16"],
+                            [ta, tb, C, M, N, K, batch, ldc, sC, zA, zB, alpha, beta], self.stream(), shared=smem)
 
     # Reductions, softmax and layer norm: the entry kernels/src/table.rs (plan) picks, unless `entry` names
     # another (every entry is correct for every size), with that entry's geometry from docs/tensor-ops.md.

@@ -20,10 +20,20 @@
 // "empty" per stage). Warpgroups 1 and 2 are the consumers: each multiplies
 // 64 rows x TBN columns with wgmma.m64nTBNk16 straight from shared memory
 // (A K-major, B N-major), keeps one tile's wgmmas in flight while it
-// releases the stage before, and writes its part of the tile of C with
-// bounds checks. Registers move from the producer to the consumers with
-// setmaxnreg. Grid: (ceil(N / TBN), ceil(M / 128), batch), tiles walked in
-// groups of T_GROUP_M tile rows like the other GEMMs.
+// releases the stage before, and writes its part of the tile of C.
+// Registers move from the producer to the consumers with setmaxnreg.
+//
+// Persistent: grid (min(tiles, TMA_PERSISTENT_BLOCKS of table/gemm.rs), 1,
+// 1); block b takes tiles b, b + gridDim.x, ... of the
+// ceil(M / 128) * ceil(N / TBN) * batch (batch by batch, each walked in
+// groups of T_GROUP_M tile rows like the other GEMMs). The ring runs on
+// across tiles, so the producer loads the next tile while the consumers
+// store this one. Stores: interior tiles with C 16-byte aligned and ldc a
+// multiple of 4 go through 20 KiB of shared memory, 32 columns at a time,
+// so that each warp store writes whole 128-byte lines (the H100 measured
+// the plain 8-byte stores, 8 rows per warp store, as most of the gap to
+// cuBLAS); other tiles store pairs with bounds checks. Every path adds the
+// same products in the same order: C is the same bit for bit.
 
 namespace tw_detail {
 namespace tma {
@@ -41,16 +51,25 @@ constexpr int T_CONSUMER_WARPS = 8;
 #endif
 constexpr int T_GROUP_M = TW_TMA_GROUP_M;
 
+// The epilogue's staging: per consumer warp 16 rows x 32 columns of f32,
+// rows padded to 40 words (conflict-free float2 writes, float4 reads);
+// 20 KiB in all, after the ring's mbarriers.
+constexpr int T_EPI_LD = 40;
+constexpr int T_EPI_WARP = 16 * T_EPI_LD;
+constexpr int T_EPI_BYTES = T_CONSUMER_WARPS * T_EPI_WARP * 4;
+
 // A tile of TBN (256, 128 or 64) columns: its stage (A, then TBN / 64 boxes of
 // B), its ring depth (as many stages as fit 192 KiB) and the dynamic shared
 // memory it needs: the stages (1024-byte aligned for the 128-byte swizzle),
-// 2 * stages mbarriers, and 1024 bytes of slack to align the window.
+// 2 * stages mbarriers, the epilogue's staging and 1024 bytes of slack to
+// align the window.
 template <int TBN>
 struct Shape {
   static constexpr int B_BYTES = TBK * TBN * 2;
   static constexpr int STAGE_BYTES = T_A_BYTES + B_BYTES;
   static constexpr int STAGES = 192 * 1024 / STAGE_BYTES;
-  static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;
+  static constexpr int EPI_OFFSET = STAGES * STAGE_BYTES + 2 * STAGES * 8;
+  static constexpr int SMEM_BYTES = EPI_OFFSET + T_EPI_BYTES + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 opt-in shared memory");
 };
 
@@ -170,10 +189,39 @@ TW_DI void wgmma64(float (&d)[32], unsigned long long da, unsigned long long db,
   }
 }
 
+// Tile t of a persistent walk (t < tiles_m * tiles_n * batch): batch z =
+// t / (tiles_m * tiles_n), then within a batch groups of T_GROUP_M tile
+// rows, down the rows of a group first (tile_origin's order), so the blocks
+// in flight share panels of A and B in L2. U: unsigned (every walk of fewer
+// than 2^32 tiles: 64-bit division is a long subroutine on the producer's
+// path to its first load) or unsigned long long.
+template <typename U>
+TW_DI void tma_tile(U t, U tiles_m, U tiles_n, int& m0, int& n0, int& z, int tbn) {
+  const U per_batch = tiles_m * tiles_n;
+  const U zb = t / per_batch;
+  const U pid = t - zb * per_batch;
+  const U per_group = static_cast<U>(tma::T_GROUP_M) * tiles_n;
+  const U group = pid / per_group;
+  const U first_m = group * tma::T_GROUP_M;
+  const U size_m = min(tiles_m - first_m, static_cast<U>(tma::T_GROUP_M));
+  const U local = pid - group * per_group;
+  const U col = local / size_m;
+  z = static_cast<int>(zb);
+  m0 = static_cast<int>((first_m + (local - col * size_m)) * tma::TBM);
+  n0 = static_cast<int>(col * tbn);
+}
+TW_DI void tma_tile(long long t, long long tiles, int tiles_m, int tiles_n, int& m0, int& n0,
+                    int& z, int tbn) {
+  if (tiles <= 0xffffffffll)
+    tma_tile<unsigned>(static_cast<unsigned>(t), tiles_m, tiles_n, m0, n0, z, tbn);
+  else
+    tma_tile<unsigned long long>(t, tiles_m, tiles_n, m0, n0, z, tbn);
+}
+
 template <bool BF16, int TBN>
 TW_DI void gemm_tma(const TensorMap& tmA, const TensorMap& tmB, float* __restrict__ C, int M,
-                    int N, int K, long long ldc, long long sC, int zA, int zB, float alpha,
-                    float beta) {
+                    int N, int K, int batch, long long ldc, long long sC, int zA, int zB,
+                    float alpha, float beta) {
   using namespace tma;  // T_* / TB*: this kernel's constants
   constexpr int T_STAGES = Shape<TBN>::STAGES;
   constexpr int T_STAGE_BYTES = Shape<TBN>::STAGE_BYTES;
@@ -185,29 +233,39 @@ TW_DI void gemm_tma(const TensorMap& tmA, const TensorMap& tmB, float* __restric
   const int wg = tid >> 7;
   init_ring<T_STAGES>(bars);
 
-  int m0, n0;
-  tile_origin<TBM, TBN, T_GROUP_M>(m0, n0);
-  const int z = blockIdx.z;
+  const int tiles_m = (M + TBM - 1) / TBM, tiles_n = (N + TBN - 1) / TBN;
+  const long long tiles = (long long)tiles_m * tiles_n * batch;
   const int numK = (K + TBK - 1) / TBK;
 
+  // Both roles walk the same tiles (blockIdx.x, + gridDim.x, ...) and the
+  // same ring: stage s and its phase run on across tiles, so the producer
+  // fills the next tile's stages while the consumers store this one.
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (tid == 0) {
       prefetch_maps(tmA, tmB);
-      for (int kt = 0; kt < numK; ++kt) {
-        const int s = kt % T_STAGES;
-        const unsigned ph = (kt / T_STAGES) & 1;
-        // The stage's previous use (tile kt - T_STAGES) released by every
-        // consumer warp; the first round passes at once.
-        mbar_wait(bars + 8 * (T_STAGES + s), ph ^ 1);
-        const unsigned full = bars + 8 * s;
-        mbar_expect_tx(full, T_STAGE_BYTES);
-        const unsigned a = base + s * T_STAGE_BYTES;
-        const unsigned b = a + T_A_BYTES;
-        tma_load_3d(a, &tmA, full, kt * TBK, m0, z * zA);
+      int s = 0;
+      unsigned ph = 0;
+      for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int m0, n0, z;
+        tma_tile(t, tiles, tiles_m, tiles_n, m0, n0, z, TBN);
+        for (int kt = 0; kt < numK; ++kt) {
+          // The stage's previous use released by every consumer warp; the
+          // first round passes at once.
+          mbar_wait(bars + 8 * (T_STAGES + s), ph ^ 1);
+          const unsigned full = bars + 8 * s;
+          mbar_expect_tx(full, T_STAGE_BYTES);
+          const unsigned a = base + s * T_STAGE_BYTES;
+          const unsigned b = a + T_A_BYTES;
+          tma_load_3d(a, &tmA, full, kt * TBK, m0, z * zA);
 #pragma unroll
-        for (int j = 0; j < TBN / 64; ++j)
-          tma_load_3d(b + j * T_B_BOX_BYTES, &tmB, full, n0 + 64 * j, kt * TBK, z * zB);
+          for (int j = 0; j < TBN / 64; ++j)
+            tma_load_3d(b + j * T_B_BOX_BYTES, &tmB, full, n0 + 64 * j, kt * TBK, z * zB);
+          if (++s == T_STAGES) {
+            s = 0;
+            ph ^= 1;
+          }
+        }
       }
     }
     return;
@@ -217,52 +275,100 @@ TW_DI void gemm_tma(const TensorMap& tmA, const TensorMap& tmB, float* __restric
   const int cw = wg - 1;  // this consumer's 64 rows: cw * 64
   const int lane = tid & 31, wq = (tid >> 5) & 3;
   constexpr int ND = TBN / 2;  // accumulators per thread
-  float d[ND];
+  int s = 0;
+  unsigned ph = 0;
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    float d[ND];
 #pragma unroll
-  for (int i = 0; i < ND; ++i) d[i] = 0.0f;
-
-  for (int kt = 0; kt < numK; ++kt) {
-    const int s = kt % T_STAGES;
-    mbar_wait(bars + 8 * s, (kt / T_STAGES) & 1);
-    const unsigned a = base + s * T_STAGE_BYTES + cw * 64 * 128;
-    const unsigned b = base + s * T_STAGE_BYTES + T_A_BYTES;
-    wgmma_fence();
+    for (int i = 0; i < ND; ++i) d[i] = 0.0f;
+    int prev = 0;  // the stage of the K tile before
+    for (int kt = 0; kt < numK; ++kt) {
+      mbar_wait(bars + 8 * s, ph);
+      const unsigned a = base + s * T_STAGE_BYTES + cw * 64 * 128;
+      const unsigned b = base + s * T_STAGE_BYTES + T_A_BYTES;
+      wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < TBK / 16; ++ks) {
-      // A: 128-byte rows, 8-row groups 1024 bytes apart, + 32 bytes per k16.
-      // B: 64-column boxes 8 KiB apart (LBO), 8-row groups 1024 bytes apart
-      // (SBO), k16 = 16 rows = 2048 bytes.
-      const unsigned long long da = gmma_desc(a + ks * 32, 16, 1024, 1);
-      const unsigned long long db = gmma_desc(b + ks * 2048, T_B_BOX_BYTES, 1024, 1);
-      if constexpr (TBN == 256)
-        wgmma256<BF16>(d, da, db, 1);
-      else if constexpr (TBN == 128)
-        wgmma_ss<BF16>(d, da, db);
-      else
-        wgmma64<BF16>(d, da, db, 1);
+      for (int ks = 0; ks < TBK / 16; ++ks) {
+        // A: 128-byte rows, 8-row groups 1024 bytes apart, + 32 bytes per
+        // k16. B: 64-column boxes 8 KiB apart (LBO), 8-row groups 1024
+        // bytes apart (SBO), k16 = 16 rows = 2048 bytes.
+        const unsigned long long da = gmma_desc(a + ks * 32, 16, 1024, 1);
+        const unsigned long long db = gmma_desc(b + ks * 2048, T_B_BOX_BYTES, 1024, 1);
+        if constexpr (TBN == 256)
+          wgmma256<BF16>(d, da, db, 1);
+        else if constexpr (TBN == 128)
+          wgmma_ss<BF16>(d, da, db);
+        else
+          wgmma64<BF16>(d, da, db, 1);
+      }
+      wgmma_commit();
+      // The wgmmas of K tile kt - 1 are done: release its stage.
+      wgmma_wait<1>();
+      if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (T_STAGES + prev));
+      prev = s;
+      if (++s == T_STAGES) {
+        s = 0;
+        ph ^= 1;
+      }
     }
-    wgmma_commit();
-    // The wgmmas of tile kt - 1 are done: release its stage.
-    wgmma_wait<1>();
-    if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (T_STAGES + (kt - 1) % T_STAGES));
-  }
-  wgmma_wait<0>();
+    wgmma_wait<0>();
 #pragma unroll
-  for (int i = 0; i < ND; ++i) asm volatile("" : "+f"(d[i])::"memory");
-  tile_origin<TBM, TBN, T_GROUP_M>(m0, n0);
+    for (int i = 0; i < ND; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    // The last K tile's stage goes back before the stores: the producer is
+    // already loading the next tile.
+    if (lane == 0) mbar_arrive(bars + 8 * (T_STAGES + prev));
+    int m0, n0, z;
+    tma_tile(t, tiles, tiles_m, tiles_n, m0, n0, z, TBN);
 
-  // Accumulators of m64nTBNk16: warp wq owns rows 16 wq + g (+8); d[4 j + e]
-  // is column 8 j + 2 t + (e & 1) of row g + 8 (e >> 1).
-  const int g = lane >> 2, t = lane & 3;
-  C += (long long)z * sC;
-  const bool c_vec = ((reinterpret_cast<uintptr_t>(C) & 7) == 0) && (ldc & 1) == 0 &&
-                     m0 + TBM <= M && n0 + TBN <= N;
+    // Accumulators of m64nTBNk16: warp wq owns rows 16 wq + g (+8); d[4 j + e]
+    // is column 8 j + 2 t + (e & 1) of row g + 8 (e >> 1).
+    const int g = lane >> 2, q = lane & 3;
+    float* Cz = C + (long long)z * sC;
+    const bool inside = m0 + TBM <= M && n0 + TBN <= N;
+    if (inside && (reinterpret_cast<uintptr_t>(Cz) & 15) == 0 && (ldc & 3) == 0) {
+      // Through shared memory, 32 columns at a time: each warp store then
+      // writes whole 128-byte lines (4 rows x 32 columns) instead of 8
+      // rows x 8 bytes.
+      float* eb = reinterpret_cast<float*>(dsmem + (base - smem_addr(dsmem)) +
+                                           Shape<TBN>::EPI_OFFSET) +
+                  (cw * 4 + wq) * T_EPI_WARP;
+      const int rr = lane >> 3, cc = (lane & 7) * 4;
+      float* crow = Cz + (long long)(m0 + cw * 64 + wq * 16 + rr) * ldc + n0 + cc;
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr)
+      for (int jc = 0; jc < TBN / 32; ++jc) {
 #pragma unroll
-    for (int j = 0; j < TBN / 8; ++j)
-      store_pair(C, M, N, ldc, m0 + cw * 64 + wq * 16 + g + hr * 8, n0 + j * 8 + 2 * t, c_vec,
-                 d[4 * j + 2 * hr], d[4 * j + 2 * hr + 1], alpha, beta);
+        for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj)
+            *reinterpret_cast<float2*>(eb + (g + 8 * hr) * T_EPI_LD + jj * 8 + 2 * q) =
+                make_float2(d[4 * (jc * 4 + jj) + 2 * hr], d[4 * (jc * 4 + jj) + 2 * hr + 1]);
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float4 v = *reinterpret_cast<const float4*>(eb + (4 * i + rr) * T_EPI_LD + cc);
+          float4* p = reinterpret_cast<float4*>(crow + (long long)(4 * i) * ldc + jc * 32);
+          float4 o;
+          if (beta == 0.0f) {
+            o = make_float4(alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w);
+          } else {
+            const float4 c = *p;
+            o = make_float4(fmaf(alpha, v.x, beta * c.x), fmaf(alpha, v.y, beta * c.y),
+                            fmaf(alpha, v.z, beta * c.z), fmaf(alpha, v.w, beta * c.w));
+          }
+          *p = o;
+        }
+        __syncwarp();
+      }
+      continue;
+    }
+    const bool c_vec = ((reinterpret_cast<uintptr_t>(Cz) & 7) == 0) && (ldc & 1) == 0 && inside;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+      for (int j = 0; j < TBN / 8; ++j)
+        store_pair(Cz, M, N, ldc, m0 + cw * 64 + wq * 16 + g + hr * 8, n0 + j * 8 + 2 * q, c_vec,
+                   d[4 * j + 2 * hr], d[4 * j + 2 * hr + 1], alpha, beta);
+  }
 }
 
 
@@ -272,8 +378,8 @@ TW_DI void gemm_tma(const TensorMap& tmA, const TensorMap& tmB, float* __restric
   extern "C" __global__ void __launch_bounds__(tw_detail::tma::T_THREADS, 1)                  \
   name(const __grid_constant__ tw_detail::TensorMap tmA,                                     \
        const __grid_constant__ tw_detail::TensorMap tmB, float* __restrict__ C, int M, int N, \
-       int K, long long ldc, long long sC, int zA, int zB, float alpha, float beta) {          \
-    tw_detail::gemm_tma<BF16, TBN>(tmA, tmB, C, M, N, K, ldc, sC, zA, zB, alpha, beta);       \
+       int K, int batch, long long ldc, long long sC, int zA, int zB, float alpha, float beta) { \
+    tw_detail::gemm_tma<BF16, TBN>(tmA, tmB, C, M, N, K, batch, ldc, sC, zA, zB, alpha, beta); \
   }
 
 TW_GEMM_TMA_ENTRY(tw_gemm_bf16_sm90a_tma, true, 256)

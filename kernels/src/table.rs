@@ -27,6 +27,17 @@ pub enum Geometry {
         /// Tile columns.
         bn: u32,
     },
+    /// `(min(tiles, blocks), 1, 1)`, tiles = `ceil(N / bn) * ceil(M / bm) *
+    /// batch`: block `b` takes tiles `b`, `b + blocks`, ... (a persistent
+    /// kernel; the batch count is one of its parameters).
+    GemmPersistent {
+        /// Tile rows.
+        bm: u32,
+        /// Tile columns.
+        bn: u32,
+        /// The most blocks launched.
+        blocks: u32,
+    },
     /// `(split * ceil(N / bn), ceil(M / bm), batch)`: a cluster of `split`
     /// blocks per output tile (consecutive along x), each multiplying its
     /// share of K.

@@ -23,7 +23,7 @@ const ELEMENTWISE: Geometry = Geometry::GridStride {
 const BF16_TMA: &str = "A bf16 [b?,M,K], B bf16 [b?,K,N], C f32 [b?,M,N]; A, B by TMA descriptor";
 const F16_TMA: &str = "A f16 [b?,M,K], B f16 [b?,K,N], C f32 [b?,M,N]; A, B by TMA descriptor";
 
-/// A 16-bit TMA GEMM (gemm_tma.cuh) of 128 x `bn` tiles.
+/// A 16-bit TMA GEMM (gemm_tma.cuh) of 128 x `bn` tiles, persistent.
 const fn tma16(entry: &'static str, operands: &'static str, bn: u32) -> BuiltinKernel {
     BuiltinKernel {
         entry,
@@ -33,7 +33,11 @@ const fn tma16(entry: &'static str, operands: &'static str, bn: u32) -> BuiltinK
         min_sm: 90,
         arch_specific: true,
         block: block(384, 1),
-        geometry: Geometry::GemmTiles { bm: 128, bn },
+        geometry: Geometry::GemmPersistent {
+            bm: 128,
+            bn,
+            blocks: gemm::TMA_PERSISTENT_BLOCKS,
+        },
         dynamic_shared: gemm::tma_shared_bytes(128, bn, 2),
         oracle: "oracle::gemm",
     }

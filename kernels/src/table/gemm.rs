@@ -17,9 +17,10 @@ use super::{Dim3, Geometry, LaunchPlan, entry, grid_x, grid_yz, int, long, ptr};
 
 /// Dynamic shared memory of a TMA GEMM with `bm` x `bn` tiles of
 /// `esize`-byte inputs: as many stages as fit 192 KiB (at most 8), their
-/// mbarriers (full and empty) and 1 KiB to align the window to the
-/// 128-byte swizzle's 1024 bytes. The same sums as `Shape` in gemm_tma.cuh
-/// (K tiles of 64) and `Shape32` in gemm_tma_tf32.cuh (K tiles of 32).
+/// mbarriers (full and empty), for 16-bit inputs the epilogue's staging
+/// ([`TMA_EPILOGUE_BYTES`]), and 1 KiB to align the window to the 128-byte
+/// swizzle's 1024 bytes. The same sums as `Shape` in gemm_tma.cuh (K tiles
+/// of 64) and `Shape32` in gemm_tma_tf32.cuh (K tiles of 32).
 pub(super) const fn tma_shared_bytes(bm: u32, bn: u32, esize: u32) -> u32 {
     let bk = if esize == 2 { 64 } else { 32 };
     let stage = (bm + bn) * bk * esize;
@@ -27,8 +28,20 @@ pub(super) const fn tma_shared_bytes(bm: u32, bn: u32, esize: u32) -> u32 {
     if stages > 8 {
         stages = 8;
     }
-    stages * stage + 2 * stages * 8 + 1024
+    let epilogue = if esize == 2 { TMA_EPILOGUE_BYTES } else { 0 };
+    stages * stage + 2 * stages * 8 + epilogue + 1024
 }
+
+/// Shared memory through which the 16-bit TMA GEMMs store C: per consumer
+/// warp (8) 16 rows x 32 columns of f32, rows padded to 40 words
+/// (`T_EPI_BYTES` in gemm_tma.cuh).
+pub(super) const TMA_EPILOGUE_BYTES: u32 = 8 * 16 * 40 * 4;
+
+/// Blocks of a 16-bit TMA GEMM ([`Geometry::GemmPersistent`]): one per SM
+/// of an H100 (132), each walking its share of the tiles. On a GPU with
+/// fewer SMs the blocks beyond them run after the first finish: still
+/// correct, less balanced.
+pub(super) const TMA_PERSISTENT_BLOCKS: u32 = 132;
 
 /// Tiles below which a TMA GEMM takes the next narrower tile: about one
 /// per SM of an H100 (132).
@@ -84,11 +97,22 @@ pub(super) fn plan(g: &Gemm, hopper: bool) -> Result<LaunchPlan, AbiError> {
 }
 
 /// `(split * ceil(N / bn), ceil(M / bm), batch)`, `split` 1 but for
-/// [`Geometry::GemmSplitK`].
+/// [`Geometry::GemmSplitK`]; `(min(tiles, blocks), 1, 1)` for
+/// [`Geometry::GemmPersistent`].
 fn tile_grid(g: &Gemm, geometry: Geometry) -> Result<Dim3, AbiError> {
     let (bm, bn, split) = match geometry {
         Geometry::GemmTiles { bm, bn } => (bm, bn, 1),
         Geometry::GemmSplitK { bm, bn, split } => (bm, bn, split),
+        Geometry::GemmPersistent { bm, bn, blocks } => {
+            let tiles =
+                g.n.div_ceil(u64::from(bn))
+                    .saturating_mul(g.m.div_ceil(u64::from(bm)))
+                    .saturating_mul(g.batch);
+            return Ok(Dim3::linear(grid_x(
+                "blocks",
+                tiles.min(u64::from(blocks)),
+            )?));
+        }
         _ => unreachable!("GEMMs use output tiles"),
     };
     let columns = g.n.div_ceil(u64::from(bn)).saturating_mul(u64::from(split));
@@ -143,7 +167,7 @@ fn plan_tma(g: &Gemm) -> Result<Option<LaunchPlan>, AbiError> {
         }
     };
     let k = entry(name);
-    let Geometry::GemmTiles { bm, .. } = k.geometry else {
+    let (Geometry::GemmTiles { bm, .. } | Geometry::GemmPersistent { bm, .. }) = k.geometry else {
         unreachable!("GEMMs use output tiles")
     };
     // Boxes (innermost first): A {K, M, 1}, B {N, K, 1}; 128-byte rows.
@@ -180,25 +204,32 @@ fn plan_tma(g: &Gemm) -> Result<Option<LaunchPlan>, AbiError> {
     ) else {
         return Ok(None);
     };
+    let mut params = vec![
+        KernelParam::TensorMap(a),
+        KernelParam::TensorMap(b),
+        ptr(g.c),
+        int("M", g.m)?,
+        int("N", g.n)?,
+        int("K", g.k)?,
+    ];
+    // The persistent (16-bit) entries walk the batch themselves.
+    if !tf32 {
+        params.push(int("batch", g.batch)?);
+    }
+    params.extend([
+        long("ldc", g.ldc)?,
+        long("C's batch stride", g.stride_c)?,
+        KernelParam::I32(i32::from(g.stride_a != 0)),
+        KernelParam::I32(i32::from(g.stride_b != 0)),
+        KernelParam::F32(g.alpha),
+        KernelParam::F32(g.beta),
+    ]);
     Ok(Some(LaunchPlan {
         kernel: k,
         grid: tile_grid(g, k.geometry)?,
         block: k.block,
         shared_bytes: k.dynamic_shared,
-        params: vec![
-            KernelParam::TensorMap(a),
-            KernelParam::TensorMap(b),
-            ptr(g.c),
-            int("M", g.m)?,
-            int("N", g.n)?,
-            int("K", g.k)?,
-            long("ldc", g.ldc)?,
-            long("C's batch stride", g.stride_c)?,
-            KernelParam::I32(i32::from(g.stride_a != 0)),
-            KernelParam::I32(i32::from(g.stride_b != 0)),
-            KernelParam::F32(g.alpha),
-            KernelParam::F32(g.beta),
-        ],
+        params,
     }))
 }
 
@@ -236,16 +267,18 @@ mod tests {
     #[test]
     fn hopper_16_bit_gemms_take_the_tma_tile_that_fills_the_gpu() {
         for (m, n, k, entry, grid) in [
-            (4096, 4096, 4096, "tw_gemm_bf16_sm90a_tma", (16, 32, 1)),
-            (16384, 128, 4096, "tw_gemm_bf16_sm90a_tma_n128", (1, 128, 1)),
-            (1024, 1024, 1024, "tw_gemm_bf16_sm90a_tma_n64", (16, 8, 1)),
+            // 512 tiles on 132 persistent blocks; fewer tiles, a block each.
+            (4096, 4096, 4096, "tw_gemm_bf16_sm90a_tma", (132, 1, 1)),
+            (16384, 128, 4096, "tw_gemm_bf16_sm90a_tma_n128", (128, 1, 1)),
+            (1024, 1024, 1024, "tw_gemm_bf16_sm90a_tma_n64", (128, 1, 1)),
             (8, 8, 8, "tw_gemm_bf16_sm90a_tma_n64", (1, 1, 1)),
         ] {
             let p = plan(&gemm(GemmPrecision::Bf16, m, n, k), true).unwrap();
             assert_eq!(p.kernel.entry, entry, "{m}x{n}x{k}");
             assert_eq!((p.grid.x, p.grid.y, p.grid.z), grid, "{m}x{n}x{k}");
             assert_eq!((p.block.x, p.shared_bytes), (384, p.kernel.dynamic_shared));
-            assert_eq!(p.params.len(), 12);
+            assert_eq!(p.params.len(), 13);
+            assert_eq!(p.params[6].as_i32(), Some(1), "batch");
             let (a, b) = (map(&p, 0), map(&p, 1));
             assert_eq!(
                 (a.dims(), a.strides(), a.box_dims()),
@@ -312,12 +345,14 @@ mod tests {
             ..gemm(GemmPrecision::Bf16, 300, 520, 64)
         };
         let p = plan(&g, true).unwrap();
-        assert_eq!(p.grid.z, 3);
+        // 3 x 9 tiles of 128 x 64 per batch, walked by the kernel.
+        assert_eq!((p.grid.x, p.grid.y, p.grid.z), (81, 1, 1));
+        assert_eq!(p.params[6].as_i32(), Some(3));
         assert_eq!(map(&p, 0).dims(), &[64, 300, 1]);
         assert_eq!(map(&p, 1).dims(), &[520, 64, 3]);
         assert_eq!(map(&p, 1).strides(), &[1040, 2 * 64 * 520]);
-        assert_eq!(p.params[8].as_i32(), Some(0));
-        assert_eq!(p.params[9].as_i32(), Some(1));
+        assert_eq!(p.params[9].as_i32(), Some(0));
+        assert_eq!(p.params[10].as_i32(), Some(1));
     }
 
     #[test]
@@ -425,9 +460,19 @@ mod tests {
     #[test]
     fn tma_shared_memory_fits_the_opt_in_limit() {
         // The sums of gemm_tma.cuh and gemm_tma_tf32.cuh, as measured there.
-        assert_eq!(tma_shared_bytes(128, 256, 2), 4 * 48 * 1024 + 8 * 8 + 1024);
-        assert_eq!(tma_shared_bytes(128, 128, 2), 6 * 32 * 1024 + 12 * 8 + 1024);
-        assert_eq!(tma_shared_bytes(128, 64, 2), 8 * 24 * 1024 + 16 * 8 + 1024);
+        let epilogue = 20 * 1024;
+        assert_eq!(
+            tma_shared_bytes(128, 256, 2),
+            4 * 48 * 1024 + 8 * 8 + epilogue + 1024
+        );
+        assert_eq!(
+            tma_shared_bytes(128, 128, 2),
+            6 * 32 * 1024 + 12 * 8 + epilogue + 1024
+        );
+        assert_eq!(
+            tma_shared_bytes(128, 64, 2),
+            8 * 24 * 1024 + 16 * 8 + epilogue + 1024
+        );
         assert_eq!(tma_shared_bytes(256, 128, 4), 4 * 48 * 1024 + 8 * 8 + 1024);
         assert_eq!(tma_shared_bytes(128, 128, 4), 6 * 32 * 1024 + 12 * 8 + 1024);
         assert_eq!(tma_shared_bytes(64, 128, 4), 8 * 24 * 1024 + 16 * 8 + 1024);
