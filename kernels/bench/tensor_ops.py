@@ -208,9 +208,10 @@ SIGS = {
 # them (kernels/src/table/gemm.rs: the same rules).
 TMA_BM = 128
 TMA_TF32_BN = 128
-# Blocks of a 16-bit TMA GEMM: it walks its tiles blockIdx.x, + gridDim.x, ... on min(tiles, this) blocks, about
-# one per SM of an H100 (table/gemm.rs, TMA_PERSISTENT_BLOCKS).
-TMA_PERSISTENT_BLOCKS = 132
+# Blocks of a 16-bit TMA GEMM: it walks its tiles blockIdx.x, + gridDim.x, ... on min(tiles, this) blocks, one per
+# SM of the device (table.rs, plan_on: the device's multiprocessor count).
+def tma_persistent_blocks():
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
 # cuTensorMapEncodeTiled's data types (cuda.h, CUtensorMapDataType): the TF32 GEMM's maps are TFLOAT32 (the TMA
@@ -331,8 +332,8 @@ class Kernels:
             grid = (-(-N // bn), -(-M // bm), batch)
             self.drv.launch(fn, grid, (384, 1, 1), SIGS["gemm_tma"],
                             [ta, tb, C, M, N, K, ldc, sC, zA, zB, alpha, beta], self.stream(), shared=smem)
-        else:  # persistent: min(tiles, TMA_PERSISTENT_BLOCKS) blocks walk the tiles; batch is a parameter
-            grid = (min(-(-N // bn) * -(-M // bm) * batch, TMA_PERSISTENT_BLOCKS), 1, 1)
+        else:  # persistent: min(tiles, SMs) blocks walk the tiles; batch is a parameter
+            grid = (min(-(-N // bn) * -(-M // bm) * batch, tma_persistent_blocks()), 1, 1)
             self.drv.launch(fn, grid, (384, 1, 1), SIGS["gemm_tma16"],
                             [ta, tb, C, M, N, K, batch, ldc, sC, zA, zB, alpha, beta], self.stream(), shared=smem)
 

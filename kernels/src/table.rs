@@ -29,14 +29,13 @@ pub enum Geometry {
     },
     /// `(min(tiles, blocks), 1, 1)`, tiles = `ceil(N / bn) * ceil(M / bm) *
     /// batch`: block `b` takes tiles `b`, `b + blocks`, ... (a persistent
-    /// kernel; the batch count is one of its parameters).
+    /// kernel; the batch count is one of its parameters). `blocks` is the
+    /// device's multiprocessor count ([`plan_on`]).
     GemmPersistent {
         /// Tile rows.
         bm: u32,
         /// Tile columns.
         bn: u32,
-        /// The most blocks launched.
-        blocks: u32,
     },
     /// `(split * ceil(N / bn), ceil(M / bm), batch)`: a cluster of `split`
     /// blocks per output tile (consecutive along x), each multiplying its
@@ -185,15 +184,29 @@ fn entry(name: &str) -> &'static BuiltinKernel {
     }
 }
 
-/// The launch that runs `op` on a device of compute capability `sm`
-/// (`major * 10 + minor`; `None` for the CPU driver): its kernel, geometry
-/// and parameters. On sm_90 the Tensor Core GEMMs use the `wgmma` entries
-/// of the sm_90a build. Sizes past what the kernels' `int` parameters or
-/// the grid allow are `ELIMIT`; nothing else about `op` is checked again
-/// (the descriptor decoder did that).
+/// The multiprocessor count [`plan`] assumes: an H100 SXM's (and an
+/// H200's).
+pub const DEFAULT_MULTIPROCESSORS: u32 = 132;
+
+/// [`plan_on`] a device of [`DEFAULT_MULTIPROCESSORS`].
 pub fn plan(op: &TensorOp, sm: Option<u32>) -> Result<LaunchPlan, AbiError> {
+    plan_on(op, sm, DEFAULT_MULTIPROCESSORS)
+}
+
+/// The launch that runs `op` on a device of compute capability `sm`
+/// (`major * 10 + minor`; `None` for the CPU driver) with `multiprocessors`
+/// SMs: its kernel, geometry and parameters. On sm_90 the Tensor Core GEMMs
+/// use the `wgmma` entries of the sm_90a build, persistent over one block
+/// per SM. Sizes past what the kernels' `int` parameters or the grid allow
+/// are `ELIMIT`; nothing else about `op` is checked again (the descriptor
+/// decoder did that).
+pub fn plan_on(
+    op: &TensorOp,
+    sm: Option<u32>,
+    multiprocessors: u32,
+) -> Result<LaunchPlan, AbiError> {
     match *op {
-        TensorOp::Gemm(ref g) => gemm::plan(g, sm == Some(90)),
+        TensorOp::Gemm(ref g) => gemm::plan(g, sm == Some(90), multiprocessors.max(1)),
         TensorOp::Reduce {
             op,
             x,

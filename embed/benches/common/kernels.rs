@@ -304,10 +304,11 @@ pub struct Builtin<D: GpuDriver> {
 
 impl<D: KernelTarget> Builtin<D> {
     /// The kernel and launch that run `op` on `d`'s device
-    /// (`table::plan`, the build for its architecture).
+    /// (`table::plan_on`, the build for its architecture).
     pub fn load(d: &D, op: &TensorOp) -> Result<Builtin<D>, String> {
-        let sm = d.device().compute_capability.map(|(a, b)| a * 10 + b);
-        let plan = table::plan(op, sm).map_err(|e| e.to_string())?;
+        let info = d.device();
+        let sm = info.compute_capability.map(|(a, b)| a * 10 + b);
+        let plan = table::plan_on(op, sm, info.multiprocessor_count).map_err(|e| e.to_string())?;
         let module = d
             .load_builtins(plan.kernel.file)
             .map_err(|e| format!("{}: {e}", plan.kernel.entry))?;

@@ -1384,12 +1384,11 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
                 ),
             ));
         }
-        let sm = self
-            .driver
-            .device()
+        let device = self.driver.device();
+        let sm = device
             .compute_capability
             .map(|(major, minor)| major * 10 + minor);
-        let plan = tensorwasm_kernels::table::plan(&op, sm)?;
+        let plan = tensorwasm_kernels::table::plan_on(&op, sm, device.multiprocessor_count)?;
         let function = self
             .builtins
             .function(&self.driver, plan.kernel)

@@ -33,11 +33,7 @@ const fn tma16(entry: &'static str, operands: &'static str, bn: u32) -> BuiltinK
         min_sm: 90,
         arch_specific: true,
         block: block(384, 1),
-        geometry: Geometry::GemmPersistent {
-            bm: 128,
-            bn,
-            blocks: gemm::TMA_PERSISTENT_BLOCKS,
-        },
+        geometry: Geometry::GemmPersistent { bm: 128, bn },
         dynamic_shared: gemm::tma_shared_bytes(128, bn, 2),
         oracle: "oracle::gemm",
     }

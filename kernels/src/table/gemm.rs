@@ -37,12 +37,6 @@ pub(super) const fn tma_shared_bytes(bm: u32, bn: u32, esize: u32) -> u32 {
 /// (`T_EPI_BYTES` in gemm_tma.cuh).
 pub(super) const TMA_EPILOGUE_BYTES: u32 = 8 * 16 * 40 * 4;
 
-/// Blocks of a 16-bit TMA GEMM ([`Geometry::GemmPersistent`]): one per SM
-/// of an H100 (132), each walking its share of the tiles. On a GPU with
-/// fewer SMs the blocks beyond them run after the first finish: still
-/// correct, less balanced.
-pub(super) const TMA_PERSISTENT_BLOCKS: u32 = 132;
-
 /// Tiles below which a TMA GEMM takes the next narrower tile: about one
 /// per SM of an H100 (132).
 const MIN_TILES: u64 = 128;
@@ -57,9 +51,10 @@ pub(super) const F32_SPLIT_K_SHARED: u32 = 3 * (32 * (128 + 4) + 32 * 128) * 4;
 /// at K of 1024 and more, where it beat the unsplit kernel at every shape.
 pub(super) const F32_SPLIT_K_MIN_K: u64 = 512;
 
-/// The launch of `g`; `hopper` picks the sm_90a entries.
-pub(super) fn plan(g: &Gemm, hopper: bool) -> Result<LaunchPlan, AbiError> {
-    if hopper && let Some(p) = plan_tma(g)? {
+/// The launch of `g`; `hopper` picks the sm_90a entries, persistent over
+/// `sms` blocks at most (one per SM: [`Geometry::GemmPersistent`]).
+pub(super) fn plan(g: &Gemm, hopper: bool, sms: u32) -> Result<LaunchPlan, AbiError> {
+    if hopper && let Some(p) = plan_tma(g, sms)? {
         return Ok(p);
     }
     let k = entry(match (g.precision, hopper) {
@@ -74,7 +69,7 @@ pub(super) fn plan(g: &Gemm, hopper: bool) -> Result<LaunchPlan, AbiError> {
     });
     Ok(LaunchPlan {
         kernel: k,
-        grid: tile_grid(g, k.geometry)?,
+        grid: tile_grid(g, k.geometry, sms)?,
         block: k.block,
         shared_bytes: k.dynamic_shared,
         params: vec![
@@ -99,19 +94,16 @@ pub(super) fn plan(g: &Gemm, hopper: bool) -> Result<LaunchPlan, AbiError> {
 /// `(split * ceil(N / bn), ceil(M / bm), batch)`, `split` 1 but for
 /// [`Geometry::GemmSplitK`]; `(min(tiles, blocks), 1, 1)` for
 /// [`Geometry::GemmPersistent`].
-fn tile_grid(g: &Gemm, geometry: Geometry) -> Result<Dim3, AbiError> {
+fn tile_grid(g: &Gemm, geometry: Geometry, sms: u32) -> Result<Dim3, AbiError> {
     let (bm, bn, split) = match geometry {
         Geometry::GemmTiles { bm, bn } => (bm, bn, 1),
         Geometry::GemmSplitK { bm, bn, split } => (bm, bn, split),
-        Geometry::GemmPersistent { bm, bn, blocks } => {
+        Geometry::GemmPersistent { bm, bn } => {
             let tiles =
                 g.n.div_ceil(u64::from(bn))
                     .saturating_mul(g.m.div_ceil(u64::from(bm)))
                     .saturating_mul(g.batch);
-            return Ok(Dim3::linear(grid_x(
-                "blocks",
-                tiles.min(u64::from(blocks)),
-            )?));
+            return Ok(Dim3::linear(grid_x("blocks", tiles.min(u64::from(sms)))?));
         }
         _ => unreachable!("GEMMs use output tiles"),
     };
@@ -139,7 +131,7 @@ fn tile_width(extent: u64, tiles_with: impl Fn(u64) -> u64) -> u32 {
 /// batch strides of whole 16 bytes that either broadcast (0) or step over
 /// a whole matrix. TF32 operands are f32 maps of type `Tf32`: the TMA unit
 /// rounds them to tf32 (ties to even) on the way into shared memory.
-fn plan_tma(g: &Gemm) -> Result<Option<LaunchPlan>, AbiError> {
+fn plan_tma(g: &Gemm, sms: u32) -> Result<Option<LaunchPlan>, AbiError> {
     let tf32 = g.precision == GemmPrecision::Tf32;
     let (dtype, esize) = match g.precision {
         GemmPrecision::Tf32 => (TensorMapDtype::Tf32, 4),
@@ -226,7 +218,7 @@ fn plan_tma(g: &Gemm) -> Result<Option<LaunchPlan>, AbiError> {
     ]);
     Ok(Some(LaunchPlan {
         kernel: k,
-        grid: tile_grid(g, k.geometry)?,
+        grid: tile_grid(g, k.geometry, sms)?,
         block: k.block,
         shared_bytes: k.dynamic_shared,
         params,
@@ -265,6 +257,19 @@ mod tests {
     }
 
     #[test]
+    fn persistent_grids_follow_the_device_s_multiprocessors() {
+        let g = gemm(GemmPrecision::F16, 4096, 4096, 4096);
+        // An H100 PCIe (114 SMs), an H100 SXM (132), a small part (16).
+        for sms in [114, 132, 16] {
+            assert_eq!(plan(&g, true, sms).unwrap().grid.x, sms);
+        }
+        // Fewer tiles than SMs: a block per tile.
+        let small = gemm(GemmPrecision::F16, 256, 256, 64);
+        let p = plan(&small, true, 132).unwrap();
+        assert!(p.grid.x < 132 && p.grid.x >= 1, "{:?}", p.grid);
+    }
+
+    #[test]
     fn hopper_16_bit_gemms_take_the_tma_tile_that_fills_the_gpu() {
         for (m, n, k, entry, grid) in [
             // 512 tiles on 132 persistent blocks; fewer tiles, a block each.
@@ -273,7 +278,7 @@ mod tests {
             (1024, 1024, 1024, "tw_gemm_bf16_sm90a_tma_n64", (128, 1, 1)),
             (8, 8, 8, "tw_gemm_bf16_sm90a_tma_n64", (1, 1, 1)),
         ] {
-            let p = plan(&gemm(GemmPrecision::Bf16, m, n, k), true).unwrap();
+            let p = plan(&gemm(GemmPrecision::Bf16, m, n, k), true, 132).unwrap();
             assert_eq!(p.kernel.entry, entry, "{m}x{n}x{k}");
             assert_eq!((p.grid.x, p.grid.y, p.grid.z), grid, "{m}x{n}x{k}");
             assert_eq!((p.block.x, p.shared_bytes), (384, p.kernel.dynamic_shared));
@@ -290,7 +295,7 @@ mod tests {
             );
             assert_eq!(a.dtype, TensorMapDtype::Bf16);
         }
-        let f16 = plan(&gemm(GemmPrecision::F16, 4096, 4096, 4096), true).unwrap();
+        let f16 = plan(&gemm(GemmPrecision::F16, 4096, 4096, 4096), true, 132).unwrap();
         assert_eq!(f16.kernel.entry, "tw_gemm_f16_sm90a_tma");
         assert_eq!(map(&f16, 0).dtype, TensorMapDtype::F16);
     }
@@ -310,7 +315,7 @@ mod tests {
             (1024, 1024, "tw_gemm_tf32_sm90a_tma_m64", (8, 16, 1), 64),
             (64, 65536, "tw_gemm_tf32_sm90a_tma_m64", (512, 1, 1), 64),
         ] {
-            let p = plan(&gemm(GemmPrecision::Tf32, m, n, 64), true).unwrap();
+            let p = plan(&gemm(GemmPrecision::Tf32, m, n, 64), true, 132).unwrap();
             assert_eq!(p.kernel.entry, entry, "{m}x{n}");
             assert_eq!((p.grid.x, p.grid.y, p.grid.z), grid, "{m}x{n}");
             let Geometry::GemmTiles { bm: tile_m, bn } = p.kernel.geometry else {
@@ -344,7 +349,7 @@ mod tests {
             stride_c: 300 * 520,
             ..gemm(GemmPrecision::Bf16, 300, 520, 64)
         };
-        let p = plan(&g, true).unwrap();
+        let p = plan(&g, true, 132).unwrap();
         // 3 x 9 tiles of 128 x 64 per batch, walked by the kernel.
         assert_eq!((p.grid.x, p.grid.y, p.grid.z), (81, 1, 1));
         assert_eq!(p.params[6].as_i32(), Some(3));
@@ -404,7 +409,7 @@ mod tests {
             ("lda of 2^40 bytes", Gemm { lda: 1 << 39, ..ok }),
             ("M * lda overflows", Gemm { lda: 1 << 62, ..ok }),
         ] {
-            let p = plan(&g, true).unwrap();
+            let p = plan(&g, true, 132).unwrap();
             assert_eq!(p.kernel.entry, "tw_gemm_bf16_sm90a", "{what}");
             assert_eq!((p.block.x, p.shared_bytes, p.params.len()), (256, 0, 14));
         }
@@ -414,20 +419,20 @@ mod tests {
             ..ok
         };
         assert_eq!(
-            plan(&tf32, true).unwrap().kernel.entry,
+            plan(&tf32, true, 132).unwrap().kernel.entry,
             "tw_gemm_tf32_sm90a_tma_m64"
         );
         let tf32_odd = Gemm { lda: 258, ..tf32 };
         assert_eq!(
-            plan(&tf32_odd, true).unwrap().kernel.entry,
+            plan(&tf32_odd, true, 132).unwrap().kernel.entry,
             "tw_gemm_tf32_sm90a"
         );
         let f32 = Gemm {
             precision: GemmPrecision::F32,
             ..ok
         };
-        assert_eq!(plan(&f32, true).unwrap().kernel.entry, "tw_gemm_f32");
-        assert_eq!(plan(&ok, false).unwrap().kernel.entry, "tw_gemm_bf16");
+        assert_eq!(plan(&f32, true, 132).unwrap().kernel.entry, "tw_gemm_f32");
+        assert_eq!(plan(&ok, false, 132).unwrap().kernel.entry, "tw_gemm_bf16");
     }
 
     #[test]
@@ -444,7 +449,7 @@ mod tests {
                 batch,
                 ..gemm(GemmPrecision::F32, m, n, k)
             };
-            let p = plan(&g, true).unwrap();
+            let p = plan(&g, true, 132).unwrap();
             assert_eq!(p.kernel.entry, entry, "{m}x{n}x{k}");
             assert_eq!((p.grid.x, p.grid.y, p.grid.z), grid, "{m}x{n}x{k}");
             assert_eq!((p.block.x, p.params.len()), (256, 14));
@@ -453,8 +458,8 @@ mod tests {
         assert_eq!(F32_SPLIT_K_SHARED, 99_840);
         // Only Hopper builds have clusters: sm_75 and sm_80 never split.
         let big = gemm(GemmPrecision::F32, 1024, 1024, 1024);
-        assert_eq!(plan(&big, false).unwrap().kernel.entry, "tw_gemm_f32");
-        assert_eq!(plan(&big, false).unwrap().shared_bytes, 0);
+        assert_eq!(plan(&big, false, 132).unwrap().kernel.entry, "tw_gemm_f32");
+        assert_eq!(plan(&big, false, 132).unwrap().shared_bytes, 0);
     }
 
     #[test]
