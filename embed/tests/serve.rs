@@ -111,6 +111,11 @@ fn binary() -> PathBuf {
 /// Starts the server with `extra` config lines and tenants `a` (untrusted,
 /// token "token-a") and `b` (trusted, "token-b").
 fn start(what: &str, extra: &str) -> Served {
+    start_on(what, extra, None)
+}
+
+/// [`start`] on `driver` (else `TW_SERVE_DRIVER`, else the CPU driver).
+fn start_on(what: &str, extra: &str, driver: Option<&str>) -> Served {
     let dir = std::env::temp_dir().join(format!("tw-serve-{what}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = format!(
@@ -124,7 +129,10 @@ fn start(what: &str, extra: &str) -> Served {
     );
     let path = dir.join("serve.toml");
     std::fs::write(&path, config).unwrap();
-    let driver = std::env::var("TW_SERVE_DRIVER").unwrap_or_else(|_| "cpu".into());
+    let driver = driver.map_or_else(
+        || std::env::var("TW_SERVE_DRIVER").unwrap_or_else(|_| "cpu".into()),
+        str::to_string,
+    );
     let mut child = Command::new(binary())
         .args(["serve", "--driver", &driver, "--config"])
         .arg(&path)
@@ -140,8 +148,11 @@ fn start(what: &str, extra: &str) -> Served {
         .strip_prefix("tensorwasm serve: listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_string();
+    // A connection per request: after a refused upload (413) the server
+    // closes the connection mid-body, which a pooled one would trip on.
     let agent: Agent = Agent::config_builder()
         .http_status_as_error(false)
+        .max_idle_connections(0)
         .build()
         .into();
     Served {
@@ -489,4 +500,36 @@ fn shutdown_lets_the_call_in_flight_finish() {
     assert!(status.success(), "{status}");
     // Nothing listens any more.
     assert!(s.agent.get(&format!("{}/healthz", s.url)).call().is_err());
+}
+
+#[test]
+#[ignore = "needs two CUDA GPUs"]
+fn tenants_spread_over_two_gpus() {
+    let s = start_on("two-gpus", "", Some("cuda"));
+    let (_, a) = s.get("/v1/whoami", "token-a");
+    let (_, b) = s.get("/v1/whoami", "token-b");
+    assert_ne!(a["device"], b["device"], "{a} {b}");
+    // Each runs a Wasm kernel on its own device, at the same time.
+    let ia = s.instance("token-a", GUEST);
+    let ib = s.instance("token-b", GUEST);
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = [("token-a", ia), ("token-b", ib)]
+            .into_iter()
+            .map(|(token, id)| {
+                let s = &s;
+                scope.spawn(move || {
+                    s.post(
+                        &format!("/v1/instances/{id}/invoke"),
+                        token,
+                        json!({ "export": "double_on_device", "args": [100000] }),
+                    )
+                })
+            })
+            .collect();
+        for r in runs {
+            let (status, v) = r.join().unwrap();
+            assert_eq!(status, 200, "{v}");
+            assert!(v["results"][0].as_f64().unwrap() > 0.0, "{v}");
+        }
+    });
 }
