@@ -39,7 +39,9 @@
 
 mod common;
 
-use common::{DeviceRecord, command_line, driver_version, round, rounded, utc_timestamp};
+use common::{
+    DeviceRecord, command_line, driver_version, max_of, percentile, round, rounded, utc_timestamp,
+};
 use serde::Serialize;
 use std::{
     collections::VecDeque,
@@ -514,22 +516,6 @@ impl Scenario {
     fn max(&self) -> f64 {
         max_of(&self.latencies_us)
     }
-}
-
-/// The largest of `xs` (NaN when empty).
-fn max_of(xs: &[f64]) -> f64 {
-    xs.iter().copied().fold(f64::NAN, f64::max)
-}
-
-/// The `p`-th percentile (nearest rank) of `xs`.
-fn percentile(xs: &[f64], p: f64) -> f64 {
-    let mut s = xs.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
-    s[rank.clamp(1, s.len()) - 1]
 }
 
 /// A noisy tenant: floods until `stop`, then drains. Launches completed and

@@ -76,6 +76,22 @@ pub fn ordered_object<K: Serialize, V: Serialize, S: Serializer>(
     serializer.collect_map(pairs.iter().map(|(k, v)| (k, v)))
 }
 
+/// The largest of `xs` (NaN when empty).
+pub fn max_of(xs: &[f64]) -> f64 {
+    xs.iter().copied().fold(f64::NAN, f64::max)
+}
+
+/// The `p`-th percentile (nearest rank) of `xs` (NaN when empty).
+pub fn percentile(xs: &[f64], p: f64) -> f64 {
+    let mut s = xs.to_vec();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
+    s[rank.clamp(1, s.len()) - 1]
+}
+
 /// `record` as the text of its JSON file: indented, one closing newline.
 pub fn record_json(record: &impl Serialize) -> Result<String, String> {
     let mut text =
