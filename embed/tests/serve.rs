@@ -307,6 +307,15 @@ fn every_endpoint_for_real() {
         text.contains("tensorwasm_traps_total{tenant=\"a\"} 1"),
         "{text}"
     );
+    // double_on_device: one launch, one wait.
+    for line in [
+        "tensorwasm_launches_total{tenant=\"a\"} 1",
+        "tensorwasm_waits_total{tenant=\"a\"} 1",
+        "tensorwasm_launches_total{tenant=\"b\"} 0",
+        "tensorwasm_wait_seconds_total{tenant=\"a\"} ",
+    ] {
+        assert!(text.contains(line), "{line} missing from {text}");
+    }
     // Deletes: everything goes, and the quota with it.
     assert_eq!(
         s.call(

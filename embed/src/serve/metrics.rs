@@ -1,13 +1,18 @@
 //! The server's Prometheus metrics (prometheus-client): per tenant, calls
 //! made, calls that trapped or failed in the guest, requests refused at a
-//! limit (429); at each scrape, what each tenant's quota ledger holds, and
-//! each device's free memory.
+//! limit (429), kernel launches, waits and the time spent waiting (counted
+//! by the guests' contexts, [`GuestStats`]); at each scrape, what each
+//! tenant's quota ledger holds, and each device's free memory.
+
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::{
     encoding::text::encode,
     metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
+
+use crate::wasi_cuda::GuestStats;
 
 type Labels = [(&'static str, String); 1];
 type Labels2 = [(&'static str, String); 2];
@@ -20,6 +25,9 @@ pub struct Metrics {
     refused: Family<Labels, Counter>,
     in_use: Family<Labels2, Gauge>,
     device_free: Family<Labels, Gauge>,
+    launches: Family<Labels, Counter>,
+    waits: Family<Labels, Counter>,
+    wait_seconds: Family<Labels, Counter<f64, AtomicU64>>,
 }
 
 fn tenant(name: &str) -> Labels {
@@ -36,6 +44,20 @@ impl Metrics {
         let refused = Family::<Labels, Counter>::default();
         let in_use = Family::<Labels2, Gauge>::default();
         let device_free = Family::<Labels, Gauge>::default();
+        let launches = Family::<Labels, Counter>::default();
+        let waits = Family::<Labels, Counter>::default();
+        let wait_seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        registry.register(
+            "launches",
+            "Kernel launches queued (raw, Wasm kernels, built-ins)",
+            launches.clone(),
+        );
+        registry.register("waits", "Waits for GPU work that ended", waits.clone());
+        registry.register(
+            "wait_seconds",
+            "Time guests spent waiting for their GPU work",
+            wait_seconds.clone(),
+        );
         registry.register("calls", "Guest calls made (invoke and run)", calls.clone());
         registry.register(
             "traps",
@@ -61,6 +83,9 @@ impl Metrics {
             let _ = calls.get_or_create(&tenant(t));
             let _ = traps.get_or_create(&tenant(t));
             let _ = refused.get_or_create(&tenant(t));
+            let _ = launches.get_or_create(&tenant(t));
+            let _ = waits.get_or_create(&tenant(t));
+            let _ = wait_seconds.get_or_create(&tenant(t));
         }
         Metrics {
             registry,
@@ -69,6 +94,18 @@ impl Metrics {
             refused,
             in_use,
             device_free,
+            launches,
+            waits,
+            wait_seconds,
+        }
+    }
+
+    /// The counters a guest of `t` counts into (`WasiCudaCtx::set_stats`).
+    pub fn guest_stats(&self, t: &str) -> GuestStats {
+        GuestStats {
+            launches: self.launches.get_or_create(&tenant(t)).clone(),
+            waits: self.waits.get_or_create(&tenant(t)).clone(),
+            wait_seconds: self.wait_seconds.get_or_create(&tenant(t)).clone(),
         }
     }
 

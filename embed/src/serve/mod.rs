@@ -366,6 +366,8 @@ where
             .store_mut()
             .fuel_async_yield_interval(Some(YIELD_FUEL))
             .map_err(|e| ServeError::BadRequest(one_line(&e)))?;
+        let stats = self.metrics.guest_stats(&p.served.name);
+        tenant.store_mut().data_mut().cuda.set_stats(stats);
         Ok(tenant)
     }
 

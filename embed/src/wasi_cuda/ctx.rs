@@ -34,6 +34,7 @@ use crate::{
 };
 
 use super::kernel_names::{KernelName, ResolvedNames};
+use super::stats::GuestStats;
 
 /// How many objects of each kind one guest may hold at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -311,6 +312,8 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     /// What one `kernel_get` may cost.
     pub(crate) compile_bounds: CompileBounds,
     pub(crate) last_error: String,
+    /// Counters a host reports ([`set_stats`](Self::set_stats)).
+    stats: Option<GuestStats>,
     /// The tenant's quota ledger (shared by every context of the tenant).
     ledger: Arc<QuotaLedger>,
     policy: TenantPolicy,
@@ -416,6 +419,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 wait: limits.compile_wait,
             },
             last_error: String::new(),
+            stats: None,
             ledger,
             policy,
             _stream_charge: stream_charge,
@@ -992,6 +996,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             let _ = self.launches.remove(handle);
             return Err(driver_error("launch", e));
         }
+        self.count_launch();
         abi::write_u64(mem.bytes, out, handle.0)
     }
 
@@ -1170,10 +1175,26 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     /// after that anyway, to find the stream's kernels short again when
     /// the callback's own latency keeps its waits past the budget).
     fn wait_ended(&mut self, done: Instant) {
-        if let (WaitPolicy::Adaptive(spin), Some(began)) =
-            (self.wait_policy, self.wait_began.take())
-        {
+        let began = self.wait_began.take();
+        if let (Some(stats), Some(began)) = (&self.stats, began) {
+            stats.waits.inc();
+            stats
+                .wait_seconds
+                .inc_by(done.saturating_duration_since(began).as_secs_f64());
+        }
+        if let (WaitPolicy::Adaptive(spin), Some(began)) = (self.wait_policy, began) {
             self.spin_pays = done.saturating_duration_since(began) <= spin;
+        }
+    }
+
+    /// Counts this guest's launches and waits into `stats`.
+    pub fn set_stats(&mut self, stats: GuestStats) {
+        self.stats = Some(stats);
+    }
+
+    fn count_launch(&self) {
+        if let Some(stats) = &self.stats {
+            stats.launches.inc();
         }
     }
 
@@ -1421,6 +1442,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             let _ = self.launches.remove(handle);
             return Err(driver_error("launch (built-in kernel)", e));
         }
+        self.count_launch();
         abi::write_u64(mem.bytes, out, handle.0)
     }
 

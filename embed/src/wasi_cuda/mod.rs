@@ -9,6 +9,7 @@ mod atomics;
 mod ctx;
 mod image;
 mod kernel_names;
+mod stats;
 mod tick;
 
 pub(crate) use ctx::FunctionEntry;
@@ -16,6 +17,7 @@ pub use ctx::{
     DEFAULT_WAIT_SPIN, PROBE_EVERY, TenantPolicy, WaitPolicy, WasiCudaCtx, WasiCudaLimits,
 };
 pub use image::{CudaImage, FunctionRecord, SlotRecord, SourceRecord};
+pub use stats::GuestStats;
 
 use ctx::{GuestMem, KernelGet};
 use futures::future::Either;

@@ -1,0 +1,19 @@
+//! What a guest's `wasi_cuda` context counts for a host that reports it
+//! (`tensorwasm serve`'s metrics): launches queued (raw, Wasm-kernel and
+//! built-in alike), waits ended, and the time guests spent waiting for
+//! their GPU work. The counters are Prometheus counters, shared by every
+//! context of one tenant.
+
+use prometheus_client::metrics::counter::Counter;
+use std::sync::atomic::AtomicU64;
+
+/// One tenant's counters.
+#[derive(Clone, Debug, Default)]
+pub struct GuestStats {
+    /// Launches queued.
+    pub launches: Counter,
+    /// Waits (`wait`, `sync`) that ended.
+    pub waits: Counter,
+    /// Seconds spent in those waits.
+    pub wait_seconds: Counter<f64, AtomicU64>,
+}
