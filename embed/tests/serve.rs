@@ -19,25 +19,43 @@ use ureq::Agent;
 
 /// A guest: `add(a, b)`, `scale(x) -> x * 2.5` (f64), `double_on_device(n)`
 /// (a Wasm kernel doubling n floats written by the guest, returning their
-/// sum), `sleep_ms(ms)` (spins on the WASI clock), `trap`.
+/// sum), `sleep_ms(ms)` (spins on the WASI clock), `trap`, `hog` (a buffer
+/// past tenant a's quota), `boom` (a Wasm kernel that traps).
 const GUEST: &str = r#"(module
   (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
   (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
   (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
   (import "wasi_snapshot_preview1" "clock_time_get" (func $clock (param i32 i64 i32) (result i32)))
+  (import "wasi_cuda" "buffer_alloc" (func $alloc (param i64 i32) (result i32)))
   (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
   (import "tensorwasm_kernel" "block_idx_x" (func $bid (result i32)))
   (import "tensorwasm_kernel" "block_dim_x" (func $bdim (result i32)))
   (memory (export "memory") 2)
-  ;; function 7: doubles n floats at p
+  ;; function 8: doubles n floats at p
   (func $double (param $p i32) (param $n i32) (local $i i32) (local $a i32)
     (local.set $i (i32.add (i32.mul (call $bid) (call $bdim)) (call $tid)))
     (if (i32.lt_u (local.get $i) (local.get $n)) (then
       (local.set $a (i32.add (local.get $p) (i32.shl (local.get $i) (i32.const 2))))
       (f32.store (local.get $a) (f32.mul (f32.load (local.get $a)) (f32.const 2))))))
+  ;; function 9: a kernel whose thread 0 traps
+  (func $boom (param i32) (param i32)
+    (if (i32.eqz (call $tid)) (then unreachable)))
+  ;; launches $boom on 64 threads and waits: ETRAP (15)
+  (func (export "boom") (result i32)
+    (if (call $kernel_get (i32.const 9) (i32.const 0x38)) (then (return (i32.const -1))))
+    (i32.store (i32.const 0x100) (i32.const 0))
+    (i64.store (i32.const 0x108) (i64.const 0))
+    (i32.store (i32.const 0x118) (i32.const 0))
+    (i64.store (i32.const 0x120) (i64.const 0))
+    (if (call $launch (i64.load (i32.const 0x38)) (i32.const 1) (i32.const 1) (i32.const 1)
+          (i32.const 64) (i32.const 1) (i32.const 1) (i32.const 0) (i32.const 0x100) (i32.const 2) (i32.const 0x28))
+      (then (return (i32.const -2))))
+    (call $wait (i64.load (i32.const 0x28))))
   (func (export "add") (param i32 i32) (result i32) (i32.add (local.get 0) (local.get 1)))
   (func (export "scale") (param f64) (result f64) (f64.mul (local.get 0) (f64.const 2.5)))
   (func (export "trap") unreachable)
+  ;; 2 MiB of buffer: past tenant a's 1 MiB quota (EQUOTA, 16)
+  (func (export "hog") (result i32) (call $alloc (i64.const 2097152) (i32.const 0x30)))
   (func $now (result i64)
     (drop (call $clock (i32.const 1) (i64.const 1) (i32.const 0x10)))
     (i64.load (i32.const 0x10)))
@@ -50,7 +68,7 @@ const GUEST: &str = r#"(module
         (f32.convert_i32_u (local.get $i)))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br_if $fill (i32.lt_u (local.get $i) (local.get $n))))
-    (if (call $kernel_get (i32.const 7) (i32.const 0x20)) (then (return (f64.const -1))))
+    (if (call $kernel_get (i32.const 8) (i32.const 0x20)) (then (return (f64.const -1))))
     ;; args at 0x100: i32 0x1000, i32 n (24-byte descriptors, tag 0 = i32)
     (i32.store (i32.const 0x100) (i32.const 0))
     (i64.store (i32.const 0x108) (i64.const 0x1000))
@@ -284,6 +302,8 @@ fn every_endpoint_for_real() {
     assert!(e["error"].as_str().unwrap().contains("unreachable"), "{e}");
     // The instance survives a trap.
     assert_eq!(invoke("add", json!([1, 1])).1, json!({ "results": [2] }));
+    assert_eq!(invoke("hog", json!([])).1, json!({ "results": [16] }));
+    assert_eq!(invoke("boom", json!([])).1, json!({ "results": [15] }));
     // A WASI command: argv and stdin in, exit code and output out.
     let (status, c) = s.upload("token-a", COMMAND.as_bytes());
     assert_eq!(status, 201, "{c}");
@@ -300,19 +320,21 @@ fn every_endpoint_for_real() {
     assert_eq!(status, 200);
     let text = metrics.as_str().unwrap();
     assert!(
-        text.contains("tensorwasm_calls_total{tenant=\"a\"} 6"),
+        text.contains("tensorwasm_calls_total{tenant=\"a\"} 8"),
         "{text}"
     );
     assert!(
         text.contains("tensorwasm_traps_total{tenant=\"a\"} 1"),
         "{text}"
     );
-    // double_on_device: one launch, one wait.
+    // double_on_device and boom: two launches, two waits.
     for line in [
-        "tensorwasm_launches_total{tenant=\"a\"} 1",
-        "tensorwasm_waits_total{tenant=\"a\"} 1",
+        "tensorwasm_launches_total{tenant=\"a\"} 2",
+        "tensorwasm_waits_total{tenant=\"a\"} 2",
         "tensorwasm_launches_total{tenant=\"b\"} 0",
         "tensorwasm_wait_seconds_total{tenant=\"a\"} ",
+        "tensorwasm_quota_refusals_total{tenant=\"a\"} 1",
+        "tensorwasm_kernel_traps_total{tenant=\"a\"} 1",
     ] {
         assert!(text.contains(line), "{line} missing from {text}");
     }

@@ -28,6 +28,8 @@ pub struct Metrics {
     launches: Family<Labels, Counter>,
     waits: Family<Labels, Counter>,
     wait_seconds: Family<Labels, Counter<f64, AtomicU64>>,
+    quota_refusals: Family<Labels, Counter>,
+    kernel_traps: Family<Labels, Counter>,
 }
 
 fn tenant(name: &str) -> Labels {
@@ -58,6 +60,18 @@ impl Metrics {
             "Time guests spent waiting for their GPU work",
             wait_seconds.clone(),
         );
+        let quota_refusals = Family::<Labels, Counter>::default();
+        let kernel_traps = Family::<Labels, Counter>::default();
+        registry.register(
+            "quota_refusals",
+            "Guest calls refused by the tenant's quota (EQUOTA)",
+            quota_refusals.clone(),
+        );
+        registry.register(
+            "kernel_traps",
+            "Wasm-kernel launches that trapped (ETRAP)",
+            kernel_traps.clone(),
+        );
         registry.register("calls", "Guest calls made (invoke and run)", calls.clone());
         registry.register(
             "traps",
@@ -86,6 +100,8 @@ impl Metrics {
             let _ = launches.get_or_create(&tenant(t));
             let _ = waits.get_or_create(&tenant(t));
             let _ = wait_seconds.get_or_create(&tenant(t));
+            let _ = quota_refusals.get_or_create(&tenant(t));
+            let _ = kernel_traps.get_or_create(&tenant(t));
         }
         Metrics {
             registry,
@@ -97,6 +113,8 @@ impl Metrics {
             launches,
             waits,
             wait_seconds,
+            quota_refusals,
+            kernel_traps,
         }
     }
 
@@ -106,6 +124,8 @@ impl Metrics {
             launches: self.launches.get_or_create(&tenant(t)).clone(),
             waits: self.waits.get_or_create(&tenant(t)).clone(),
             wait_seconds: self.wait_seconds.get_or_create(&tenant(t)).clone(),
+            quota_refusals: self.quota_refusals.get_or_create(&tenant(t)).clone(),
+            kernel_traps: self.kernel_traps.get_or_create(&tenant(t)).clone(),
         }
     }
 

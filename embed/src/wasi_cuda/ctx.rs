@@ -490,6 +490,17 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     /// its errno.
     pub(crate) fn fail(&mut self, call: &str, error: AbiError) -> i32 {
         self.last_error = format!("{call}: {error}");
+        if let Some(stats) = &self.stats {
+            match error.errno {
+                Errno::EQUOTA => {
+                    stats.quota_refusals.inc();
+                }
+                Errno::ETRAP => {
+                    stats.kernel_traps.inc();
+                }
+                _ => {}
+            }
+        }
         // What the host's operator wants to see: quota refusals and kernel
         // traps (a tenant at its limits), driver failures (the device).
         match error.errno {

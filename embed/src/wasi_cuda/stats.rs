@@ -1,7 +1,7 @@
 //! What a guest's `wasi_cuda` context counts for a host that reports it
 //! (`tensorwasm serve`'s metrics): launches queued (raw, Wasm-kernel and
-//! built-in alike), waits ended, and the time guests spent waiting for
-//! their GPU work. The counters are Prometheus counters, shared by every
+//! built-in alike), waits ended, the time guests spent waiting for their
+//! GPU work, calls refused by the quota, and kernel traps. The counters are Prometheus counters, shared by every
 //! context of one tenant.
 
 use prometheus_client::metrics::counter::Counter;
@@ -16,4 +16,8 @@ pub struct GuestStats {
     pub waits: Counter,
     /// Seconds spent in those waits.
     pub wait_seconds: Counter<f64, AtomicU64>,
+    /// Calls refused with `EQUOTA`.
+    pub quota_refusals: Counter,
+    /// Wasm-kernel launches that ended in a trap (`ETRAP`).
+    pub kernel_traps: Counter,
 }
