@@ -294,9 +294,9 @@ where
 
 /// `limit`, capped at half the device's free memory (as `run` caps it).
 fn half_free<D: tensorwasm_core::GpuDriver>(driver: &D, limit: usize) -> usize {
-    driver.mem_info().map_or(limit, |m| {
-        limit.min(usize::try_from(m.free / 2).unwrap_or(usize::MAX))
-    })
+    driver
+        .mem_info()
+        .map_or(limit, |m| tensorwasm_embed::run::memory_cap(limit, m.free))
 }
 
 /// `RUST_LOG` filters the log (tracing-subscriber's syntax); warnings only

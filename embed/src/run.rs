@@ -214,6 +214,14 @@ pub fn run(options: &RunOptions) -> Result<RunReport, RunError> {
     }
 }
 
+/// The most one guest memory may reserve on a device with `free` bytes
+/// free: `limit`, at most half of them. Reserving is cheap (managed memory
+/// is populated lazily) but a reservation above what the device has free
+/// is refused.
+pub fn memory_cap(limit: usize, free: u64) -> usize {
+    limit.min(usize::try_from(free / 2).unwrap_or(usize::MAX))
+}
+
 /// The driver a [`DriverChoice`] gets.
 pub enum Chosen {
     /// The CUDA driver on device 0.
@@ -309,11 +317,7 @@ where
         .mem_info()
         .map_err(|e| guest_err(format!("asking the device for free memory: {e}")))?
         .free;
-    // Reserving is cheap (managed memory is populated lazily) but a
-    // reservation above what the device has free is refused.
-    let limit = options
-        .memory_limit
-        .min(usize::try_from(free / 2).unwrap_or(usize::MAX));
+    let limit = memory_cap(options.memory_limit, free);
     let kind = driver.kind();
     let device = driver.device().name.clone();
     tracing::info!(driver = kind.as_str(), %device, "driver chosen");

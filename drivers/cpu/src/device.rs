@@ -45,6 +45,9 @@ pub(crate) struct CpuDevice {
     pub(crate) faults_lose_device: AtomicBool,
     /// Why the device was lost, once it was.
     lost: Mutex<Option<String>>,
+    /// Set once `lost` holds a reason: every driver call reads this, not
+    /// the lock.
+    is_lost: AtomicBool,
 }
 
 impl CpuDevice {
@@ -69,11 +72,15 @@ impl CpuDevice {
             ptx_twins: Mutex::default(),
             faults_lose_device: AtomicBool::new(false),
             lost: Mutex::default(),
+            is_lost: AtomicBool::new(false),
         })
     }
 
     /// `DeviceLost` once the device is lost (every call but teardown).
     pub(crate) fn alive(&self, op: &'static str) -> Result<(), CpuError> {
+        if !self.is_lost.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match lock(&self.lost).as_deref() {
             None => Ok(()),
             Some(why) => Err(CpuError::new(
@@ -88,6 +95,7 @@ impl CpuDevice {
     pub(crate) fn kernel_failed(&self, failure: &str) {
         if self.faults_lose_device.load(Ordering::Relaxed) {
             lock(&self.lost).get_or_insert_with(|| failure.to_owned());
+            self.is_lost.store(true, Ordering::Release);
         }
     }
 

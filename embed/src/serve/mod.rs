@@ -210,9 +210,7 @@ where
         let mut devices = Vec::new();
         for (ordinal, driver) in drivers {
             let free = driver.mem_info().map_err(|e| e.to_string())?.free;
-            let limit = config
-                .memory_limit
-                .min(usize::try_from(free / 2).unwrap_or(usize::MAX));
+            let limit = crate::run::memory_cap(config.memory_limit, free);
             let runtime = GuestRuntime::new(driver, limit).map_err(|e| one_line(&e))?;
             devices.push(DeviceRuntime {
                 ordinal,
