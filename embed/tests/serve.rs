@@ -1,8 +1,9 @@
 //! `tensorwasm serve` for real: the binary started on a free port with a
 //! config file, driven by an HTTP client (ureq). Every endpoint, missing and
 //! wrong tokens, one tenant reaching for another's module and instance,
-//! oversized and malformed uploads and bodies, the limits (429), the
-//! request timeout (504), and a shutdown with a call in flight. The CPU
+//! oversized and malformed uploads and bodies, the limits (429, concurrent
+//! requests included), the request timeout (504), and a shutdown with a
+//! call in flight. The CPU
 //! driver in CI; on a GPU `TW_SERVE_DRIVER=cuda` (and `TENSORWASM_BIN` for
 //! the carried binary) runs the same suite there.
 
@@ -338,6 +339,16 @@ fn every_endpoint_for_real() {
     ] {
         assert!(text.contains(line), "{line} missing from {text}");
     }
+    // GPU time: a's two launches took some, b launched nothing.
+    let gpu_seconds = |tenant: &str| -> f64 {
+        let key = format!("tensorwasm_gpu_seconds_total{{tenant=\"{tenant}\"}} ");
+        let line = text.lines().find(|l| l.starts_with(&key));
+        line.and_then(|l| l[key.len()..].parse().ok())
+            .unwrap_or_else(|| panic!("{key} missing from {text}"))
+    };
+    assert!(gpu_seconds("a") > 0.0, "{text}");
+    assert!(gpu_seconds("a") < 60.0, "{text}");
+    assert_eq!(gpu_seconds("b"), 0.0, "{text}");
     // Deletes: everything goes, and the quota with it.
     assert_eq!(
         s.call(
@@ -444,6 +455,36 @@ fn bad_uploads_and_bodies_are_refused() {
     assert!(status == 400 || status == 415, "{status}");
     let (status, _) = s.post("/v1/instances", "token-a", json!({ "module": 99 }));
     assert_eq!(status, 404);
+}
+
+#[test]
+fn concurrent_requests_stay_within_the_limits() {
+    let s = start("concurrent", "modules = 3\ninstances = 3\n");
+    // Twelve uploads and then twelve instantiates at once: each limit
+    // holds exactly, the rest are 429.
+    let statuses = |make: &(dyn Fn() -> (u16, Value) + Sync)| -> Vec<u16> {
+        std::thread::scope(|scope| {
+            let calls: Vec<_> = (0..12).map(|_| scope.spawn(make)).collect();
+            calls.into_iter().map(|c| c.join().unwrap().0).collect()
+        })
+    };
+    let uploads = statuses(&|| s.upload("token-a", GUEST.as_bytes()));
+    assert_eq!(
+        uploads.iter().filter(|&&c| c == 201).count(),
+        3,
+        "{uploads:?}"
+    );
+    assert_eq!(
+        uploads.iter().filter(|&&c| c == 429).count(),
+        9,
+        "{uploads:?}"
+    );
+    let module = s.call("GET", "/v1/modules", Some("token-a"), None).1[0]["id"].clone();
+    let made = statuses(&|| s.post("/v1/instances", "token-a", json!({ "module": module })));
+    assert_eq!(made.iter().filter(|&&c| c == 201).count(), 3, "{made:?}");
+    assert_eq!(made.iter().filter(|&&c| c == 429).count(), 9, "{made:?}");
+    let listed = s.call("GET", "/v1/instances", Some("token-a"), None).1;
+    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed}");
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 use std::{future::Future, sync::Arc};
 
+use super::{ServeDriver, ServeError, Server};
 use axum::{
     Json, Router,
     body::Bytes,
@@ -14,10 +15,6 @@ use axum::{
 };
 use serde::Deserialize;
 use serde_json::json;
-use tensorwasm_core::ManagedAllocator;
-
-use super::{ServeError, Server};
-use crate::kernel::KernelTarget;
 
 impl IntoResponse for ServeError {
     fn into_response(self) -> Response {
@@ -40,11 +37,7 @@ fn unauthorized(why: &str) -> Response {
     r
 }
 
-impl<D> FromRequestParts<Arc<Server<D>>> for Caller
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+impl<D: ServeDriver> FromRequestParts<Arc<Server<D>>> for Caller {
     type Rejection = Response;
 
     async fn from_request_parts(
@@ -90,11 +83,7 @@ struct Run {
 }
 
 /// The routes of `server`.
-pub fn router<D>(server: Arc<Server<D>>) -> Router
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+pub fn router<D: ServeDriver>(server: Arc<Server<D>>) -> Router {
     // Module uploads are capped by the configuration (413 past it); every
     // other body is small.
     let limit = server.config().module_bytes.max(1 << 20);
@@ -115,11 +104,7 @@ where
         .with_state(server)
 }
 
-async fn metrics<D>(State(s): State<Arc<Server<D>>>) -> impl IntoResponse
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+async fn metrics<D: ServeDriver>(State(s): State<Arc<Server<D>>>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
@@ -129,57 +114,44 @@ where
     )
 }
 
-async fn whoami<D>(State(s): State<Arc<Server<D>>>, Caller(t): Caller) -> impl IntoResponse
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+async fn whoami<D: ServeDriver>(
+    State(s): State<Arc<Server<D>>>,
+    Caller(t): Caller,
+) -> impl IntoResponse {
     let (name, device) = s.tenant(t);
     Json(json!({ "tenant": name, "device": device, "quota_in_use": s.usage(t) }))
 }
 
-async fn upload<D>(
+async fn upload<D: ServeDriver>(
     State(s): State<Arc<Server<D>>>,
     Caller(t): Caller,
     body: Bytes,
-) -> Result<impl IntoResponse, ServeError>
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
-    let info = s.upload(t, &body)?;
+) -> Result<impl IntoResponse, ServeError> {
+    let server = Arc::clone(&s);
+    let info = s.off_http(move || server.upload(t, &body)).await?;
     Ok((StatusCode::CREATED, Json(info)))
 }
 
-async fn list_modules<D>(State(s): State<Arc<Server<D>>>, Caller(t): Caller) -> impl IntoResponse
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+async fn list_modules<D: ServeDriver>(
+    State(s): State<Arc<Server<D>>>,
+    Caller(t): Caller,
+) -> impl IntoResponse {
     Json(s.modules(t))
 }
 
-async fn delete_module<D>(
+async fn delete_module<D: ServeDriver>(
     State(s): State<Arc<Server<D>>>,
     Caller(t): Caller,
     Path(id): Path<u64>,
-) -> Result<StatusCode, ServeError>
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+) -> Result<StatusCode, ServeError> {
     s.delete_module(t, id).map(|()| StatusCode::NO_CONTENT)
 }
 
-async fn instantiate<D>(
+async fn instantiate<D: ServeDriver>(
     State(s): State<Arc<Server<D>>>,
     Caller(t): Caller,
     Json(req): Json<NewInstance>,
-) -> Result<impl IntoResponse, ServeError>
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+) -> Result<impl IntoResponse, ServeError> {
     let server = Arc::clone(&s);
     let info = s
         .on_guest_runtime(async move { server.instantiate(t, req.module).await })
@@ -187,36 +159,27 @@ where
     Ok((StatusCode::CREATED, Json(info)))
 }
 
-async fn list_instances<D>(State(s): State<Arc<Server<D>>>, Caller(t): Caller) -> impl IntoResponse
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+async fn list_instances<D: ServeDriver>(
+    State(s): State<Arc<Server<D>>>,
+    Caller(t): Caller,
+) -> impl IntoResponse {
     Json(s.instances(t))
 }
 
-async fn delete_instance<D>(
+async fn delete_instance<D: ServeDriver>(
     State(s): State<Arc<Server<D>>>,
     Caller(t): Caller,
     Path(id): Path<u64>,
-) -> Result<StatusCode, ServeError>
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+) -> Result<StatusCode, ServeError> {
     s.delete_instance(t, id).map(|()| StatusCode::NO_CONTENT)
 }
 
-async fn invoke<D>(
+async fn invoke<D: ServeDriver>(
     State(s): State<Arc<Server<D>>>,
     Caller(t): Caller,
     Path(id): Path<u64>,
     Json(req): Json<Invoke>,
-) -> Result<impl IntoResponse, ServeError>
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+) -> Result<impl IntoResponse, ServeError> {
     let slot = s.slot(t)?;
     let server = Arc::clone(&s);
     let results = s
@@ -228,16 +191,12 @@ where
     Ok(Json(json!({ "results": results })))
 }
 
-async fn run<D>(
+async fn run<D: ServeDriver>(
     State(s): State<Arc<Server<D>>>,
     Caller(t): Caller,
     Path(id): Path<u64>,
     Json(req): Json<Run>,
-) -> Result<impl IntoResponse, ServeError>
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+) -> Result<impl IntoResponse, ServeError> {
     let slot = s.slot(t)?;
     let server = Arc::clone(&s);
     let outcome = s
@@ -254,15 +213,11 @@ where
 /// Serves `server` on `listener` until `shutdown` completes; requests in
 /// flight then finish (each bounded by the request timeout), new ones are
 /// refused, and every instance is ended.
-pub async fn serve<D>(
+pub async fn serve<D: ServeDriver>(
     server: Arc<Server<D>>,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()>
-where
-    D: KernelTarget + ManagedAllocator + Clone + Send + Sync + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+) -> std::io::Result<()> {
     let app = router(Arc::clone(&server));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

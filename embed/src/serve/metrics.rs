@@ -1,8 +1,9 @@
 //! The server's Prometheus metrics (prometheus-client): per tenant, calls
 //! made, calls that trapped or failed in the guest, requests refused at a
-//! limit (429), kernel launches, waits and the time spent waiting (counted
-//! by the guests' contexts, [`GuestStats`]); at each scrape, what each
-//! tenant's quota ledger holds, and each device's free memory.
+//! limit (429), kernel launches, waits and the time spent waiting, the GPU
+//! time of the launches (counted by the guests' contexts, [`GuestStats`]);
+//! at each scrape, what each tenant's quota ledger holds, and each device's
+//! free memory.
 
 use std::sync::atomic::AtomicU64;
 
@@ -30,6 +31,7 @@ pub struct Metrics {
     wait_seconds: Family<Labels, Counter<f64, AtomicU64>>,
     quota_refusals: Family<Labels, Counter>,
     kernel_traps: Family<Labels, Counter>,
+    gpu_seconds: Family<Labels, Counter<f64, AtomicU64>>,
 }
 
 fn tenant(name: &str) -> Labels {
@@ -72,6 +74,12 @@ impl Metrics {
             "Wasm-kernel launches that trapped (ETRAP)",
             kernel_traps.clone(),
         );
+        let gpu_seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        registry.register(
+            "gpu_seconds",
+            "GPU time of a tenant's launches: how long they kept its streams busy",
+            gpu_seconds.clone(),
+        );
         registry.register("calls", "Guest calls made (invoke and run)", calls.clone());
         registry.register(
             "traps",
@@ -102,6 +110,7 @@ impl Metrics {
             let _ = wait_seconds.get_or_create(&tenant(t));
             let _ = quota_refusals.get_or_create(&tenant(t));
             let _ = kernel_traps.get_or_create(&tenant(t));
+            let _ = gpu_seconds.get_or_create(&tenant(t));
         }
         Metrics {
             registry,
@@ -115,6 +124,7 @@ impl Metrics {
             wait_seconds,
             quota_refusals,
             kernel_traps,
+            gpu_seconds,
         }
     }
 
@@ -126,6 +136,7 @@ impl Metrics {
             wait_seconds: self.wait_seconds.get_or_create(&tenant(t)).clone(),
             quota_refusals: self.quota_refusals.get_or_create(&tenant(t)).clone(),
             kernel_traps: self.kernel_traps.get_or_create(&tenant(t)).clone(),
+            gpu_seconds: self.gpu_seconds.get_or_create(&tenant(t)).clone(),
         }
     }
 

@@ -40,6 +40,18 @@ use crate::{
 /// does not hold a server thread and its request's timeout can stop it.
 const YIELD_FUEL: u64 = 10_000_000;
 
+/// What a server's driver must be: a kernel target whose memory regions
+/// and handles may be shared by the server's threads.
+pub trait ServeDriver:
+    KernelTarget + ManagedAllocator<Region: Sync> + Clone + Send + Sync + 'static
+{
+}
+
+impl<D> ServeDriver for D where
+    D: KernelTarget + ManagedAllocator<Region: Sync> + Clone + Send + Sync + 'static
+{
+}
+
 /// Why an operation failed, as HTTP says it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServeError {
@@ -90,11 +102,7 @@ impl ServeError {
 }
 
 /// One device's runtime.
-pub struct DeviceRuntime<D>
-where
-    D: KernelTarget + ManagedAllocator + Clone + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+pub struct DeviceRuntime<D: ServeDriver> {
     /// Its ordinal.
     pub ordinal: u32,
     runtime: GuestRuntime<D>,
@@ -109,26 +117,72 @@ struct Uploaded {
 }
 
 /// An instance of a module, with its tenant store.
-struct Live<D>
-where
-    D: KernelTarget + ManagedAllocator + Clone + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+struct Live<D: ServeDriver> {
     module: u64,
     tenant: tokio::sync::Mutex<Tenant<D>>,
 }
 
+/// A tenant's modules or instances: those kept, by id, and how many are
+/// being made (each counts against the limit from the moment it is
+/// reserved, so concurrent requests cannot overshoot it).
+struct Kept<T> {
+    map: BTreeMap<u64, Arc<T>>,
+    pending: usize,
+}
+
+impl<T> Default for Kept<T> {
+    fn default() -> Self {
+        Kept {
+            map: BTreeMap::new(),
+            pending: 0,
+        }
+    }
+}
+
+/// A place reserved in a [`Kept`]; given back when dropped unfilled.
+struct Reserved<'a, T> {
+    kept: &'a Mutex<Kept<T>>,
+    filled: bool,
+}
+
+impl<T> Reserved<'_, T> {
+    /// Keeps `value` as `id` in the reserved place.
+    fn fill(mut self, id: u64, value: Arc<T>) {
+        let mut kept = lock(self.kept);
+        kept.pending -= 1;
+        kept.map.insert(id, value);
+        self.filled = true;
+    }
+}
+
+impl<T> Drop for Reserved<'_, T> {
+    fn drop(&mut self) {
+        if !self.filled {
+            lock(self.kept).pending -= 1;
+        }
+    }
+}
+
+/// Reserves a place in `kept` if fewer than `limit` are kept or being made.
+fn reserve<'a, T>(kept: &'a Mutex<Kept<T>>, limit: usize) -> Option<Reserved<'a, T>> {
+    let mut k = lock(kept);
+    if k.map.len() + k.pending >= limit {
+        return None;
+    }
+    k.pending += 1;
+    Some(Reserved {
+        kept,
+        filled: false,
+    })
+}
+
 /// A tenant's state on the server.
-struct Party<D>
-where
-    D: KernelTarget + ManagedAllocator + Clone + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+struct Party<D: ServeDriver> {
     served: ServedTenant,
     device: usize,
     ledger: Arc<QuotaLedger>,
-    modules: Mutex<BTreeMap<u64, Arc<Uploaded>>>,
-    instances: Mutex<BTreeMap<u64, Arc<Live<D>>>>,
+    modules: Mutex<Kept<Uploaded>>,
+    instances: Mutex<Kept<Live<D>>>,
     next_id: AtomicU64,
     in_flight: Arc<tokio::sync::Semaphore>,
 }
@@ -167,11 +221,7 @@ pub struct RunOutcome {
 }
 
 /// Every tenant on every device.
-pub struct Server<D>
-where
-    D: KernelTarget + ManagedAllocator + Clone + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+pub struct Server<D: ServeDriver> {
     config: ServeConfig,
     devices: Vec<DeviceRuntime<D>>,
     parties: Vec<Party<D>>,
@@ -190,11 +240,7 @@ fn one_line(e: &wasmtime::Error) -> String {
     format!("{e:#}").replace('\n', " | ")
 }
 
-impl<D> Server<D>
-where
-    D: KernelTarget + ManagedAllocator + Clone + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+impl<D: ServeDriver> Server<D> {
     /// A server over `drivers` (one per device, ordinals in order), placing
     /// each tenant: on its configured device, else on the device with the
     /// fewest tenants so far, the most free memory among those. Guest calls
@@ -298,12 +344,12 @@ where
                 self.config.module_bytes
             )));
         }
-        if lock(&p.modules).len() >= self.config.modules {
-            return Err(ServeError::Busy(format!(
+        let place = reserve(&p.modules, self.config.modules).ok_or_else(|| {
+            ServeError::Busy(format!(
                 "{} modules kept already; delete one first",
                 self.config.modules
-            )));
-        }
+            ))
+        })?;
         let runtime = &self.devices[p.device].runtime;
         let module = runtime
             .compile(bytes)
@@ -324,13 +370,14 @@ where
             bytes: uploaded.bytes,
             exports: uploaded.exports.clone(),
         };
-        lock(&p.modules).insert(id, uploaded);
+        place.fill(id, uploaded);
         Ok(info)
     }
 
     /// Tenant `t`'s modules.
     pub fn modules(&self, t: usize) -> Vec<ModuleInfo> {
         lock(&self.party(t).modules)
+            .map
             .iter()
             .map(|(&id, m)| ModuleInfo {
                 id,
@@ -343,6 +390,7 @@ where
     /// Deletes module `id` of tenant `t` (its instances stay).
     pub fn delete_module(&self, t: usize, id: u64) -> Result<(), ServeError> {
         lock(&self.party(t).modules)
+            .map
             .remove(&id)
             .map(drop)
             .ok_or_else(|| ServeError::NotFound(format!("no module {id}")))
@@ -350,6 +398,7 @@ where
 
     fn module(&self, t: usize, id: u64) -> Result<Arc<Uploaded>, ServeError> {
         lock(&self.party(t).modules)
+            .map
             .get(&id)
             .cloned()
             .ok_or_else(|| ServeError::NotFound(format!("no module {id}")))
@@ -372,12 +421,12 @@ where
     /// Instantiates module `module` of tenant `t`.
     pub async fn instantiate(&self, t: usize, module: u64) -> Result<InstanceInfo, ServeError> {
         let p = self.party(t);
-        if lock(&p.instances).len() >= self.config.instances {
-            return Err(ServeError::Busy(format!(
+        let place = reserve(&p.instances, self.config.instances).ok_or_else(|| {
+            ServeError::Busy(format!(
                 "{} instances kept already; delete one first",
                 self.config.instances
-            )));
-        }
+            ))
+        })?;
         let uploaded = self.module(t, module)?;
         let mut settings = p.served.settings.clone();
         // A served instance's output is captured (never the server's).
@@ -391,7 +440,7 @@ where
             .await
             .map_err(|e| ServeError::Guest(format!("instantiating: {}", one_line(&e))))?;
         let id = p.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&p.instances).insert(
+        place.fill(
             id,
             Arc::new(Live {
                 module,
@@ -404,6 +453,7 @@ where
     /// Tenant `t`'s instances.
     pub fn instances(&self, t: usize) -> Vec<InstanceInfo> {
         lock(&self.party(t).instances)
+            .map
             .iter()
             .map(|(&id, l)| InstanceInfo {
                 id,
@@ -416,9 +466,22 @@ where
     /// is done), freeing all it holds.
     pub fn delete_instance(&self, t: usize, id: u64) -> Result<(), ServeError> {
         lock(&self.party(t).instances)
+            .map
             .remove(&id)
             .map(drop)
             .ok_or_else(|| ServeError::NotFound(format!("no instance {id}")))
+    }
+
+    /// Runs `work` (CPU-bound: compiling a module) on the blocking threads
+    /// of the guests' runtime, off the threads that serve HTTP.
+    pub async fn off_http<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, ServeError> + Send + 'static,
+    ) -> Result<T, ServeError> {
+        self.guests
+            .spawn_blocking(work)
+            .await
+            .unwrap_or_else(|e| Err(ServeError::Guest(format!("the task failed: {e}"))))
     }
 
     /// Runs `call` on the guests' runtime.
@@ -456,6 +519,7 @@ where
     ) -> Result<Vec<serde_json::Value>, ServeError> {
         let p = self.party(t);
         let live = lock(&p.instances)
+            .map
             .get(&id)
             .cloned()
             .ok_or_else(|| ServeError::NotFound(format!("no instance {id}")))?;
@@ -510,7 +574,7 @@ where
             Ok(answer) => answer,
             Err(_) => {
                 // The call was stopped part-way: its instance cannot be trusted.
-                lock(&p.instances).remove(&id);
+                lock(&p.instances).map.remove(&id);
                 Err(ServeError::Timeout(format!(
                     "`{export}` ran past {:?}; instance {id} was ended",
                     self.config.request_timeout
@@ -587,8 +651,8 @@ where
     /// Ends every instance of every tenant (shutdown).
     pub fn end_all(&self) {
         for p in &self.parties {
-            lock(&p.instances).clear();
-            lock(&p.modules).clear();
+            lock(&p.instances).map.clear();
+            lock(&p.modules).map.clear();
         }
     }
 
@@ -622,11 +686,7 @@ where
 
 /// The device for a tenant with none configured: the fewest tenants, then
 /// the most free memory.
-fn place<D>(devices: &[DeviceRuntime<D>]) -> usize
-where
-    D: KernelTarget + ManagedAllocator + Clone + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+fn place<D: ServeDriver>(devices: &[DeviceRuntime<D>]) -> usize {
     let free = |d: &DeviceRuntime<D>| d.runtime.driver().mem_info().map_or(0, |m| m.free);
     (0..devices.len())
         .min_by_key(|&i| {

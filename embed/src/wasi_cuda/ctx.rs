@@ -34,7 +34,7 @@ use crate::{
 };
 
 use super::kernel_names::{KernelName, ResolvedNames};
-use super::stats::GuestStats;
+use super::{gpu_time::GpuClock, stats::GuestStats};
 
 /// How many objects of each kind one guest may hold at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -314,6 +314,8 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     pub(crate) last_error: String,
     /// Counters a host reports ([`set_stats`](Self::set_stats)).
     stats: Option<GuestStats>,
+    /// The GPU time of its launches, when `stats` is set.
+    gpu_clock: Option<GpuClock<D>>,
     /// The tenant's quota ledger (shared by every context of the tenant).
     ledger: Arc<QuotaLedger>,
     policy: TenantPolicy,
@@ -420,6 +422,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             },
             last_error: String::new(),
             stats: None,
+            gpu_clock: None,
             ledger,
             policy,
             _stream_charge: stream_charge,
@@ -988,6 +991,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 KernelParam::I64(i64::from(grid.z)),
             ]);
         }
+        self.clock_before_launch();
         // SAFETY: every pointer parameter was produced by the decoder inside
         // the guest's memory (device-addressable, checked) or by
         // `resolve_buffer_pointer` inside a live buffer; the launch entry
@@ -1003,6 +1007,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             self.driver
                 .launch(&self.stream, &function.function, &config, &params)
         };
+        self.clock_after_launch();
         if let Err(e) = queued {
             let _ = self.launches.remove(handle);
             return Err(driver_error("launch", e));
@@ -1186,6 +1191,9 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
     /// after that anyway, to find the stream's kernels short again when
     /// the callback's own latency keeps its waits past the budget).
     fn wait_ended(&mut self, done: Instant) {
+        if let Some(clock) = &mut self.gpu_clock {
+            clock.collect(&self.driver);
+        }
         let began = self.wait_began.take();
         if let (Some(stats), Some(began)) = (&self.stats, began) {
             stats.waits.inc();
@@ -1198,9 +1206,24 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         }
     }
 
-    /// Counts this guest's launches and waits into `stats`.
+    /// Counts this guest's launches, waits and GPU time into `stats`
+    /// (the GPU time costs an event record or two per launch:
+    /// `gpu_time.rs`).
     pub fn set_stats(&mut self, stats: GuestStats) {
+        self.gpu_clock = Some(GpuClock::new(stats.clone()));
         self.stats = Some(stats);
+    }
+
+    fn clock_before_launch(&mut self) {
+        if let Some(clock) = &mut self.gpu_clock {
+            clock.before_launch(&self.driver, &self.stream);
+        }
+    }
+
+    fn clock_after_launch(&mut self) {
+        if let Some(clock) = &mut self.gpu_clock {
+            clock.after_launch(&self.driver, &self.stream);
+        }
     }
 
     fn count_launch(&self) {
@@ -1438,6 +1461,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             _memory: region,
             _charge: charge,
         })?;
+        self.clock_before_launch();
         // SAFETY: every pointer parameter is an operand that
         // `decode_tensor_op` checked to lie, with the whole extent its shape
         // and strides give, inside the guest's device-addressable memory or
@@ -1449,6 +1473,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             self.driver
                 .launch(&self.stream, &function.function, &config, &plan.params)
         };
+        self.clock_after_launch();
         if let Err(e) = queued {
             let _ = self.launches.remove(handle);
             return Err(driver_error("launch (built-in kernel)", e));
@@ -1556,6 +1581,9 @@ impl<D: GpuDriver> Drop for WasiCudaCtx<D> {
         // Kernels may still be using the guest's buffers and memory: let them
         // finish before anything they touch is freed.
         let _ = self.driver.stream_synchronize(&self.stream);
+        if let Some(clock) = &mut self.gpu_clock {
+            clock.collect(&self.driver);
+        }
     }
 }
 

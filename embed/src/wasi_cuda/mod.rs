@@ -7,6 +7,7 @@
 
 mod atomics;
 mod ctx;
+mod gpu_time;
 mod image;
 mod kernel_names;
 mod stats;

@@ -1,7 +1,8 @@
 //! What a guest's `wasi_cuda` context counts for a host that reports it
 //! (`tensorwasm serve`'s metrics): launches queued (raw, Wasm-kernel and
 //! built-in alike), waits ended, the time guests spent waiting for their
-//! GPU work, calls refused by the quota, and kernel traps. The counters are Prometheus counters, shared by every
+//! GPU work, the GPU time of its launches, calls refused by the quota,
+//! and kernel traps. The counters are Prometheus counters, shared by every
 //! context of one tenant.
 
 use prometheus_client::metrics::counter::Counter;
@@ -20,4 +21,7 @@ pub struct GuestStats {
     pub quota_refusals: Counter,
     /// Wasm-kernel launches that ended in a trap (`ETRAP`).
     pub kernel_traps: Counter,
+    /// Seconds the tenant's launches kept its streams busy on the GPU
+    /// (events around each launch, `gpu_time.rs`).
+    pub gpu_seconds: Counter<f64, AtomicU64>,
 }
