@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI): formatting, lints, every test
 # that runs without a GPU, the Wasm guests (the wasi_cuda-only guests and
-# the WASI example, built before the tests, which load them), the no_std build of core, and ptxas over every PTX file in
-# the repo. GPU tests are #[ignore]d here; they run on a GPU
+# the WASI example, built before the tests, which load them), the no_std
+# build of core, ptxas over every PTX file in the repo, and the deployment
+# files (deploy/check.sh). GPU tests are #[ignore]d here; they run on a GPU
 # through scripts/pack-gpu-tests.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,5 +56,8 @@ cargo build -p tensorwasm-core --target thumbv7em-none-eabihf --features defmt
 
 step "ptxas over every PTX file (sm_75, sm_80, sm_90)"
 scripts/check-ptx.sh
+
+step "deploy: Dockerfile lint, the Helm chart rendered and validated against the Kubernetes schemas, its configuration served"
+deploy/check.sh
 
 printf '\nall checks passed\n'

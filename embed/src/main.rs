@@ -46,7 +46,8 @@ enum Command {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// The server's configuration (TOML; docs/serve.md).
+    /// The server's configuration (TOML, or JSON when it ends in `.json`;
+    /// docs/serve.md).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
 
@@ -218,7 +219,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(text) => text,
         Err(e) => return fail(format!("cannot read {}: {e}", args.config.display())),
     };
-    let mut config = match ServeConfig::from_toml(&text) {
+    let mut config = match ServeConfig::from_file_text(&args.config, &text) {
         Ok(c) => c,
         Err(e) => return fail(format!("{}: {e}", args.config.display())),
     };

@@ -2,7 +2,10 @@
 //! and its tenants: each a name, the SHA-256 digest of its bearer token (the
 //! token itself is never stored), an optional device, and the settings a
 //! `run --tenant` file holds (quota, policy, guest fuel, WASI), as a
-//! `[tenant.settings]` table. Unknown keys are errors.
+//! `[tenant.settings]` table. Unknown keys are errors. The same structure
+//! may come as JSON (a file named `*.json`), which is what the Helm chart
+//! renders: its templates print integers as TOML floats, but as JSON
+//! integers.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -93,9 +96,27 @@ fn parse_digest(name: &str, hex: &str) -> Result<[u8; 32], String> {
 }
 
 impl ServeConfig {
-    /// Parses a configuration file's text.
+    /// Parses a configuration file's text: JSON when `path` ends in
+    /// `.json`, TOML otherwise.
+    pub fn from_file_text(path: &std::path::Path, text: &str) -> Result<ServeConfig, String> {
+        if path.extension().is_some_and(|e| e == "json") {
+            Self::from_json(text)
+        } else {
+            Self::from_toml(text)
+        }
+    }
+
+    /// Parses a TOML configuration.
     pub fn from_toml(text: &str) -> Result<ServeConfig, String> {
-        let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        Self::from_parsed(toml::from_str(text).map_err(|e| e.to_string())?)
+    }
+
+    /// Parses the same configuration written as JSON.
+    pub fn from_json(text: &str) -> Result<ServeConfig, String> {
+        Self::from_parsed(serde_json::from_str(text).map_err(|e| e.to_string())?)
+    }
+
+    fn from_parsed(file: File) -> Result<ServeConfig, String> {
         let listen = file.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let listen = listen
             .parse()
@@ -173,6 +194,33 @@ mod tests {
         assert_eq!(c.tenants[0].settings.name, "a");
         assert!(c.tenants[1].settings.policy.raw_modules);
         assert_eq!(a.len(), 64);
+    }
+
+    #[test]
+    fn json_reads_as_toml_does() {
+        let a = token_digest("secret-a");
+        let json = format!(
+            r#"{{"listen": "127.0.0.1:0", "memory_limit": 268435456,
+                "tenant": [{{"name": "a", "token_sha256": "{a}", "device": 1,
+                  "settings": {{"guest_fuel": 10000000000,
+                                "quota": {{"device_bytes": 4096}}}}}}]}}"#
+        );
+        let c = ServeConfig::from_file_text(std::path::Path::new("serve.json"), &json).unwrap();
+        assert_eq!(c.memory_limit, 268435456);
+        assert_eq!(c.tenants[0].device, Some(1));
+        assert_eq!(
+            c.tenants[0]
+                .settings
+                .quota
+                .limit(tensorwasm_core::quota::Resource::DeviceBytes),
+            4096
+        );
+        // Unknown keys are errors here too, and a TOML file is not JSON.
+        assert!(ServeConfig::from_json(r#"{"lisen": "x"}"#).is_err());
+        assert!(
+            ServeConfig::from_file_text(std::path::Path::new("serve.json"), "listen = \"x\"")
+                .is_err()
+        );
     }
 
     #[test]
