@@ -2,7 +2,9 @@
 //! their instances for a while; each call runs a Wasm kernel that fills the
 //! GPU (1024 blocks of 256 threads, `ITERS` multiply-adds each). Reported:
 //! calls per second, p50 / p99 / max latency of a call (HTTP round trip),
-//! 429s, and the server's RSS and device memory sampled every 5 seconds.
+//! 429s, the launches and GPU time the server's metrics counted, and the
+//! server's RSS and device memory sampled every 5 seconds. With a small
+//! `TW_LOAD_ITERS` the kernels are short and the calls latency-bound.
 //! Each configuration in `TW_LOAD_DEVICES` (`;`-separated
 //! `CUDA_VISIBLE_DEVICES` values, default `0;0,1`) is a server of its own;
 //! the record compares their throughput (the goal: 2 GPUs >= 1.8x 1 for
@@ -165,18 +167,37 @@ fn rss_bytes(pid: u32) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// The devices' free memory, from the server's metrics.
-fn device_free(agent: &Agent, url: &str) -> Vec<u64> {
+/// The values of every series of metric `name` (`name{...} value`).
+fn series(agent: &Agent, url: &str, name: &str) -> Vec<f64> {
     let text = agent
         .get(&format!("{url}/metrics"))
         .call()
         .ok()
         .and_then(|r| r.into_body().read_to_string().ok())
         .unwrap_or_default();
+    let prefix = format!("{name}{{");
     text.lines()
-        .filter(|l| l.starts_with("tensorwasm_device_free_bytes{"))
+        .filter(|l| l.starts_with(&prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
         .collect()
+}
+
+/// The devices' free memory, from the server's metrics.
+fn device_free(agent: &Agent, url: &str) -> Vec<u64> {
+    series(agent, url, "tensorwasm_device_free_bytes")
+        .into_iter()
+        .map(|b| b as u64)
+        .collect()
+}
+
+/// Launches and GPU seconds of all tenants, from the server's metrics.
+fn launches_and_gpu_seconds(agent: &Agent, url: &str) -> (f64, f64) {
+    (
+        series(agent, url, "tensorwasm_launches_total").iter().sum(),
+        series(agent, url, "tensorwasm_gpu_seconds_total")
+            .iter()
+            .sum(),
+    )
 }
 
 #[derive(Serialize)]
@@ -198,6 +219,11 @@ struct Run {
     max_ms: f64,
     refused_429: usize,
     failed: usize,
+    /// Kernel launches in the window, as the server's metrics count them.
+    launches: f64,
+    /// GPU time of those launches, summed over tenants (kernels of
+    /// different tenants that run side by side each count in full).
+    gpu_seconds: f64,
     samples: Vec<Sample>,
 }
 
@@ -260,6 +286,7 @@ fn measure(devices: &str, driver: &str, seconds: u64, dir: &std::path::Path) -> 
     }
     let latencies = Arc::new(Mutex::new(Vec::<f64>::new()));
     let counts = Arc::new(Mutex::new((0usize, 0usize)));
+    let before = launches_and_gpu_seconds(&setup, &server.url);
     let started = Instant::now();
     let stop = started + Duration::from_secs(seconds);
     let mut samples = Vec::new();
@@ -307,6 +334,7 @@ fn measure(devices: &str, driver: &str, seconds: u64, dir: &std::path::Path) -> 
         }
     });
     let elapsed = started.elapsed().as_secs_f64();
+    let after = launches_and_gpu_seconds(&setup, &server.url);
     let lat = latencies.lock().unwrap().clone();
     let (refused, failed) = *counts.lock().unwrap();
     Run {
@@ -320,6 +348,8 @@ fn measure(devices: &str, driver: &str, seconds: u64, dir: &std::path::Path) -> 
         max_ms: round(max_of(&lat), 3),
         refused_429: refused,
         failed,
+        launches: after.0 - before.0,
+        gpu_seconds: round(after.1 - before.1, 3),
         samples,
     }
 }
@@ -350,7 +380,7 @@ fn main() {
     for devices in configs.split(';').filter(|d| !d.is_empty()) {
         let run = measure(devices, &driver, seconds, &dir);
         println!(
-            "CUDA_VISIBLE_DEVICES={:<5} tenants on {} device(s): {} calls in {:.1} s = {:.1}/s, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms, 429s {}, failed {}; RSS {:?} MiB",
+            "CUDA_VISIBLE_DEVICES={:<5} tenants on {} device(s): {} calls in {:.1} s = {:.1}/s, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms, 429s {}, failed {}; {} launches, {:.2} GPU s; RSS {:?} MiB",
             run.cuda_visible_devices,
             run.devices,
             run.calls,
@@ -361,6 +391,8 @@ fn main() {
             run.max_ms,
             run.refused_429,
             run.failed,
+            run.launches,
+            run.gpu_seconds,
             run.samples.iter().map(|s| s.rss_mib).collect::<Vec<_>>()
         );
         runs.push(run);
