@@ -60,6 +60,12 @@ struct ServeArgs {
     /// (CUDA_VISIBLE_DEVICES picks them).
     #[arg(long, value_enum, default_value_t = DriverArg::Auto)]
     driver: DriverArg,
+
+    /// On the CPU driver, let a failing kernel lose the whole device, as a
+    /// faulting kernel loses a CUDA context (to exercise the server's
+    /// handling of a lost device without a GPU).
+    #[arg(long)]
+    cpu_faults_lose_device: bool,
 }
 
 #[derive(Args)]
@@ -255,6 +261,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             tokio.block_on(serve_on(config, drivers, guests_handle))
         }
         Ok(Chosen::Cpu(driver, _)) => {
+            driver.set_faults_lose_device(args.cpu_faults_lose_device);
             tokio.block_on(serve_on(config, vec![(0, driver)], guests_handle))
         }
     };

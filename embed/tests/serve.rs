@@ -18,6 +18,10 @@ use serde_json::{Value, json};
 use tensorwasm_embed::serve::token_digest;
 use ureq::Agent;
 
+#[allow(dead_code)] // its guest and nothing of its supervisor
+#[path = "support/supervised_guest.rs"]
+mod supervised_guest;
+
 /// A guest: `add(a, b)`, `scale(x) -> x * 2.5` (f64), `double_on_device(n)`
 /// (a Wasm kernel doubling n floats written by the guest, returning their
 /// sum), `sleep_ms(ms)` (spins on the WASI clock), `trap`, `hog` (a buffer
@@ -130,11 +134,12 @@ fn binary() -> PathBuf {
 /// Starts the server with `extra` config lines and tenants `a` (untrusted,
 /// token "token-a") and `b` (trusted, "token-b").
 fn start(what: &str, extra: &str) -> Served {
-    start_on(what, extra, None)
+    start_on(what, extra, None, &[])
 }
 
-/// [`start`] on `driver` (else `TW_SERVE_DRIVER`, else the CPU driver).
-fn start_on(what: &str, extra: &str, driver: Option<&str>) -> Served {
+/// [`start`] on `driver` (else `TW_SERVE_DRIVER`, else the CPU driver),
+/// with `flags` added to the command line.
+fn start_on(what: &str, extra: &str, driver: Option<&str>, flags: &[&str]) -> Served {
     let dir = std::env::temp_dir().join(format!("tw-serve-{what}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = format!(
@@ -155,6 +160,7 @@ fn start_on(what: &str, extra: &str, driver: Option<&str>) -> Served {
     let mut child = Command::new(binary())
         .args(["serve", "--driver", &driver, "--config"])
         .arg(&path)
+        .args(flags)
         .stdout(Stdio::piped())
         .spawn()
         .expect("start tensorwasm serve");
@@ -575,9 +581,82 @@ fn shutdown_lets_the_call_in_flight_finish() {
 }
 
 #[test]
+fn a_lost_device_fails_health_and_the_calls_on_it() {
+    // On the CPU driver a failing kernel loses the device only when asked
+    // to, as a faulting kernel loses a CUDA context.
+    let cpu = std::env::var("TW_SERVE_DRIVER").map_or(true, |d| d == "cpu");
+    let flags: &[&str] = if cpu {
+        &["--cpu-faults-lose-device"]
+    } else {
+        &[]
+    };
+    let mut s = start_on("lost", "", None, flags);
+    let quiet = s.instance("token-a", GUEST);
+    let add = |id: u64, token: &str| {
+        s.post(
+            &format!("/v1/instances/{id}/invoke"),
+            token,
+            json!({ "export": "add", "args": [1, 2] }),
+        )
+    };
+    assert_eq!(add(quiet, "token-a").0, 200);
+    assert_eq!(s.call("GET", "/healthz", None, None).0, 200);
+    // Tenant b (trusted) launches raw PTX on wild pointers: the device is
+    // lost, and its wait says so (EDEVLOST, 18).
+    let faulty = s.instance("token-b", &supervised_guest::guest());
+    let invoke = |export: &str| {
+        s.post(
+            &format!("/v1/instances/{faulty}/invoke"),
+            "token-b",
+            json!({ "export": export, "args": [] }),
+        )
+    };
+    assert_eq!(invoke("load_vadd"), (200, json!({ "results": [0] })));
+    assert_eq!(invoke("fault"), (200, json!({ "results": [18] })));
+    // Health fails (a liveness probe restarts the server), every call on
+    // the device is 503, and the metrics say which device.
+    let (status, health) = s.call("GET", "/healthz", None, None);
+    assert_eq!(status, 503, "{health}");
+    assert!(health.to_string().contains("device 0 lost"), "{health}");
+    let (status, e) = add(quiet, "token-a");
+    assert_eq!(status, 503, "{e}");
+    assert!(
+        e["error"].as_str().unwrap().contains("must be restarted"),
+        "{e}"
+    );
+    assert_eq!(
+        s.post("/v1/instances", "token-a", json!({ "module": 1 })).0,
+        503
+    );
+    let (_, metrics) = s.call("GET", "/metrics", None, None);
+    let text = metrics.as_str().unwrap();
+    for line in [
+        "tensorwasm_device_lost{device=\"0\"} 1",
+        "tensorwasm_device_lost_calls_total{tenant=\"b\"} 1",
+        "tensorwasm_device_lost_calls_total{tenant=\"a\"} 0",
+    ] {
+        assert!(text.contains(line), "{line} missing from {text}");
+    }
+    // Deleting an instance and shutting down leave the lost device's
+    // memory alone: the server ends cleanly.
+    let (status, _) = s.call(
+        "DELETE",
+        &format!("/v1/instances/{quiet}"),
+        Some("token-a"),
+        None,
+    );
+    assert_eq!(status, 204);
+    // SAFETY: kill(2) on the server's pid, which this test owns.
+    let r = unsafe { libc::kill(s.child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(r, 0);
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
+#[test]
 #[ignore = "needs two CUDA GPUs"]
 fn tenants_spread_over_two_gpus() {
-    let s = start_on("two-gpus", "", Some("cuda"));
+    let s = start_on("two-gpus", "", Some("cuda"), &[]);
     let (_, a) = s.get("/v1/whoami", "token-a");
     let (_, b) = s.get("/v1/whoami", "token-b");
     assert_ne!(a["device"], b["device"], "{a} {b}");

@@ -88,7 +88,7 @@ pub fn router<D: ServeDriver>(server: Arc<Server<D>>) -> Router {
     // other body is small.
     let limit = server.config().module_bytes.max(1 << 20);
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz::<D>))
         .route("/metrics", get(metrics::<D>))
         .route("/v1/whoami", get(whoami::<D>))
         .route("/v1/modules", post(upload::<D>).get(list_modules::<D>))
@@ -102,6 +102,21 @@ pub fn router<D: ServeDriver>(server: Arc<Server<D>>) -> Router {
         .route("/v1/instances/{id}/invoke", post(invoke::<D>))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(server)
+}
+
+/// 200 `ok`, or 503 naming each lost device (a faulted kernel loses its
+/// device's context for the process: the server must restart, which a
+/// liveness probe on this endpoint does).
+async fn healthz<D: ServeDriver>(State(s): State<Arc<Server<D>>>) -> Response {
+    let lost = s.probe_devices();
+    if lost.is_empty() {
+        return (StatusCode::OK, "ok\n").into_response();
+    }
+    let text: String = lost
+        .iter()
+        .map(|(d, why)| format!("device {d} lost: {why}\n"))
+        .collect();
+    (StatusCode::SERVICE_UNAVAILABLE, text).into_response()
 }
 
 async fn metrics<D: ServeDriver>(State(s): State<Arc<Server<D>>>) -> impl IntoResponse {

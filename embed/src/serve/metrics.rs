@@ -1,9 +1,10 @@
 //! The server's Prometheus metrics (prometheus-client): per tenant, calls
 //! made, calls that trapped or failed in the guest, requests refused at a
 //! limit (429), kernel launches, waits and the time spent waiting, the GPU
-//! time of the launches (counted by the guests' contexts, [`GuestStats`]);
-//! at each scrape, what each tenant's quota ledger holds, and each device's
-//! free memory.
+//! time of the launches, calls that found the device lost (counted by the
+//! guests' contexts, [`GuestStats`]); at each scrape, what each tenant's
+//! quota ledger holds, and each device's free memory and whether it is
+//! lost.
 
 use std::sync::atomic::AtomicU64;
 
@@ -32,6 +33,8 @@ pub struct Metrics {
     quota_refusals: Family<Labels, Counter>,
     kernel_traps: Family<Labels, Counter>,
     gpu_seconds: Family<Labels, Counter<f64, AtomicU64>>,
+    device_lost_calls: Family<Labels, Counter>,
+    device_lost: Family<Labels, Gauge>,
 }
 
 fn tenant(name: &str) -> Labels {
@@ -80,6 +83,18 @@ impl Metrics {
             "GPU time of a tenant's launches: how long they kept its streams busy",
             gpu_seconds.clone(),
         );
+        let device_lost_calls = Family::<Labels, Counter>::default();
+        registry.register(
+            "device_lost_calls",
+            "Guest calls that found the tenant's device lost (EDEVLOST)",
+            device_lost_calls.clone(),
+        );
+        let device_lost = Family::<Labels, Gauge>::default();
+        registry.register(
+            "device_lost",
+            "1 once a device's context is lost (a kernel faulted): the server must restart",
+            device_lost.clone(),
+        );
         registry.register("calls", "Guest calls made (invoke and run)", calls.clone());
         registry.register(
             "traps",
@@ -111,6 +126,7 @@ impl Metrics {
             let _ = quota_refusals.get_or_create(&tenant(t));
             let _ = kernel_traps.get_or_create(&tenant(t));
             let _ = gpu_seconds.get_or_create(&tenant(t));
+            let _ = device_lost_calls.get_or_create(&tenant(t));
         }
         Metrics {
             registry,
@@ -125,6 +141,8 @@ impl Metrics {
             quota_refusals,
             kernel_traps,
             gpu_seconds,
+            device_lost_calls,
+            device_lost,
         }
     }
 
@@ -137,6 +155,7 @@ impl Metrics {
             quota_refusals: self.quota_refusals.get_or_create(&tenant(t)).clone(),
             kernel_traps: self.kernel_traps.get_or_create(&tenant(t)).clone(),
             gpu_seconds: self.gpu_seconds.get_or_create(&tenant(t)).clone(),
+            device_lost: self.device_lost_calls.get_or_create(&tenant(t)).clone(),
         }
     }
 
@@ -164,6 +183,13 @@ impl Metrics {
         self.in_use
             .get_or_create(&labels)
             .set(i64::try_from(amount).unwrap_or(i64::MAX));
+    }
+
+    /// Sets whether device `ordinal` is lost.
+    pub fn set_device_lost(&self, ordinal: u32, lost: bool) {
+        self.device_lost
+            .get_or_create(&[("device", ordinal.to_string())])
+            .set(i64::from(lost));
     }
 
     /// Sets device `ordinal`'s free memory.

@@ -13,8 +13,9 @@ mod metrics;
 use std::{
     collections::BTreeMap,
     future::Future,
+    ops::{Deref, DerefMut},
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc, Mutex, OnceLock, PoisonError,
         atomic::{AtomicU64, AtomicUsize, Ordering},
     },
 };
@@ -22,7 +23,7 @@ use std::{
 use bytes::Bytes;
 use serde::Serialize;
 use sha2::Digest as _;
-use tensorwasm_core::{ManagedAllocator, quota::QuotaLedger};
+use tensorwasm_core::{DriverError, ErrorKind, ManagedAllocator, quota::QuotaLedger};
 use wasmtime::{ExternType, Val, ValType};
 use wasmtime_wasi::I32Exit;
 
@@ -107,6 +108,43 @@ pub struct DeviceRuntime<D: ServeDriver> {
     pub ordinal: u32,
     runtime: GuestRuntime<D>,
     tenants: AtomicUsize,
+    /// Why the device's context was lost, once it is.
+    lost: Arc<OnceLock<String>>,
+}
+
+/// A tenant store that is leaked instead of dropped once its device is
+/// lost: after a fault the guest's managed memory cannot be touched from
+/// the host, and tearing the store down would.
+struct Leaky<T> {
+    value: Option<T>,
+    lost: Arc<OnceLock<String>>,
+}
+
+impl<T> Deref for Leaky<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.value
+            .as_ref()
+            .expect("a Leaky holds its value until dropped")
+    }
+}
+
+impl<T> DerefMut for Leaky<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.value
+            .as_mut()
+            .expect("a Leaky holds its value until dropped")
+    }
+}
+
+impl<T> Drop for Leaky<T> {
+    fn drop(&mut self) {
+        if let Some(value) = self.value.take()
+            && self.lost.get().is_some()
+        {
+            std::mem::forget(value);
+        }
+    }
 }
 
 /// An uploaded module.
@@ -119,7 +157,7 @@ struct Uploaded {
 /// An instance of a module, with its tenant store.
 struct Live<D: ServeDriver> {
     module: u64,
-    tenant: tokio::sync::Mutex<Tenant<D>>,
+    tenant: tokio::sync::Mutex<Leaky<Tenant<D>>>,
 }
 
 /// A tenant's modules or instances: those kept, by id, and how many are
@@ -262,6 +300,7 @@ impl<D: ServeDriver> Server<D> {
                 ordinal,
                 runtime,
                 tenants: AtomicUsize::new(0),
+                lost: Arc::default(),
             });
         }
         let mut parties = Vec::new();
@@ -404,7 +443,62 @@ impl<D: ServeDriver> Server<D> {
             .ok_or_else(|| ServeError::NotFound(format!("no module {id}")))
     }
 
-    fn new_tenant(&self, t: usize, settings: &TenantConfig) -> Result<Tenant<D>, ServeError> {
+    /// 503 when tenant `t`'s device is lost.
+    fn device_alive(&self, t: usize) -> Result<(), ServeError> {
+        let d = &self.devices[self.party(t).device];
+        match d.lost.get() {
+            Some(why) => Err(ServeError::Unavailable(format!(
+                "device {} was lost ({why}); the server must be restarted",
+                d.ordinal
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks device `d` lost (once; the first reason stays).
+    fn lose(&self, d: usize, why: String) {
+        let device = &self.devices[d];
+        if device.lost.set(why.clone()).is_ok() {
+            tracing::error!(
+                device = device.ordinal,
+                why,
+                "the device's context is lost: its tenants get 503 and /healthz fails until the server restarts"
+            );
+        }
+    }
+
+    /// After a call of tenant `t`: a guest call that found the device lost
+    /// (`EDEVLOST`) marks the tenant's device lost.
+    fn note_device_loss(&self, t: usize) {
+        let p = self.party(t);
+        if self.metrics.guest_stats(&p.served.name).device_lost.get() > 0 {
+            self.lose(p.device, "a guest call found its context lost".into());
+        }
+    }
+
+    /// Asks each device's driver whether its context still works; the
+    /// devices lost, with why.
+    pub fn probe_devices(&self) -> Vec<(u32, String)> {
+        for (i, d) in self.devices.iter().enumerate() {
+            if d.lost.get().is_none()
+                && let Err(e) = d.runtime.driver().mem_info()
+                && e.kind() == ErrorKind::DeviceLost
+            {
+                self.lose(i, e.to_string());
+            }
+        }
+        self.devices
+            .iter()
+            .filter_map(|d| Some((d.ordinal, d.lost.get()?.clone())))
+            .collect()
+    }
+
+    fn new_tenant(
+        &self,
+        t: usize,
+        settings: &TenantConfig,
+    ) -> Result<Leaky<Tenant<D>>, ServeError> {
+        self.device_alive(t)?;
         let p = self.party(t);
         let runtime = &self.devices[p.device].runtime;
         let mut tenant = Tenant::with_ledger(runtime, settings, Arc::clone(&p.ledger))
@@ -415,7 +509,10 @@ impl<D: ServeDriver> Server<D> {
             .map_err(|e| ServeError::BadRequest(one_line(&e)))?;
         let stats = self.metrics.guest_stats(&p.served.name);
         tenant.store_mut().data_mut().cuda.set_stats(stats);
-        Ok(tenant)
+        Ok(Leaky {
+            value: Some(tenant),
+            lost: Arc::clone(&self.devices[p.device].lost),
+        })
     }
 
     /// Instantiates module `module` of tenant `t`.
@@ -435,10 +532,10 @@ impl<D: ServeDriver> Server<D> {
         settings.wasi.stdin = false;
         let mut tenant = self.new_tenant(t, &settings)?;
         let runtime = &self.devices[p.device].runtime;
-        tenant
-            .instantiate(runtime, &uploaded.module)
-            .await
-            .map_err(|e| ServeError::Guest(format!("instantiating: {}", one_line(&e))))?;
+        let made = tenant.instantiate(runtime, &uploaded.module).await;
+        self.note_device_loss(t);
+        made.map_err(|e| ServeError::Guest(format!("instantiating: {}", one_line(&e))))?;
+        self.device_alive(t)?;
         let id = p.next_id.fetch_add(1, Ordering::Relaxed);
         place.fill(
             id,
@@ -517,6 +614,7 @@ impl<D: ServeDriver> Server<D> {
         export: &str,
         args: &[serde_json::Value],
     ) -> Result<Vec<serde_json::Value>, ServeError> {
+        self.device_alive(t)?;
         let p = self.party(t);
         let live = lock(&p.instances)
             .map
@@ -553,12 +651,14 @@ impl<D: ServeDriver> Server<D> {
                 .collect::<Result<Vec<_>, _>>()?;
             let mut results = vec![Val::I32(0); ty.results().len()];
             self.metrics.call(&name);
-            func.call_async(tenant.store_mut(), &vals, &mut results)
-                .await
-                .map_err(|e| {
-                    self.metrics.trap(&name);
-                    ServeError::Guest(format!("`{export}` failed: {}", one_line(&e)))
-                })?;
+            let called = func
+                .call_async(tenant.store_mut(), &vals, &mut results)
+                .await;
+            self.note_device_loss(t);
+            called.map_err(|e| {
+                self.metrics.trap(&name);
+                ServeError::Guest(format!("`{export}` failed: {}", one_line(&e)))
+            })?;
             results
                 .iter()
                 .map(|v| {
@@ -617,7 +717,9 @@ impl<D: ServeDriver> Server<D> {
                 .get_typed_func::<(), ()>(tenant.store_mut(), "_start")
                 .map_err(|e| ServeError::BadRequest(one_line(&e)))?;
             self.metrics.call(&name);
-            let exit_code = match start.call_async(tenant.store_mut(), ()).await {
+            let started = start.call_async(tenant.store_mut(), ()).await;
+            self.note_device_loss(t);
+            let exit_code = match started {
                 Ok(()) => 0,
                 Err(e) => match e.downcast_ref::<I32Exit>() {
                     Some(exit) => exit.0,
@@ -657,8 +759,13 @@ impl<D: ServeDriver> Server<D> {
     }
 
     /// The metrics, with each tenant's ledger and each device's free
-    /// memory read now.
+    /// memory and health read now.
     pub fn scrape(&self) -> String {
+        let lost = self.probe_devices();
+        for d in &self.devices {
+            self.metrics
+                .set_device_lost(d.ordinal, lost.iter().any(|(o, _)| *o == d.ordinal));
+        }
         for p in &self.parties {
             for (r, used, _) in p.ledger.snapshot().iter() {
                 self.metrics.set_in_use(&p.served.name, r.name(), used);

@@ -501,6 +501,9 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 Errno::ETRAP => {
                     stats.kernel_traps.inc();
                 }
+                Errno::EDEVLOST => {
+                    stats.device_lost.inc();
+                }
                 _ => {}
             }
         }

@@ -2,7 +2,7 @@
 //! (`tensorwasm serve`'s metrics): launches queued (raw, Wasm-kernel and
 //! built-in alike), waits ended, the time guests spent waiting for their
 //! GPU work, the GPU time of its launches, calls refused by the quota,
-//! and kernel traps. The counters are Prometheus counters, shared by every
+//! kernel traps, and calls that found the device lost. The counters are Prometheus counters, shared by every
 //! context of one tenant.
 
 use prometheus_client::metrics::counter::Counter;
@@ -21,6 +21,8 @@ pub struct GuestStats {
     pub quota_refusals: Counter,
     /// Wasm-kernel launches that ended in a trap (`ETRAP`).
     pub kernel_traps: Counter,
+    /// Calls that found the device's context lost (`EDEVLOST`).
+    pub device_lost: Counter,
     /// Seconds the tenant's launches kept its streams busy on the GPU
     /// (events around each launch, `gpu_time.rs`).
     pub gpu_seconds: Counter<f64, AtomicU64>,
