@@ -2,8 +2,9 @@
 # The project's test command (README, CI): formatting, lints, every test
 # that runs without a GPU, the Wasm guests (the wasi_cuda-only guests and
 # the WASI example, built before the tests, which load them), the no_std
-# build of core, ptxas over every PTX file in the repo, and the deployment
-# files (deploy/check.sh). GPU tests are #[ignore]d here; they run on a GPU
+# build of core, ptxas over every PTX file in the repo, the containerd shim
+# (its container tests and a `ctr run` through it, on a containerd started
+# here when run as root), and the deployment files (deploy/check.sh). GPU tests are #[ignore]d here; they run on a GPU
 # through scripts/pack-gpu-tests.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,8 +40,37 @@ rustup target add wasm32-wasip1 >/dev/null 2>&1 || true
     cargo build --release
 )
 
-step "tests (CPU driver; GPU tests are ignored here)"
+step "tests (CPU driver; GPU tests are ignored here), the shim's container tests on a containerd started here"
+# The shim (shim/) builds against protoc and libseccomp; its container
+# tests and end-to-end run need containerd (all three from Debian's
+# packages, installed when missing and this runs as root).
+need=()
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+[ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
+command -v containerd >/dev/null || need+=(containerd)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    else
+        echo "missing: ${need[*]} (apt-get install ${need[*]})" >&2
+        exit 1
+    fi
+fi
+containerd_pid=""
+if [ "$(id -u)" = 0 ] && [ ! -S /run/containerd/containerd.sock ]; then
+    containerd_dir=$(mktemp -d)
+    containerd --root "$containerd_dir/root" --state "$containerd_dir/state" \
+        --address /run/containerd/containerd.sock >"$containerd_dir/log" 2>&1 &
+    containerd_pid=$!
+    trap 'kill "$containerd_pid" 2>/dev/null || true' EXIT
+    for _ in $(seq 50); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.2; done
+fi
 cargo test --workspace
+
+step "the shim end to end: ctr run --runtime io.containerd.tensorwasm.v1 of the example image"
+shim/e2e.sh
+if [ -n "$containerd_pid" ]; then kill "$containerd_pid" 2>/dev/null || true; fi
 
 # loom models of core::dispatch and core::quota; own target dir, since --cfg loom rebuilds every crate.
 step "loom models (tensorwasm-core, --cfg loom)"

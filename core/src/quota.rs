@@ -276,6 +276,34 @@ impl TenantQuota {
         self.tensor_work
     }
 
+    /// The first limit or bound of this quota above `ceiling`'s, by its
+    /// name; `None` when every one is at most the ceiling's. A host that
+    /// lets a less trusted party pick its own quota (a pod's annotations)
+    /// checks it against the most it grants.
+    pub fn first_above(&self, ceiling: &TenantQuota) -> Option<&'static str> {
+        if let Some(r) = Resource::ALL
+            .into_iter()
+            .find(|&r| self.limit(r) > ceiling.limit(r))
+        {
+            return Some(r.name());
+        }
+        type Bound = (&'static str, fn(&TenantQuota) -> u64);
+        let bounds: [Bound; 8] = [
+            ("kernel fuel", TenantQuota::kernel_fuel),
+            ("kernel operators", TenantQuota::kernel_operators),
+            ("kernel branches", TenantQuota::kernel_branches),
+            ("compile time", TenantQuota::compile_time_ns),
+            ("compile budget", TenantQuota::compile_budget_ns),
+            ("launch time", TenantQuota::launch_time_ns),
+            ("launch share", TenantQuota::launch_share_percent),
+            ("tensor work", TenantQuota::tensor_work),
+        ];
+        bounds
+            .into_iter()
+            .find(|(_, get)| get(self) > get(ceiling))
+            .map(|(name, _)| name)
+    }
+
     /// The same quota with at most `operators` Wasm operators per kernel.
     #[must_use]
     pub const fn with_kernel_operators(mut self, operators: u64) -> Self {

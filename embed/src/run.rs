@@ -202,7 +202,14 @@ pub fn guest_binary(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, RunError> {
 pub fn run(options: &RunOptions) -> Result<RunReport, RunError> {
     let bytes = std::fs::read(&options.guest)
         .map_err(|e| usage(format!("cannot read {}: {e}", options.guest.display())))?;
-    let wasm = guest_binary(&options.guest, &bytes)?;
+    run_bytes(options, &bytes)
+}
+
+/// [`run`] of a guest already in memory, `bytes` (Wasm or WAT);
+/// `options.guest` only names it (argv\[0\], messages). What the
+/// containerd shim runs from an image's layer.
+pub fn run_bytes(options: &RunOptions, bytes: &[u8]) -> Result<RunReport, RunError> {
+    let wasm = guest_binary(&options.guest, bytes)?;
     let config = tenant_config(options)?;
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# End to end through containerd: the shim installed where containerd finds
+# it, the example image (examples/hello_gpu.wat as a file in a tar layer,
+# which containerd 1.6 unpacks; shim/examples/image.rs) imported, and
+# `ctr run --runtime io.containerd.tensorwasm.v1` of it: its output, its
+# argv, its exit codes. Needs root and a containerd listening on
+# /run/containerd/containerd.sock (scripts/test.sh starts one). SHIM_BIN
+# and IMAGE_TAR, when set, are used instead of building them. The guest
+# runs on the CPU driver: a container made by ctr gets no GPU devices.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SOCK=/run/containerd/containerd.sock
+if [ "$(id -u)" != 0 ] || [ ! -S "$SOCK" ] || ! command -v ctr >/dev/null; then
+    echo "shim e2e: skipped (needs root, ctr and a containerd at $SOCK)"
+    exit 0
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [ -z "${SHIM_BIN:-}" ]; then
+    cargo build --quiet -p tensorwasm-shim --bin containerd-shim-tensorwasm-v1
+    SHIM_BIN=target/debug/containerd-shim-tensorwasm-v1
+fi
+if [ -z "${IMAGE_TAR:-}" ]; then
+    IMAGE_TAR="$work/hello-gpu.tar"
+    cargo run --quiet -p tensorwasm-shim --example image -- --rootfs \
+        examples/hello_gpu.wat ghcr.io/tensorwasm/hello-gpu:e2e "$IMAGE_TAR"
+fi
+# containerd looks the shim up on its PATH.
+install -m 0755 "$SHIM_BIN" /usr/local/bin/containerd-shim-tensorwasm-v1
+ctr() { command ctr -n tensorwasm-e2e "$@"; }
+ctr image import --all-platforms "$IMAGE_TAR" >/dev/null
+image=$(ctr image ls -q | grep hello-gpu | head -1)
+run() {
+    local id="e2e-$RANDOM"
+    ctr run --rm --platform wasip1/wasm --runtime io.containerd.tensorwasm.v1 \
+        "$image" "$id" "$@"
+}
+
+out=$(run)
+echo "   ctr run: $out"
+[[ "$out" == *"all 1048576 match"* ]]
+out=$(run /hello_gpu.wasm 4096)
+echo "   ctr run ... /hello_gpu.wasm 4096: $out"
+[[ "$out" == *"all 4096 match"* ]]
+set +e
+run /hello_gpu.wasm not-a-number >"$work/bad" 2>&1
+code=$?
+set -e
+echo "   ctr run ... /hello_gpu.wasm not-a-number: exit $code, $(cat "$work/bad")"
+[ "$code" = 2 ]
+ctr image rm "$image" >/dev/null
+echo "shim e2e passed"

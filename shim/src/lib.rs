@@ -1,0 +1,213 @@
+//! `containerd-shim-tensorwasm-v1`: containerd runs a pod's Wasm entrypoint
+//! as a TensorWasm guest, through runwasi's `containerd-shim-wasm` (which
+//! manages the container's life, its namespaces and root file system, and
+//! the OCI image's Wasm layers). This crate is what runs inside: the
+//! [`Shim`] naming the runtime (`io.containerd.tensorwasm.v1`) and the
+//! [`Sandbox`] that runs one guest with WASI and `wasi_cuda`.
+//!
+//! Each container is one untrusted tenant:
+//!
+//! - **the guest**: the image's single Wasm layer, or the file `argv[0]`
+//!   names in the container; its function `_start`, or the one after `#`
+//!   in `argv[0]` (`/app.wasm#main`, as other runwasi shims read it);
+//! - **the GPU**: CUDA when the pod was given one (the NVIDIA device plugin
+//!   sets `NVIDIA_VISIBLE_DEVICES`, or CDI, and the container toolkit
+//!   mounts the device and `libcuda.so.1` into the container), the CPU
+//!   driver when it was not: a pod never reaches a GPU it did not ask for;
+//! - **its quota**: the untrusted defaults (docs/tenants.md), or less:
+//!   `TENSORWASM_QUOTA` in the container's environment holds the body of a
+//!   `[quota]` table, set from a pod annotation through the downward API
+//!   (runwasi hands the sandbox the container's argv and environment, not
+//!   the OCI annotations); a quota above the defaults is refused;
+//! - **WASI**: the container's argv and environment, its root file system
+//!   as `/`, and its stdout and stderr (the pod's log).
+//!
+//! docs/deploy.md shows the RuntimeClass, the pod and the node installer.
+
+use std::{io::Write as _, path::PathBuf};
+
+use anyhow::{Context, Result, bail};
+use containerd_shim_wasm::{
+    sandbox::{
+        Sandbox,
+        context::{RuntimeContext, Source},
+    },
+    shim::{Shim, Version, version},
+};
+use tensorwasm_embed::{
+    run::{DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions, run_bytes},
+    tenant::TenantConfig,
+    wasi::{DirAccess, OutputMode, PreopenDir},
+};
+
+/// The environment variable whose value is the body of a `[quota]` table
+/// (docs/tenants.md), e.g. `device_bytes = 268435456`.
+pub const QUOTA_ENV: &str = "TENSORWASM_QUOTA";
+
+/// The shim: `containerd-shim-tensorwasm-v1`, runtime
+/// `io.containerd.tensorwasm.v1`.
+pub struct TensorWasmShim;
+
+impl Shim for TensorWasmShim {
+    type Sandbox = TensorWasmSandbox;
+
+    fn name() -> &'static str {
+        "tensorwasm"
+    }
+
+    fn version() -> Version {
+        version!()
+    }
+}
+
+/// Runs one container's guest (see the module's documentation).
+#[derive(Default)]
+pub struct TensorWasmSandbox;
+
+impl Sandbox for TensorWasmSandbox {
+    async fn run_wasi(&self, ctx: &impl RuntimeContext) -> Result<i32> {
+        let envs = ctx.envs();
+        let entry = ctx.entrypoint();
+        let bytes = entry.source.as_bytes().context("reading the guest")?;
+        let name = match &entry.source {
+            Source::File(path) => path.clone(),
+            Source::Oci(_) => PathBuf::from(entry.name.as_deref().unwrap_or("guest.wasm")),
+        };
+        let options = run_options(name, &entry.func, ctx.args(), envs)?;
+        // `run_bytes` drives the guest on a runtime of its own; this
+        // future already runs on the shim's, so the guest gets a thread.
+        let report = std::thread::scope(|s| s.spawn(|| run_bytes(&options, &bytes)).join())
+            .map_err(|_| anyhow::anyhow!("the guest's thread panicked"))?;
+        match report {
+            Ok(report) => {
+                if options.invoke.is_some() {
+                    // Straight to the container's stdout (the `println!`
+                    // machinery may be redirected in a test harness).
+                    let _ = writeln!(std::io::stdout(), "{}", report.results.join(" "));
+                }
+                log::info!(
+                    "guest ended with {} on {} ({})",
+                    report.exit_code,
+                    report.driver.as_str(),
+                    report.device
+                );
+                Ok(report.exit_code)
+            }
+            Err(e) => {
+                // The pod's log says why; the exit code says whose fault.
+                let _ = writeln!(std::io::stderr(), "tensorwasm: {e}");
+                Ok(i32::from(e.exit_code()))
+            }
+        }
+    }
+}
+
+/// How to run a container: its guest `name`, the function to call, its
+/// argv (`argv[0]` the entrypoint) and environment (`KEY=VALUE`).
+pub fn run_options(
+    name: PathBuf,
+    func: &str,
+    argv: &[String],
+    envs: &[String],
+) -> Result<RunOptions> {
+    let env: Vec<(String, String)> = envs
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let var = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    Ok(RunOptions {
+        guest: name,
+        driver: driver_for(var("NVIDIA_VISIBLE_DEVICES")),
+        invoke: (func != "_start").then(|| func.to_string()),
+        args: argv.iter().skip(1).cloned().collect(),
+        memory_limit: DEFAULT_MEMORY_LIMIT,
+        tenant: Some(tenant(var(QUOTA_ENV))?),
+        dirs: vec![PreopenDir {
+            host: PathBuf::from("/"),
+            guest: "/".into(),
+            access: DirAccess::ReadWrite,
+        }],
+        env,
+    })
+}
+
+/// CUDA (falling back to the CPU driver) when the pod was given a GPU,
+/// the CPU driver when it was not.
+pub fn driver_for(nvidia_visible_devices: Option<&str>) -> DriverChoice {
+    match nvidia_visible_devices.map(str::trim) {
+        None | Some("" | "void" | "none") => DriverChoice::Cpu,
+        Some(_) => DriverChoice::Auto,
+    }
+}
+
+/// The container's tenant: untrusted, with the quota `quota` (the body of
+/// a `[quota]` table) asks for, which may not exceed the untrusted
+/// defaults; its output to the container's own stdout and stderr.
+pub fn tenant(quota: Option<&str>) -> Result<TenantConfig> {
+    let ceiling = TenantConfig::untrusted("pod");
+    let mut config = match quota {
+        None => ceiling.clone(),
+        Some(body) => TenantConfig::from_toml(&format!("[quota]\n{body}\n"))
+            .map_err(|e| anyhow::anyhow!("{QUOTA_ENV}: {e}"))?,
+    };
+    if let Some(what) = config.quota.first_above(&ceiling.quota) {
+        bail!(
+            "{QUOTA_ENV} asks for more {what} than an untrusted tenant may have (docs/tenants.md)"
+        );
+    }
+    config.name = "pod".into();
+    config.wasi.stdout = OutputMode::Inherit;
+    config.wasi.stderr = OutputMode::Inherit;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use tensorwasm_core::quota::Resource;
+
+    use super::*;
+
+    #[test]
+    fn the_gpu_is_used_only_when_the_pod_was_given_one() {
+        assert_eq!(driver_for(None), DriverChoice::Cpu);
+        assert_eq!(driver_for(Some("void")), DriverChoice::Cpu);
+        assert_eq!(driver_for(Some("")), DriverChoice::Cpu);
+        assert_eq!(driver_for(Some("0")), DriverChoice::Auto);
+        assert_eq!(
+            driver_for(Some("GPU-6f5a3c2e-1b2c-4d5e-8f90-123456789abc")),
+            DriverChoice::Auto
+        );
+    }
+
+    #[test]
+    fn a_pod_may_lower_its_quota_but_not_raise_it() {
+        let t = tenant(Some("device_bytes = 1048576\nstreams = 1")).unwrap();
+        assert_eq!(t.quota.limit(Resource::DeviceBytes), 1 << 20);
+        assert_eq!(t.quota.limit(Resource::Streams), 1);
+        assert!(!t.policy.raw_modules);
+        let e = tenant(Some("device_bytes = 1099511627776")).unwrap_err();
+        assert!(e.to_string().contains("device-buffer bytes"), "{e}");
+        let e = tenant(Some("launch_time_ms = 100000000")).unwrap_err();
+        assert!(e.to_string().contains("launch time"), "{e}");
+        let e = tenant(Some("no_such_key = 1")).unwrap_err();
+        assert!(e.to_string().contains(QUOTA_ENV), "{e}");
+        // No quota asked for: the untrusted defaults.
+        let t = tenant(None).unwrap();
+        assert_eq!(t.quota, TenantConfig::untrusted("x").quota);
+    }
+
+    #[test]
+    fn options_carry_argv_env_and_the_function() {
+        let argv = ["/app.wasm".to_string(), "a".into(), "b".into()];
+        let envs = ["A=1".to_string(), "NVIDIA_VISIBLE_DEVICES=0".into()];
+        let o = run_options("/app.wasm".into(), "_start", &argv, &envs).unwrap();
+        assert_eq!(o.args, ["a", "b"]);
+        assert_eq!(o.invoke, None);
+        assert_eq!(o.driver, DriverChoice::Auto);
+        assert!(o.env.contains(&("A".into(), "1".into())));
+        let o = run_options("/app.wasm".into(), "main", &argv, &[]).unwrap();
+        assert_eq!(o.invoke.as_deref(), Some("main"));
+        assert_eq!(o.driver, DriverChoice::Cpu);
+    }
+}

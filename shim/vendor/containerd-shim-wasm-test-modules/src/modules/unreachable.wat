@@ -1,0 +1,3 @@
+(func $main (export "_start")
+    (unreachable)
+)
