@@ -5,9 +5,12 @@
 #      manifest validated against the Kubernetes schemas of the oldest and
 #      newest versions we support (kubernetes-validate --strict: unknown
 #      fields are errors);
-#   3. the configuration the chart renders, served for real: the server
+#   3. the example Wasm pod validated the same way, and the shim's node
+#      installer run twice on a fake host (installs once, registers the
+#      runtime once, for containerd configuration versions 2 and 3);
+#   4. the configuration the chart renders, served for real: the server
 #      started on it (CPU driver) and /healthz asked, as the probes do;
-#   4. where this runs as root, the image's runtime stage emulated: the
+#   5. where this runs as root, the image's runtime stage emulated: the
 #      binary alone in an empty root with only the shared libraries it
 #      links (what the distroless base holds), run as user 65532 with
 #      chroot: `tensorwasm run` of an example on the CPU driver, and serve.
@@ -54,6 +57,27 @@ for values in "$CHART"/ci/*-values.yaml; do
     done
     echo "   $(grep -c '^kind:' "$work/$name.yaml") manifests valid for Kubernetes ${KUBERNETES_VERSIONS// /, }"
 done
+
+echo "-- the example Wasm pod (deploy/examples/hello-gpu-pod.yaml)"
+for k in $KUBERNETES_VERSIONS; do
+    kubernetes_validate --strict --quiet -k "$k" deploy/examples/hello-gpu-pod.yaml
+done
+
+echo "-- the shim's node installer (deploy/shim/install.sh) on a fake host, twice"
+host="$work/host"
+mkdir -p "$host/etc/containerd"
+printf 'version = 2\n' >"$host/etc/containerd/config.toml"
+printf 'shim binary\n' >"$work/shim-bin"
+for _ in 1 2; do
+    HOST_ROOT="$host" SHIM_SRC="$work/shim-bin" RESTART_CONTAINERD=0 sh deploy/shim/install.sh >/dev/null
+done
+cmp -s "$work/shim-bin" "$host/usr/local/bin/containerd-shim-tensorwasm-v1"
+[ "$(grep -c 'runtimes.tensorwasm\]' "$host/etc/containerd/config.toml")" = 1 ]
+grep -q 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes.tensorwasm' "$host/etc/containerd/config.toml"
+printf 'version = 3\n' >"$host/etc/containerd/config.toml"
+HOST_ROOT="$host" SHIM_SRC="$work/shim-bin" RESTART_CONTAINERD=0 sh deploy/shim/install.sh >/dev/null
+grep -q "plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.tensorwasm" "$host/etc/containerd/config.toml"
+echo "   installed once, registered once (containerd config versions 2 and 3)"
 
 # The rendered serve.json of each values file that has one.
 configs=()

@@ -13,6 +13,12 @@ app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* Labels that select the server's pods. */}}
+{{- define "tensorwasm.serverSelectorLabels" -}}
+{{ include "tensorwasm.selectorLabels" . }}
+app.kubernetes.io/component: server
+{{- end -}}
+
 {{/* Labels of every object. */}}
 {{- define "tensorwasm.labels" -}}
 {{ include "tensorwasm.selectorLabels" . }}
