@@ -11,9 +11,10 @@
 //!   names in the container; its function `_start`, or the one after `#`
 //!   in `argv[0]` (`/app.wasm#main`, as other runwasi shims read it);
 //! - **the GPU**: CUDA when the pod was given one (the NVIDIA device plugin
-//!   sets `NVIDIA_VISIBLE_DEVICES`, or CDI, and the container toolkit
-//!   mounts the device and `libcuda.so.1` into the container), the CPU
-//!   driver when it was not: a pod never reaches a GPU it did not ask for;
+//!   sets `NVIDIA_VISIBLE_DEVICES` and puts the device nodes in the
+//!   container; the driver's libraries are loaded by the shim before the
+//!   container exists, [`preload_cuda`]), the CPU driver when it was not:
+//!   a pod never reaches a GPU it did not ask for;
 //! - **its quota**: the untrusted defaults (docs/tenants.md), or less:
 //!   `TENSORWASM_QUOTA` in the container's environment holds the body of a
 //!   `[quota]` table, set from a pod annotation through the downward API
@@ -80,6 +81,17 @@ impl Sandbox for TensorWasmSandbox {
             .map_err(|_| anyhow::anyhow!("the guest's thread panicked"))?;
         match report {
             Ok(report) => {
+                if let Some(why) = &report.cuda_unavailable
+                    && options.driver == DriverChoice::Auto
+                {
+                    // The pod asked for a GPU and runs without one: say so
+                    // in its log.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "tensorwasm: the pod was given a GPU, but CUDA is unavailable here ({why}); \
+                         running on the CPU driver"
+                    );
+                }
                 if options.invoke.is_some() {
                     // Straight to the container's stdout (the `println!`
                     // machinery may be redirected in a test harness).
@@ -98,6 +110,32 @@ impl Sandbox for TensorWasmSandbox {
                 let _ = writeln!(std::io::stderr(), "tensorwasm: {e}");
                 Ok(i32::from(e.exit_code()))
             }
+        }
+    }
+}
+
+/// The CUDA driver's libraries, loaded into the shim process while it still
+/// sees the node's file system (the libraries `TENSORWASM_LIBCUDA` or the
+/// loader's search finds); does nothing on a node without them. A Wasm
+/// container's file system holds the guest and what the device plugin
+/// mounts, not the C library the driver library links, so opening the
+/// driver from inside it can fail; the guest's process, forked from this
+/// one, finds the libraries already loaded instead.
+pub fn preload_cuda() {
+    let libcuda = std::env::var("TENSORWASM_LIBCUDA").unwrap_or_else(|_| "libcuda.so.1".into());
+    // The driver's PTX compiler, which libcuda opens when it first JITs.
+    for name in [libcuda.as_str(), "libnvidia-ptxjitcompiler.so.1"] {
+        // SAFETY: loading runs the library's initializers: those of the
+        // NVIDIA driver's own libraries, which touch no state of ours. The
+        // handle is leaked, so nothing is unloaded while in use.
+        match unsafe {
+            libloading::os::unix::Library::open(
+                Some(name),
+                libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
+            )
+        } {
+            Ok(lib) => std::mem::forget(lib),
+            Err(e) => log::debug!("not preloading {name}: {e}"),
         }
     }
 }
