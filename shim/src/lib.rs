@@ -12,7 +12,7 @@
 //!   in `argv[0]` (`/app.wasm#main`, as other runwasi shims read it);
 //! - **the GPU**: CUDA when the pod was given one (the NVIDIA device plugin
 //!   sets `NVIDIA_VISIBLE_DEVICES` and puts the device nodes in the
-//!   container; the driver's libraries are loaded by the shim before the
+//!   container; with CDI the device nodes alone say so; the driver's libraries are loaded by the shim before the
 //!   container exists, [`preload_cuda`]), the CPU driver when it was not:
 //!   a pod never reaches a GPU it did not ask for;
 //! - **its quota**: the untrusted defaults (docs/tenants.md), or less:
@@ -74,7 +74,7 @@ impl Sandbox for TensorWasmSandbox {
             Source::File(path) => path.clone(),
             Source::Oci(_) => PathBuf::from(entry.name.as_deref().unwrap_or("guest.wasm")),
         };
-        let options = run_options(name, &entry.func, ctx.args(), envs)?;
+        let options = run_options(name, &entry.func, ctx.args(), envs, gpu_device_nodes())?;
         // `run_bytes` drives the guest on a runtime of its own; this
         // future already runs on the shim's, so the guest gets a thread.
         let report = std::thread::scope(|s| s.spawn(|| run_bytes(&options, &bytes)).join())
@@ -141,12 +141,14 @@ pub fn preload_cuda() {
 }
 
 /// How to run a container: its guest `name`, the function to call, its
-/// argv (`argv[0]` the entrypoint) and environment (`KEY=VALUE`).
+/// argv (`argv[0]` the entrypoint) and environment (`KEY=VALUE`), and
+/// whether it holds GPU device nodes ([`gpu_device_nodes`]).
 pub fn run_options(
     name: PathBuf,
     func: &str,
     argv: &[String],
     envs: &[String],
+    device_nodes: bool,
 ) -> Result<RunOptions> {
     let env: Vec<(String, String)> = envs
         .iter()
@@ -156,7 +158,7 @@ pub fn run_options(
     let var = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     Ok(RunOptions {
         guest: name,
-        driver: driver_for(var("NVIDIA_VISIBLE_DEVICES")),
+        driver: driver_for(var("NVIDIA_VISIBLE_DEVICES"), device_nodes),
         invoke: (func != "_start").then(|| func.to_string()),
         args: argv.iter().skip(1).cloned().collect(),
         memory_limit: DEFAULT_MEMORY_LIMIT,
@@ -171,12 +173,31 @@ pub fn run_options(
 }
 
 /// CUDA (falling back to the CPU driver) when the pod was given a GPU,
-/// the CPU driver when it was not.
-pub fn driver_for(nvidia_visible_devices: Option<&str>) -> DriverChoice {
+/// the CPU driver when it was not. A GPU is given when the container holds
+/// a GPU's device nodes (`device_nodes`: CDI puts them there, and sets
+/// `NVIDIA_VISIBLE_DEVICES=void` to keep the legacy hook out), or by the
+/// device plugin's `NVIDIA_VISIBLE_DEVICES` naming devices.
+pub fn driver_for(nvidia_visible_devices: Option<&str>, device_nodes: bool) -> DriverChoice {
+    if device_nodes {
+        return DriverChoice::Auto;
+    }
     match nvidia_visible_devices.map(str::trim) {
         None | Some("" | "void" | "none") => DriverChoice::Cpu,
         Some(_) => DriverChoice::Auto,
     }
+}
+
+/// Whether this process sees a GPU's device nodes (`/dev/nvidia0`, ...):
+/// in a container, only one given a GPU does.
+pub fn gpu_device_nodes() -> bool {
+    std::fs::read_dir("/dev").is_ok_and(|dir| {
+        dir.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("nvidia"))
+                .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+        })
+    })
 }
 
 /// The container's tenant: untrusted, with the quota `quota` (the body of
@@ -208,14 +229,17 @@ mod tests {
 
     #[test]
     fn the_gpu_is_used_only_when_the_pod_was_given_one() {
-        assert_eq!(driver_for(None), DriverChoice::Cpu);
-        assert_eq!(driver_for(Some("void")), DriverChoice::Cpu);
-        assert_eq!(driver_for(Some("")), DriverChoice::Cpu);
-        assert_eq!(driver_for(Some("0")), DriverChoice::Auto);
+        assert_eq!(driver_for(None, false), DriverChoice::Cpu);
+        assert_eq!(driver_for(Some("void"), false), DriverChoice::Cpu);
+        assert_eq!(driver_for(Some(""), false), DriverChoice::Cpu);
+        assert_eq!(driver_for(Some("0"), false), DriverChoice::Auto);
         assert_eq!(
-            driver_for(Some("GPU-6f5a3c2e-1b2c-4d5e-8f90-123456789abc")),
+            driver_for(Some("GPU-6f5a3c2e-1b2c-4d5e-8f90-123456789abc"), false),
             DriverChoice::Auto
         );
+        // CDI: device nodes, the variable `void` or absent.
+        assert_eq!(driver_for(None, true), DriverChoice::Auto);
+        assert_eq!(driver_for(Some("void"), true), DriverChoice::Auto);
     }
 
     #[test]
@@ -239,12 +263,12 @@ mod tests {
     fn options_carry_argv_env_and_the_function() {
         let argv = ["/app.wasm".to_string(), "a".into(), "b".into()];
         let envs = ["A=1".to_string(), "NVIDIA_VISIBLE_DEVICES=0".into()];
-        let o = run_options("/app.wasm".into(), "_start", &argv, &envs).unwrap();
+        let o = run_options("/app.wasm".into(), "_start", &argv, &envs, false).unwrap();
         assert_eq!(o.args, ["a", "b"]);
         assert_eq!(o.invoke, None);
         assert_eq!(o.driver, DriverChoice::Auto);
         assert!(o.env.contains(&("A".into(), "1".into())));
-        let o = run_options("/app.wasm".into(), "main", &argv, &[]).unwrap();
+        let o = run_options("/app.wasm".into(), "main", &argv, &[], false).unwrap();
         assert_eq!(o.invoke.as_deref(), Some("main"));
         assert_eq!(o.driver, DriverChoice::Cpu);
     }
