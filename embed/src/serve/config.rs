@@ -168,6 +168,14 @@ impl ServeConfig {
 mod tests {
     use super::*;
 
+    /// The first tenant's device-buffer quota.
+    fn first_device_bytes(c: &ServeConfig) -> u64 {
+        c.tenants[0]
+            .settings
+            .quota
+            .limit(tensorwasm_core::quota::Resource::DeviceBytes)
+    }
+
     #[test]
     fn a_config_with_two_tenants() {
         let a = token_digest("secret-a");
@@ -184,13 +192,7 @@ mod tests {
         assert_eq!(c.request_timeout, Duration::from_millis(500));
         assert_eq!(c.tenants.len(), 2);
         assert_eq!(c.tenants[0].device, Some(1));
-        assert_eq!(
-            c.tenants[0]
-                .settings
-                .quota
-                .limit(tensorwasm_core::quota::Resource::DeviceBytes),
-            4096
-        );
+        assert_eq!(first_device_bytes(&c), 4096);
         assert_eq!(c.tenants[0].settings.name, "a");
         assert!(c.tenants[1].settings.policy.raw_modules);
         assert_eq!(a.len(), 64);
@@ -208,13 +210,7 @@ mod tests {
         let c = ServeConfig::from_file_text(std::path::Path::new("serve.json"), &json).unwrap();
         assert_eq!(c.memory_limit, 268435456);
         assert_eq!(c.tenants[0].device, Some(1));
-        assert_eq!(
-            c.tenants[0]
-                .settings
-                .quota
-                .limit(tensorwasm_core::quota::Resource::DeviceBytes),
-            4096
-        );
+        assert_eq!(first_device_bytes(&c), 4096);
         // Unknown keys are errors here too, and a TOML file is not JSON.
         assert!(ServeConfig::from_json(r#"{"lisen": "x"}"#).is_err());
         assert!(
