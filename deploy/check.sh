@@ -93,8 +93,13 @@ EOF
 done
 [ ${#configs[@]} -gt 0 ] || { echo "no values file rendered a configuration" >&2; exit 1; }
 
-cargo build --quiet -p tensorwasm-embed --bin tensorwasm
-bin=target/debug/tensorwasm
+# The server binary: TENSORWASM_BIN (scripts/test.sh passes the one its
+# tests just built), else built here.
+bin=${TENSORWASM_BIN:-}
+if [ -z "$bin" ]; then
+    cargo build --quiet -p tensorwasm-embed --bin tensorwasm
+    bin=target/debug/tensorwasm
+fi
 
 # Starts `$@` (a serve command line with --listen 127.0.0.1:0), waits for
 # its "listening on" line, asks /healthz; the server is stopped on exit.

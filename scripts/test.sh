@@ -88,6 +88,8 @@ step "ptxas over every PTX file (sm_75, sm_80, sm_90)"
 scripts/check-ptx.sh
 
 step "deploy: Dockerfile lint, the Helm chart rendered and validated against the Kubernetes schemas, its configuration served"
-deploy/check.sh
+# The server binary `cargo test --workspace` built (building it alone
+# would unify features differently and rebuild half the tree).
+TENSORWASM_BIN=target/debug/tensorwasm deploy/check.sh
 
 printf '\nall checks passed\n'
