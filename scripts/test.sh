@@ -4,8 +4,9 @@
 # the WASI example, built before the tests, which load them), the no_std
 # build of core, ptxas over every PTX file in the repo, the containerd shim
 # (its container tests and a `ctr run` through it, on a containerd started
-# here when run as root), and the deployment files (deploy/check.sh). GPU tests are #[ignore]d here; they run on a GPU
-# through scripts/pack-gpu-tests.sh.
+# here when run as root), and the deployment files (deploy/check.sh). GPU
+# tests are #[ignore]d here; they run on a GPU through
+# scripts/pack-gpu-tests.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -69,7 +70,8 @@ fi
 cargo test --workspace
 
 step "the shim end to end: ctr run --runtime io.containerd.tensorwasm.v1 of the example image"
-shim/e2e.sh
+# The shim and the image builder `cargo test --workspace` built.
+SHIM_BIN=target/debug/containerd-shim-tensorwasm-v1 IMAGE_BUILDER=target/debug/examples/image shim/e2e.sh
 if [ -n "$containerd_pid" ]; then kill "$containerd_pid" 2>/dev/null || true; fi
 
 # loom models of core::dispatch and core::quota; own target dir, since --cfg loom rebuilds every crate.

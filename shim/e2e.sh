@@ -4,8 +4,9 @@
 # which containerd 1.6 unpacks; shim/examples/image.rs) imported, and
 # `ctr run --runtime io.containerd.tensorwasm.v1` of it: its output, its
 # argv, its exit codes. Needs root and a containerd listening on
-# /run/containerd/containerd.sock (scripts/test.sh starts one). SHIM_BIN
-# and IMAGE_TAR, when set, are used instead of building them. The guest
+# /run/containerd/containerd.sock (scripts/test.sh starts one). SHIM_BIN,
+# IMAGE_BUILDER (shim/examples/image.rs built) and IMAGE_TAR, when set, are
+# used instead of building them. The guest
 # runs on the CPU driver: a container made by ctr gets no GPU devices.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,8 +24,11 @@ if [ -z "${SHIM_BIN:-}" ]; then
 fi
 if [ -z "${IMAGE_TAR:-}" ]; then
     IMAGE_TAR="$work/hello-gpu.tar"
-    cargo run --quiet -p tensorwasm-shim --example image -- --rootfs \
-        examples/hello_gpu.wat ghcr.io/tensorwasm/hello-gpu:e2e "$IMAGE_TAR"
+    if [ -z "${IMAGE_BUILDER:-}" ]; then
+        cargo build --quiet -p tensorwasm-shim --example image
+        IMAGE_BUILDER=target/debug/examples/image
+    fi
+    "$IMAGE_BUILDER" --rootfs examples/hello_gpu.wat ghcr.io/tensorwasm/hello-gpu:e2e "$IMAGE_TAR"
 fi
 # containerd looks the shim up on its PATH.
 install -m 0755 "$SHIM_BIN" /usr/local/bin/containerd-shim-tensorwasm-v1
