@@ -8,12 +8,11 @@
 
 pub mod config;
 pub mod http;
+mod keep;
 mod metrics;
 
 use std::{
-    collections::BTreeMap,
     future::Future,
-    ops::{Deref, DerefMut},
     sync::{
         Arc, Mutex, OnceLock, PoisonError,
         atomic::{AtomicU64, AtomicUsize, Ordering},
@@ -29,6 +28,8 @@ use wasmtime_wasi::I32Exit;
 
 pub use config::{ServeConfig, ServedTenant, token_digest};
 pub use metrics::Metrics;
+
+use keep::{Kept, Leaky, reserve};
 
 use crate::{
     kernel::{GuestModule, KernelTarget},
@@ -112,41 +113,6 @@ pub struct DeviceRuntime<D: ServeDriver> {
     lost: Arc<OnceLock<String>>,
 }
 
-/// A tenant store that is leaked instead of dropped once its device is
-/// lost: after a fault the guest's managed memory cannot be touched from
-/// the host, and tearing the store down would.
-struct Leaky<T> {
-    value: Option<T>,
-    lost: Arc<OnceLock<String>>,
-}
-
-impl<T> Deref for Leaky<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        self.value
-            .as_ref()
-            .expect("a Leaky holds its value until dropped")
-    }
-}
-
-impl<T> DerefMut for Leaky<T> {
-    fn deref_mut(&mut self) -> &mut T {
-        self.value
-            .as_mut()
-            .expect("a Leaky holds its value until dropped")
-    }
-}
-
-impl<T> Drop for Leaky<T> {
-    fn drop(&mut self) {
-        if let Some(value) = self.value.take()
-            && self.lost.get().is_some()
-        {
-            std::mem::forget(value);
-        }
-    }
-}
-
 /// An uploaded module.
 struct Uploaded {
     module: GuestModule,
@@ -158,60 +124,6 @@ struct Uploaded {
 struct Live<D: ServeDriver> {
     module: u64,
     tenant: tokio::sync::Mutex<Leaky<Tenant<D>>>,
-}
-
-/// A tenant's modules or instances: those kept, by id, and how many are
-/// being made (each counts against the limit from the moment it is
-/// reserved, so concurrent requests cannot overshoot it).
-struct Kept<T> {
-    map: BTreeMap<u64, Arc<T>>,
-    pending: usize,
-}
-
-impl<T> Default for Kept<T> {
-    fn default() -> Self {
-        Kept {
-            map: BTreeMap::new(),
-            pending: 0,
-        }
-    }
-}
-
-/// A place reserved in a [`Kept`]; given back when dropped unfilled.
-struct Reserved<'a, T> {
-    kept: &'a Mutex<Kept<T>>,
-    filled: bool,
-}
-
-impl<T> Reserved<'_, T> {
-    /// Keeps `value` as `id` in the reserved place.
-    fn fill(mut self, id: u64, value: Arc<T>) {
-        let mut kept = lock(self.kept);
-        kept.pending -= 1;
-        kept.map.insert(id, value);
-        self.filled = true;
-    }
-}
-
-impl<T> Drop for Reserved<'_, T> {
-    fn drop(&mut self) {
-        if !self.filled {
-            lock(self.kept).pending -= 1;
-        }
-    }
-}
-
-/// Reserves a place in `kept` if fewer than `limit` are kept or being made.
-fn reserve<'a, T>(kept: &'a Mutex<Kept<T>>, limit: usize) -> Option<Reserved<'a, T>> {
-    let mut k = lock(kept);
-    if k.map.len() + k.pending >= limit {
-        return None;
-    }
-    k.pending += 1;
-    Some(Reserved {
-        kept,
-        filled: false,
-    })
 }
 
 /// A tenant's state on the server.
@@ -270,7 +182,7 @@ pub struct Server<D: ServeDriver> {
     guests: tokio::runtime::Handle,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
