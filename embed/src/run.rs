@@ -209,6 +209,32 @@ pub fn run(options: &RunOptions) -> Result<RunReport, RunError> {
 /// `options.guest` only names it (argv\[0\], messages). What the
 /// containerd shim runs from an image's layer.
 pub fn run_bytes(options: &RunOptions, bytes: &[u8]) -> Result<RunReport, RunError> {
+    run_inner(options, bytes, None)
+}
+
+/// [`run_bytes`] with the guest already compiled: `precompiled` is
+/// [`GuestModule::precompile`](crate::kernel::GuestModule::precompile) of
+/// `bytes` by a [`GuestRuntime`]'s engine (any driver: their engines are
+/// configured alike). Precompiled code that wasmtime refuses (another
+/// version or configuration) is logged and the guest compiled instead.
+///
+/// # Safety
+///
+/// `precompiled` must be that compilation of `bytes`, unaltered: its code
+/// runs as it is ([`GuestModule::deserialize`](crate::kernel::GuestModule::deserialize)).
+pub unsafe fn run_precompiled(
+    options: &RunOptions,
+    bytes: &[u8],
+    precompiled: &[u8],
+) -> Result<RunReport, RunError> {
+    run_inner(options, bytes, Some(precompiled))
+}
+
+fn run_inner(
+    options: &RunOptions,
+    bytes: &[u8],
+    precompiled: Option<&[u8]>,
+) -> Result<RunReport, RunError> {
     let wasm = guest_binary(&options.guest, bytes)?;
     let config = tenant_config(options)?;
     let tokio = tokio::runtime::Builder::new_current_thread()
@@ -216,8 +242,12 @@ pub fn run_bytes(options: &RunOptions, bytes: &[u8]) -> Result<RunReport, RunErr
         .build()
         .map_err(|e| guest_err(format!("starting the I/O runtime: {e}")))?;
     match choose_driver(options.driver)? {
-        Chosen::Cuda(driver) => tokio.block_on(run_on(driver, &wasm, options, config, None)),
-        Chosen::Cpu(driver, why) => tokio.block_on(run_on(driver, &wasm, options, config, why)),
+        Chosen::Cuda(driver) => {
+            tokio.block_on(run_on(driver, &wasm, precompiled, options, config, None))
+        }
+        Chosen::Cpu(driver, why) => {
+            tokio.block_on(run_on(driver, &wasm, precompiled, options, config, why))
+        }
     }
 }
 
@@ -309,9 +339,11 @@ fn exports_list(module: &wasmtime::Module) -> String {
     }
 }
 
+/// `precompiled`: see [`run_precompiled`], whose promise it carries.
 async fn run_on<D>(
     driver: D,
     wasm: &[u8],
+    precompiled: Option<&[u8]>,
     options: &RunOptions,
     config: TenantConfig,
     cuda_unavailable: Option<String>,
@@ -332,10 +364,25 @@ where
         GuestRuntime::new(driver, limit).map_err(|e| guest_err(one_line(&format!("{e:#}"))))?;
     let name = options.guest.display();
     let started = Instant::now();
-    let module = runtime
-        .compile(wasm)
-        .map_err(|e| guest_err(format!("compiling {name}: {}", one_line(&format!("{e:#}")))))?;
-    tracing::info!(guest = %name, bytes = wasm.len(), elapsed = ?started.elapsed(), "guest module compiled");
+    let loaded = precompiled.and_then(|p| {
+        // SAFETY: `precompiled` is `wasm`'s compilation, as
+        // `run_precompiled`'s caller promised.
+        let module = unsafe { crate::kernel::GuestModule::deserialize(runtime.engine(), wasm, p) };
+        match module {
+            Ok(module) => Some(module),
+            Err(e) => {
+                tracing::warn!(error = %one_line(&format!("{e:#}")), "precompiled guest refused; compiling it");
+                None
+            }
+        }
+    });
+    let module = match loaded {
+        Some(module) => module,
+        None => runtime
+            .compile(wasm)
+            .map_err(|e| guest_err(format!("compiling {name}: {}", one_line(&format!("{e:#}")))))?,
+    };
+    tracing::info!(guest = %name, bytes = wasm.len(), elapsed = ?started.elapsed(), precompiled = precompiled.is_some(), "guest module compiled");
     // Which function, and its arguments, before anything is instantiated.
     let (func_name, params) = match &options.invoke {
         Some(f) => match module.get_export(f) {

@@ -21,7 +21,10 @@
 //!   (runwasi hands the sandbox the container's argv and environment, not
 //!   the OCI annotations); a quota above the defaults is refused;
 //! - **WASI**: the container's argv and environment, its root file system
-//!   as `/`, and its stdout and stderr (the pod's log).
+//!   as `/`, and its stdout and stderr (the pod's log);
+//! - **start-up**: Wasm layers are precompiled once per node through
+//!   runwasi's hook ([`TensorWasmCompiler`]), keeping their Wasm for
+//!   kernel translation.
 //!
 //! docs/deploy.md shows the RuntimeClass, the pod and the node installer.
 
@@ -31,12 +34,14 @@ use anyhow::{Context, Result, bail};
 use containerd_shim_wasm::{
     sandbox::{
         Sandbox,
-        context::{RuntimeContext, Source},
+        context::{RuntimeContext, Source, WasmLayer},
     },
-    shim::{Shim, Version, version},
+    shim::{Compiler, Shim, Version, version},
 };
 use tensorwasm_embed::{
-    run::{DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions, run_bytes},
+    kernel::GuestModule,
+    run::{DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions, run_bytes, run_precompiled},
+    runtime::GuestRuntime,
     tenant::TenantConfig,
     wasi::{DirAccess, OutputMode, PreopenDir},
 };
@@ -59,6 +64,86 @@ impl Shim for TensorWasmShim {
     fn version() -> Version {
         version!()
     }
+
+    async fn compiler() -> Option<impl Compiler> {
+        match TensorWasmCompiler::new() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                log::warn!("guests will be compiled when their containers start: {e:#}");
+                None
+            }
+        }
+    }
+}
+
+/// What a precompiled layer starts with; then the Wasm's length (u64,
+/// little-endian), the Wasm (kernels are translated from it), and
+/// wasmtime's compiled module.
+pub const PRECOMPILED_MAGIC: &[u8; 8] = b"TWPRE001";
+
+/// Compiles images' Wasm layers ahead of time, through runwasi's hook:
+/// containerd keeps the result in its content store, keyed by this shim,
+/// its version and the engine's settings, so a guest is compiled once per
+/// node, not once per container. A layer that is not a module TensorWasm
+/// runs is left as it is.
+pub struct TensorWasmCompiler {
+    engine: wasmtime::Engine,
+}
+
+impl TensorWasmCompiler {
+    /// A compiler with the guests' engine (configured alike whatever the
+    /// driver; the CPU driver's serves here).
+    pub fn new() -> anyhow::Result<Self> {
+        let driver = tensorwasm_cpu::CpuDriver::new()?;
+        let runtime = GuestRuntime::new(driver, DEFAULT_MEMORY_LIMIT)
+            .map_err(|e| anyhow::anyhow!("the guests' engine: {e:#}"))?;
+        Ok(TensorWasmCompiler {
+            engine: runtime.engine().clone(),
+        })
+    }
+
+    /// `wasm` (binary or text) precompiled, as a layer ([`PRECOMPILED_MAGIC`]).
+    pub fn bundle(&self, wasm: &[u8]) -> anyhow::Result<Vec<u8>> {
+        let compiled = GuestModule::precompile(&self.engine, wasm)
+            .map_err(|e| anyhow::anyhow!("precompiling: {e:#}"))?;
+        let mut out = Vec::with_capacity(16 + wasm.len() + compiled.len());
+        out.extend_from_slice(PRECOMPILED_MAGIC);
+        out.extend_from_slice(&(wasm.len() as u64).to_le_bytes());
+        out.extend_from_slice(wasm);
+        out.extend_from_slice(&compiled);
+        Ok(out)
+    }
+}
+
+/// A precompiled layer's Wasm and compiled module, if `layer` is one.
+pub fn unbundle(layer: &[u8]) -> Option<(&[u8], &[u8])> {
+    let rest = layer.strip_prefix(PRECOMPILED_MAGIC.as_slice())?;
+    let (len, rest) = rest.split_first_chunk::<8>()?;
+    let len = usize::try_from(u64::from_le_bytes(*len)).ok()?;
+    (len <= rest.len()).then(|| rest.split_at(len))
+}
+
+impl Compiler for TensorWasmCompiler {
+    fn cache_key(&self) -> impl std::hash::Hash {
+        (
+            env!("CARGO_PKG_VERSION"),
+            self.engine.precompile_compatibility_hash(),
+        )
+    }
+
+    async fn compile(&self, layers: &[WasmLayer]) -> Result<Vec<Option<Vec<u8>>>> {
+        Ok(layers
+            .iter()
+            .map(|l| {
+                if l.precompiled {
+                    return None;
+                }
+                self.bundle(&l.layer)
+                    .inspect_err(|e| log::info!("layer not precompiled: {e:#}"))
+                    .ok()
+            })
+            .collect())
+    }
 }
 
 /// Runs one container's guest (see the module's documentation).
@@ -70,6 +155,7 @@ impl Sandbox for TensorWasmSandbox {
         let envs = ctx.envs();
         let entry = ctx.entrypoint();
         let bytes = entry.source.as_bytes().context("reading the guest")?;
+        let precompiled = entry.source.is_precompiled().unwrap_or(false);
         let name = match &entry.source {
             Source::File(path) => path.clone(),
             Source::Oci(_) => PathBuf::from(entry.name.as_deref().unwrap_or("guest.wasm")),
@@ -77,7 +163,15 @@ impl Sandbox for TensorWasmSandbox {
         let options = run_options(name, &entry.func, ctx.args(), envs, gpu_device_nodes())?;
         // `run_bytes` drives the guest on a runtime of its own; this
         // future already runs on the shim's, so the guest gets a thread.
-        let report = std::thread::scope(|s| s.spawn(|| run_bytes(&options, &bytes)).join())
+        let run = || match unbundle(&bytes).filter(|_| precompiled) {
+            // SAFETY: a layer runwasi marks precompiled is what
+            // `TensorWasmCompiler::compile` made of the image's Wasm on
+            // this node: containerd's content store, which only the node's
+            // root writes, keyed by this shim and its engine's settings.
+            Some((wasm, compiled)) => unsafe { run_precompiled(&options, wasm, compiled) },
+            None => run_bytes(&options, &bytes),
+        };
+        let report = std::thread::scope(|s| s.spawn(run).join())
             .map_err(|_| anyhow::anyhow!("the guest's thread panicked"))?;
         match report {
             Ok(report) => {
@@ -257,6 +351,25 @@ mod tests {
         // No quota asked for: the untrusted defaults.
         let t = tenant(None).unwrap();
         assert_eq!(t.quota, TenantConfig::untrusted("x").quota);
+    }
+
+    #[test]
+    fn precompiled_layers_keep_their_wasm() {
+        let compiler = TensorWasmCompiler::new().unwrap();
+        let wasm = b"(module (func (export \"_start\")))";
+        let layer = compiler.bundle(wasm).unwrap();
+        let (w, compiled) = unbundle(&layer).unwrap();
+        assert_eq!(w, wasm);
+        // SAFETY: `compiled` is this engine's compilation of `w`, just made.
+        assert!(unsafe { GuestModule::deserialize(&compiler.engine, w, compiled) }.is_ok());
+        // SAFETY: wasmtime refuses what is not a compiled module at all.
+        assert!(unsafe { GuestModule::deserialize(&compiler.engine, w, b"garbage") }.is_err());
+        assert!(unbundle(b"\0asm\x01\0\0\0").is_none());
+        // A length past the end is not a bundle.
+        let mut bad = PRECOMPILED_MAGIC.to_vec();
+        bad.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(unbundle(&bad).is_none());
+        assert!(compiler.bundle(b"not wasm").is_err());
     }
 
     #[test]

@@ -10,19 +10,22 @@ use std::{path::PathBuf, process::Command};
 
 use containerd_shim_wasm::sandbox::{
     Sandbox,
-    context::{Entrypoint, RuntimeContext, Source},
+    context::{Entrypoint, RuntimeContext, Source, WasmLayer},
 };
-use tensorwasm_shim::TensorWasmSandbox;
+use oci_spec::image::{Descriptor, Digest, MediaType};
+use tensorwasm_shim::{PRECOMPILED_MAGIC, TensorWasmCompiler, TensorWasmSandbox};
 
 mod common;
 
 use common::{ECHO, HELLO_GPU};
 
-/// A runtime context of the test's.
+/// A runtime context of the test's: the guest from a file, or from OCI
+/// layers when there are some.
 struct Ctx {
     args: Vec<String>,
     envs: Vec<String>,
     file: PathBuf,
+    layers: Vec<WasmLayer>,
 }
 
 impl RuntimeContext for Ctx {
@@ -37,7 +40,11 @@ impl RuntimeContext for Ctx {
             func: "_start".into(),
             name: Some("guest".into()),
             arg0: Some(&self.file),
-            source: Source::File(self.file.clone()),
+            source: if self.layers.is_empty() {
+                Source::File(self.file.clone())
+            } else {
+                Source::Oci(&self.layers)
+            },
         }
     }
 }
@@ -62,10 +69,38 @@ fn child() {
     let args = std::iter::once(file.display().to_string())
         .chain(split("TW_SHIM_ARGS"))
         .collect();
+    // TW_SHIM_LAYER: the guest as a layer the shim's compiler precompiled
+    // (`precompiled`), or one whose compiled part is garbage (`garbage`).
+    let layers = match std::env::var("TW_SHIM_LAYER").as_deref() {
+        Ok(how) => {
+            let wasm = std::fs::read(&file).expect("guest");
+            let mut layer = TensorWasmCompiler::new()
+                .expect("compiler")
+                .bundle(&wasm)
+                .expect("precompile");
+            if how == "garbage" {
+                let keep = PRECOMPILED_MAGIC.len() + 8 + wasm.len();
+                layer.truncate(keep);
+                layer.extend_from_slice(b"not a compiled module");
+            }
+            let config = Descriptor::new(
+                MediaType::Other("application/wasm".into()),
+                layer.len() as u64,
+                Digest::try_from(format!("sha256:{}", "0".repeat(64))).expect("digest"),
+            );
+            vec![WasmLayer {
+                config,
+                precompiled: true,
+                layer,
+            }]
+        }
+        Err(_) => Vec::new(),
+    };
     let ctx = Ctx {
         args,
         envs: split("TW_SHIM_ENVS"),
         file,
+        layers,
     };
     let rt = tokio_runtime();
     let code = rt
@@ -84,10 +119,25 @@ fn tokio_runtime() -> tokio::runtime::Runtime {
 /// Runs the sandbox on `wasm` in a child process: (exit code, stdout,
 /// stderr).
 fn sandboxed(wasm: &str, args: &[&str], envs: &[&str]) -> (i32, String, String) {
+    sandboxed_as(wasm, args, envs, None)
+}
+
+/// [`sandboxed`], the guest as a precompiled OCI layer (`layer`: see
+/// [`child`]).
+fn sandboxed_as(
+    wasm: &str,
+    args: &[&str],
+    envs: &[&str],
+    layer: Option<&str>,
+) -> (i32, String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("guest.wat");
     std::fs::write(&file, wasm).expect("guest");
-    let out = Command::new(std::env::current_exe().expect("test binary"))
+    let mut child = Command::new(std::env::current_exe().expect("test binary"));
+    if let Some(layer) = layer {
+        child.env("TW_SHIM_LAYER", layer);
+    }
+    let out = child
         .args(["--exact", "child", "--nocapture", "--test-threads=1"])
         .env("TW_SHIM_CHILD", &file)
         .env("TW_SHIM_ARGS", args.join(";"))
@@ -143,12 +193,27 @@ fn without_a_gpu_the_pod_runs_on_the_cpu_driver() {
 }
 
 #[test]
+fn a_precompiled_layer_runs_and_a_bad_one_is_compiled_instead() {
+    for layer in ["precompiled", "garbage"] {
+        let (code, stdout, stderr) = sandboxed_as(HELLO_GPU, &["65536"], &[], Some(layer));
+        assert_eq!(code, 0, "{layer}: {stdout} {stderr}");
+        // Its Wasm kernel was translated from the layer's Wasm.
+        assert!(stdout.contains("all 65536 match"), "{layer}: {stdout}");
+    }
+}
+
+#[test]
 #[ignore = "needs a CUDA GPU"]
 fn with_a_gpu_the_pod_runs_on_cuda() {
-    let (code, stdout, stderr) = sandboxed(HELLO_GPU, &[], &["NVIDIA_VISIBLE_DEVICES=0"]);
-    assert_eq!(code, 0, "{stdout} {stderr}");
-    assert!(
-        stdout.contains("all 1048576 match") && !stdout.contains("on CPU"),
-        "{stdout}"
-    );
+    // From a file, and from a precompiled layer (its kernel translated
+    // from the layer's Wasm and lowered to PTX).
+    for layer in [None, Some("precompiled")] {
+        let (code, stdout, stderr) =
+            sandboxed_as(HELLO_GPU, &[], &["NVIDIA_VISIBLE_DEVICES=0"], layer);
+        assert_eq!(code, 0, "{layer:?}: {stdout} {stderr}");
+        assert!(
+            stdout.contains("all 1048576 match") && !stdout.contains("on CPU"),
+            "{layer:?}: {stdout}"
+        );
+    }
 }

@@ -70,6 +70,39 @@ impl GuestModule {
         })
     }
 
+    /// `bytes` (Wasm binary or text) compiled ahead of time for `engine`:
+    /// what [`deserialize`](Self::deserialize) loads, without compiling.
+    pub fn precompile(engine: &wasmtime::Engine, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        let wasm = wat::parse_bytes(bytes)?;
+        let compiled = globals::export_mutable_globals(&wasm).map_err(wasmtime::Error::msg)?;
+        engine.precompile_module(&compiled)
+    }
+
+    /// The module `bytes` (its Wasm, binary or text, kept for kernel
+    /// translation) from `precompiled`, its [`precompile`](Self::precompile)d
+    /// form. Fails when wasmtime finds the precompiled code made by another
+    /// version or engine configuration.
+    ///
+    /// # Safety
+    ///
+    /// `precompiled` must be what [`precompile`](Self::precompile) made of
+    /// these `bytes`: wasmtime checks its version and settings, not that
+    /// the code is unaltered (`wasmtime::Module::deserialize`'s contract).
+    pub unsafe fn deserialize(
+        engine: &wasmtime::Engine,
+        bytes: &[u8],
+        precompiled: &[u8],
+    ) -> wasmtime::Result<GuestModule> {
+        let wasm = wat::parse_bytes(bytes)?.into_owned();
+        // SAFETY: the caller's promise: `precompiled` is this engine
+        // configuration's compilation of these bytes.
+        let module = unsafe { wasmtime::Module::deserialize(engine, precompiled)? };
+        Ok(GuestModule {
+            module,
+            source: KernelSource::new(wasm.into()),
+        })
+    }
+
     /// The Wasm binary and its identity, for kernel translation.
     pub fn source(&self) -> &KernelSource {
         &self.source
