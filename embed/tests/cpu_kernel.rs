@@ -418,7 +418,10 @@ fn a_trapping_thread_ends_alone() {
         }),
     );
     let out = 128;
-    let mem_len = out + 4 * N;
+    // Room for every thread launched (N rounded up to whole blocks): a
+    // thread past N storing out of bounds would trap too, and whichever
+    // trap is recorded first would win.
+    let mem_len = out + 4 * N.div_ceil(256) * 256;
     let l = Launcher::new(mem_len);
     l.write_u32s(out, std::iter::repeat_n(u32::MAX, N));
     // Not the last thread of its block of 256.
