@@ -169,6 +169,11 @@ impl Metrics {
         self.traps.get_or_create(&tenant(t)).inc();
     }
 
+    /// Guest calls of `t` that found the device lost so far.
+    pub fn device_lost_calls(&self, t: &str) -> u64 {
+        self.device_lost_calls.get_or_create(&tenant(t)).get()
+    }
+
     /// A request of `t` refused at a limit.
     pub fn refused(&self, t: &str) {
         self.refused.get_or_create(&tenant(t)).inc();

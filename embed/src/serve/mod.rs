@@ -383,7 +383,7 @@ impl<D: ServeDriver> Server<D> {
     /// (`EDEVLOST`) marks the tenant's device lost.
     fn note_device_loss(&self, t: usize) {
         let p = self.party(t);
-        if self.metrics.guest_stats(&p.served.name).device_lost.get() > 0 {
+        if self.metrics.device_lost_calls(&p.served.name) > 0 {
             self.lose(p.device, "a guest call found its context lost".into());
         }
     }
