@@ -81,6 +81,9 @@ impl Shim for TensorWasmShim {
 /// wasmtime's compiled module.
 pub const PRECOMPILED_MAGIC: &[u8; 8] = b"TWPRE001";
 
+/// The largest Wasm layer the shim precompiles (16 MiB).
+pub const MAX_PRECOMPILE_BYTES: usize = 16 << 20;
+
 /// Compiles images' Wasm layers ahead of time, through runwasi's hook:
 /// containerd keeps the result in its content store, keyed by this shim,
 /// its version and the engine's settings, so a guest is compiled once per
@@ -135,7 +138,10 @@ impl Compiler for TensorWasmCompiler {
         Ok(layers
             .iter()
             .map(|l| {
-                if l.precompiled {
+                // The hook runs in the shim, outside the pod's cgroup: a
+                // large layer is left to compile in the container, under
+                // the pod's own limits.
+                if l.precompiled || l.layer.len() > MAX_PRECOMPILE_BYTES {
                     return None;
                 }
                 self.bundle(&l.layer)
