@@ -20,7 +20,7 @@ RUN apt-get update \
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     LIBSECCOMP_LINK_TYPE=static LIBSECCOMP_LIB_PATH=/usr/lib/x86_64-linux-gnu \
-    cargo build --release --locked -p tensorwasm-embed --bin tensorwasm \
+    cargo build --release --locked -p tensorwasm-cli --bin tensorwasm \
         -p tensorwasm-shim --bin containerd-shim-tensorwasm-v1 \
     && strip -o /tensorwasm target/release/tensorwasm \
     && strip -o /containerd-shim-tensorwasm-v1 target/release/containerd-shim-tensorwasm-v1

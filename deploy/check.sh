@@ -97,7 +97,7 @@ done
 # tests just built), else built here.
 bin=${TENSORWASM_BIN:-}
 if [ -z "$bin" ]; then
-    cargo build --quiet -p tensorwasm-embed --bin tensorwasm
+    cargo build --quiet -p tensorwasm-cli --bin tensorwasm
     bin=target/debug/tensorwasm
 fi
 

@@ -11,8 +11,10 @@
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
 # of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest`,
 # `rust_kernels`, `kernel_stack`, `wasi_guest`, `tenants_stress`, `kernel_limits`,
-# `gpu_kernel_diff`, `kernel_atomics`, `kernel_coop`, `faults`, `oom`, `device_lost`, `snapshot` and `supervise` test targets are packed (the others run in CI and each carries a
-# whole wasmtime).
+# `gpu_kernel_diff`, `kernel_atomics`, `kernel_coop`, `faults`, `oom`, `device_lost` and `snapshot`
+# test targets are packed, of tensorwasm-cli (tests that drive the `tensorwasm`
+# binary) `wasi_guest`, `supervise` and `serve` (the others run in CI and each
+# carries a whole wasmtime).
 # The example guests go along too (examples/*.wat, and the Rust guests if
 # guest/ has been built; run.sh points the `mlp_guest` and `rust_kernels` tests at
 # the packed mlp.wasm and rust_kernels.wasm through MLP_GUEST_WASM and
@@ -32,7 +34,7 @@
 # stream of up to 32 tenants) for the tests and the example runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=${GPU_TEST_PACKAGES:-"tensorwasm-cuda tensorwasm-embed"}
+packages=${GPU_TEST_PACKAGES:-"tensorwasm-cuda tensorwasm-embed tensorwasm-cli"}
 pack=.device-pack
 rm -rf "$pack"
 mkdir -p "$pack/bin"
@@ -40,7 +42,7 @@ grep -qx '/.device-pack/' .git/info/exclude 2>/dev/null || echo '/.device-pack/'
 
 args=()
 for p in $packages; do args+=(-p "$p"); done
-cargo build --release -p tensorwasm-embed --bin tensorwasm
+cargo build --release -p tensorwasm-cli --bin tensorwasm
 cp target/release/tensorwasm "$pack/bin/tensorwasm"
 cargo test --release "${args[@]}" --no-run --message-format=json \
   | python3 -c '
@@ -51,7 +53,9 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff", "kernel_atomics", "kernel_coop", "faults", "oom", "device_lost", "snapshot", "supervise"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff", "kernel_atomics", "kernel_coop", "faults", "oom", "device_lost", "snapshot"):
+        continue
+    if "tensorwasm-cli" in m["package_id"] and m["target"]["name"] not in ("wasi_guest", "supervise", "serve"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]

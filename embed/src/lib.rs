@@ -1,5 +1,8 @@
-//! TensorWasm's embedding crate: wires the drivers into wasmtime for hosts,
-//! and the `tensorwasm` command.
+//! TensorWasm's embedding library: wires the drivers into wasmtime for
+//! hosts. It is what a custom host links (`examples/custom-host`); the
+//! `tensorwasm` command (`tensorwasm-cli`) and the HTTP server
+//! (`tensorwasm-serve`) are crates above it, so no HTTP server, metrics
+//! exporter or command-line parser comes with it.
 //!
 //! - [`memory`]: guest linear memory in the driver's managed memory.
 //! - [`kernel`]: Wasm kernels: translation cache and per-driver lowering.
@@ -7,7 +10,11 @@
 //! - [`wasi`]: WASI preview 1 beside it (wasmtime-wasi), what a guest's WASI
 //!   may reach, and one `add_to_linker` for both.
 //! - [`runtime`]: engine + linker + stores for one driver, ready to run guests.
-//! - [`run`]: the `tensorwasm run` command.
+//! - [`tenant`]: an untrusted party's store: quota, policy, limiter, WASI.
+//! - [`run`]: run a guest file as `wasmtime run` does (what `tensorwasm
+//!   run` and the containerd shim call).
+//! - [`snapshot`], [`supervise`]: a tenant's state between calls, and
+//!   tenants kept in a worker process that survive a lost device.
 //! - [`twins`]: host twins of the shipped PTX kernels, for the CPU driver.
 //! - this file: driver discovery (which drivers work here, and why not).
 
@@ -16,13 +23,18 @@ pub mod kernel;
 pub mod memory;
 pub mod run;
 pub mod runtime;
-pub mod serve;
 pub mod snapshot;
 pub mod supervise;
 pub mod tenant;
 pub mod twins;
 pub mod wasi;
 pub mod wasi_cuda;
+
+/// The core crate (traits, ABI, quota), at the version this library uses.
+pub use tensorwasm_core;
+/// wasmtime, at the version this library uses: a host builds its own
+/// imports and calls against it.
+pub use wasmtime;
 
 use std::fmt::Write as _;
 

@@ -397,7 +397,7 @@ where
 
     /// The instance and its module's identity, or an error before
     /// [`instantiate`](Self::instantiate).
-    pub(crate) fn instantiated(&self) -> wasmtime::Result<(Instance, (u64, usize))> {
+    pub fn instantiated(&self) -> wasmtime::Result<(Instance, (u64, usize))> {
         match (self.instance, self.module) {
             (Some(instance), Some(module)) => Ok((instance, module)),
             _ => Err(wasmtime::Error::msg(format!(

@@ -18,7 +18,7 @@ pub use ctx::{
     DEFAULT_WAIT_SPIN, PROBE_EVERY, TenantPolicy, WaitPolicy, WasiCudaCtx, WasiCudaLimits,
 };
 pub use image::{CudaImage, FunctionRecord, SlotRecord, SourceRecord};
-pub use stats::GuestStats;
+pub use stats::{Count, GuestStats, Seconds};
 
 use ctx::{GuestMem, KernelGet};
 use futures::future::Either;

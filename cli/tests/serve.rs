@@ -15,7 +15,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use tensorwasm_embed::serve::token_digest;
+use tensorwasm_serve::token_digest;
 use ureq::Agent;
 
 #[allow(dead_code)] // its guest and nothing of its supervisor

@@ -1,5 +1,7 @@
 //! The `tensorwasm` command: `run` a guest as `wasmtime run` would (WASI
-//! preview 1 and `wasi_cuda`), list `devices`. The command line is clap's;
+//! preview 1 and `wasi_cuda`), list `devices`, `serve` tenants over HTTP
+//! (the `tensorwasm-serve` crate), be a supervisor's `worker`. This crate
+//! is only the command line over the libraries. The command line is clap's;
 //! logging is `tracing`, filtered by `RUST_LOG` and quiet (warnings only)
 //! by default.
 
@@ -8,10 +10,10 @@ use std::{io::Write as _, path::PathBuf, process::ExitCode};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tensorwasm_embed::{
     run::{Chosen, DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions, choose_driver},
-    serve::{ServeConfig, Server, http},
     tenant::TenantConfig,
     wasi::{DirAccess, PreopenDir},
 };
+use tensorwasm_serve::{ServeConfig, start::ServeOptions};
 use tracing_subscriber::EnvFilter;
 
 /// Run WebAssembly guests on NVIDIA GPUs (or the CPU driver where there is
@@ -120,18 +122,16 @@ struct RunArgs {
     #[arg(long, value_name = "FILE")]
     tenant: Option<PathBuf>,
 
-    /// The guest: a core Wasm module, binary or text.
-    #[arg(value_name = "GUEST")]
-    guest: PathBuf,
-
-    /// The guest's arguments (argv[1..]); with --invoke, the function's.
-    /// Everything after GUEST belongs to the guest.
+    /// The guest (a core Wasm module, binary or text), then its arguments
+    /// (argv[1..]; with --invoke, the function's). Everything after GUEST
+    /// belongs to the guest, `--help` included, as under `wasmtime run`.
     #[arg(
-        value_name = "ARGS",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
+        value_name = "GUEST [ARGS]",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true
     )]
-    args: Vec<String>,
+    guest_and_args: Vec<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -225,79 +225,19 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(text) => text,
         Err(e) => return fail(format!("cannot read {}: {e}", args.config.display())),
     };
-    let mut config = match ServeConfig::from_file_text(&args.config, &text) {
+    let config = match ServeConfig::from_file_text(&args.config, &text) {
         Ok(c) => c,
         Err(e) => return fail(format!("{}: {e}", args.config.display())),
     };
-    if let Some(listen) = args.listen {
-        config.listen = listen;
-    }
-    // Two runtimes: one serves HTTP, the other runs guests (busy guests
-    // never hold up requests); each as many threads as cores, at least 2.
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
-    let runtime = |name: &str| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .thread_name(name)
-            .enable_all()
-            .build()
-    };
-    let (tokio, guests) = match (runtime("tensorwasm-http"), runtime("tensorwasm-guest")) {
-        (Ok(t), Ok(g)) => (t, g),
-        (Err(e), _) | (_, Err(e)) => return fail(format!("starting the runtime: {e}")),
-    };
-    let guests_handle = guests.handle().clone();
-    let served = match choose_driver(driver_choice(args.driver)) {
-        Err(e) => return fail(e.to_string()),
-        Ok(Chosen::Cuda(first)) => {
-            let mut drivers = vec![(0, first)];
-            let count = tensorwasm_cuda::CudaDriver::probe().map_or(1, |d| d.len());
-            for ordinal in 1..count {
-                match tensorwasm_cuda::CudaDriver::new(ordinal as u32) {
-                    Ok(d) => drivers.push((ordinal as u32, d)),
-                    Err(e) => return fail(format!("CUDA device {ordinal}: {e}")),
-                }
-            }
-            tokio.block_on(serve_on(config, drivers, guests_handle))
-        }
-        Ok(Chosen::Cpu(driver, _)) => {
-            driver.set_faults_lose_device(args.cpu_faults_lose_device);
-            tokio.block_on(serve_on(config, vec![(0, driver)], guests_handle))
-        }
-    };
-    // Guests still running past the shutdown are stopped with their runtime.
-    guests.shutdown_timeout(std::time::Duration::from_secs(1));
-    match served {
+    match tensorwasm_serve::start::serve(ServeOptions {
+        config,
+        listen: args.listen,
+        driver: driver_choice(args.driver),
+        cpu_faults_lose_device: args.cpu_faults_lose_device,
+    }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }
-}
-
-async fn serve_on<D>(
-    config: ServeConfig,
-    drivers: Vec<(u32, D)>,
-    guests: tokio::runtime::Handle,
-) -> Result<(), String>
-where
-    D: tensorwasm_embed::kernel::KernelTarget
-        + tensorwasm_core::ManagedAllocator
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    <D as tensorwasm_core::ManagedAllocator>::Region: Sync,
-{
-    let listen = config.listen;
-    let server = std::sync::Arc::new(Server::new(config, drivers, guests)?);
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("tensorwasm serve: listening on http://{bound}");
-    let _ = std::io::stdout().flush();
-    http::serve(server, listener, http::shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())
 }
 
 /// `limit`, capped at half the device's free memory (as `run` caps it).
@@ -339,11 +279,17 @@ fn run(args: RunArgs) -> ExitCode {
             }
         },
     };
+    let mut guest_and_args = args.guest_and_args.into_iter();
+    let Some(guest) = guest_and_args.next() else {
+        // clap requires at least one value.
+        eprintln!("tensorwasm run: no guest given");
+        return ExitCode::from(2);
+    };
     let options = RunOptions {
-        guest: args.guest,
+        guest: PathBuf::from(guest),
         driver: driver_choice(args.driver),
         invoke: args.invoke,
-        args: args.args,
+        args: guest_and_args.collect(),
         memory_limit: args.memory_limit,
         tenant,
         dirs: args

@@ -1,8 +1,8 @@
-//! `tensorwasm serve`: many tenants in one process, over HTTP
+//! TensorWasm's server, `tensorwasm serve`: many tenants in one process, over HTTP
 //! ([`http`]), on every device the process may see. Each tenant (a party,
 //! authenticated by its bearer token) is placed on one device and keeps its
 //! own modules and instances there; all its instances share its quota. This
-//! module holds that state and its operations, apart from HTTP:
+//! crate holds that state and its operations, apart from HTTP:
 //! [`Server::upload`], [`Server::instantiate`], [`Server::invoke`],
 //! [`Server::run`] and the deletes and lists. `docs/serve.md` is the API.
 
@@ -10,6 +10,7 @@ pub mod config;
 pub mod http;
 mod keep;
 mod metrics;
+pub mod start;
 
 use std::{
     future::Future,
@@ -31,7 +32,7 @@ pub use metrics::Metrics;
 
 use keep::{Kept, Leaky, reserve};
 
-use crate::{
+use tensorwasm_embed::{
     kernel::{GuestModule, KernelTarget},
     runtime::GuestRuntime,
     tenant::{Tenant, TenantConfig},
@@ -182,7 +183,7 @@ pub struct Server<D: ServeDriver> {
     guests: tokio::runtime::Handle,
 }
 
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -206,7 +207,7 @@ impl<D: ServeDriver> Server<D> {
         let mut devices = Vec::new();
         for (ordinal, driver) in drivers {
             let free = driver.mem_info().map_err(|e| e.to_string())?.free;
-            let limit = crate::run::memory_cap(config.memory_limit, free);
+            let limit = tensorwasm_embed::run::memory_cap(config.memory_limit, free);
             let runtime = GuestRuntime::new(driver, limit).map_err(|e| one_line(&e))?;
             devices.push(DeviceRuntime {
                 ordinal,

@@ -2,19 +2,54 @@
 //! made, calls that trapped or failed in the guest, requests refused at a
 //! limit (429), kernel launches, waits and the time spent waiting, the GPU
 //! time of the launches, calls that found the device lost (counted by the
-//! guests' contexts, [`GuestStats`]); at each scrape, what each tenant's
+//! guests' contexts, [`GuestStats`], whose library counters are exported
+//! here as Prometheus counters); at each scrape, what each tenant's
 //! quota ledger holds, and each device's free memory and whether it is
 //! lost.
 
-use std::sync::atomic::AtomicU64;
-
 use prometheus_client::{
-    encoding::text::encode,
-    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    encoding::{EncodeMetric, MetricEncoder, NoLabelSet, text::encode},
+    metrics::{MetricType, TypedMetric, counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 
-use crate::wasi_cuda::GuestStats;
+use tensorwasm_embed::wasi_cuda::{Count, GuestStats, Seconds};
+
+/// A guest context's count ([`Count`]) exported as a Prometheus counter.
+#[derive(Clone, Debug, Default)]
+struct GuestCount(Count);
+
+/// A guest context's seconds ([`Seconds`]) exported as a Prometheus counter.
+#[derive(Clone, Debug, Default)]
+struct GuestSeconds(Seconds);
+
+impl TypedMetric for GuestCount {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl TypedMetric for GuestSeconds {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for GuestCount {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_counter::<NoLabelSet, _, u64>(&self.0.get(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+impl EncodeMetric for GuestSeconds {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_counter::<NoLabelSet, _, u64>(&self.0.get(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
 
 type Labels = [(&'static str, String); 1];
 type Labels2 = [(&'static str, String); 2];
@@ -27,13 +62,13 @@ pub struct Metrics {
     refused: Family<Labels, Counter>,
     in_use: Family<Labels2, Gauge>,
     device_free: Family<Labels, Gauge>,
-    launches: Family<Labels, Counter>,
-    waits: Family<Labels, Counter>,
-    wait_seconds: Family<Labels, Counter<f64, AtomicU64>>,
-    quota_refusals: Family<Labels, Counter>,
-    kernel_traps: Family<Labels, Counter>,
-    gpu_seconds: Family<Labels, Counter<f64, AtomicU64>>,
-    device_lost_calls: Family<Labels, Counter>,
+    launches: Family<Labels, GuestCount>,
+    waits: Family<Labels, GuestCount>,
+    wait_seconds: Family<Labels, GuestSeconds>,
+    quota_refusals: Family<Labels, GuestCount>,
+    kernel_traps: Family<Labels, GuestCount>,
+    gpu_seconds: Family<Labels, GuestSeconds>,
+    device_lost_calls: Family<Labels, GuestCount>,
     device_lost: Family<Labels, Gauge>,
 }
 
@@ -51,9 +86,9 @@ impl Metrics {
         let refused = Family::<Labels, Counter>::default();
         let in_use = Family::<Labels2, Gauge>::default();
         let device_free = Family::<Labels, Gauge>::default();
-        let launches = Family::<Labels, Counter>::default();
-        let waits = Family::<Labels, Counter>::default();
-        let wait_seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        let launches = Family::<Labels, GuestCount>::default();
+        let waits = Family::<Labels, GuestCount>::default();
+        let wait_seconds = Family::<Labels, GuestSeconds>::default();
         registry.register(
             "launches",
             "Kernel launches queued (raw, Wasm kernels, built-ins)",
@@ -65,8 +100,8 @@ impl Metrics {
             "Time guests spent waiting for their GPU work",
             wait_seconds.clone(),
         );
-        let quota_refusals = Family::<Labels, Counter>::default();
-        let kernel_traps = Family::<Labels, Counter>::default();
+        let quota_refusals = Family::<Labels, GuestCount>::default();
+        let kernel_traps = Family::<Labels, GuestCount>::default();
         registry.register(
             "quota_refusals",
             "Guest calls refused by the tenant's quota (EQUOTA)",
@@ -77,13 +112,13 @@ impl Metrics {
             "Wasm-kernel launches that trapped (ETRAP)",
             kernel_traps.clone(),
         );
-        let gpu_seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        let gpu_seconds = Family::<Labels, GuestSeconds>::default();
         registry.register(
             "gpu_seconds",
             "GPU time of a tenant's launches: how long they kept its streams busy",
             gpu_seconds.clone(),
         );
-        let device_lost_calls = Family::<Labels, Counter>::default();
+        let device_lost_calls = Family::<Labels, GuestCount>::default();
         registry.register(
             "device_lost_calls",
             "Guest calls that found the tenant's device lost (EDEVLOST)",
@@ -149,13 +184,13 @@ impl Metrics {
     /// The counters a guest of `t` counts into (`WasiCudaCtx::set_stats`).
     pub fn guest_stats(&self, t: &str) -> GuestStats {
         GuestStats {
-            launches: self.launches.get_or_create(&tenant(t)).clone(),
-            waits: self.waits.get_or_create(&tenant(t)).clone(),
-            wait_seconds: self.wait_seconds.get_or_create(&tenant(t)).clone(),
-            quota_refusals: self.quota_refusals.get_or_create(&tenant(t)).clone(),
-            kernel_traps: self.kernel_traps.get_or_create(&tenant(t)).clone(),
-            gpu_seconds: self.gpu_seconds.get_or_create(&tenant(t)).clone(),
-            device_lost: self.device_lost_calls.get_or_create(&tenant(t)).clone(),
+            launches: self.launches.get_or_create(&tenant(t)).0.clone(),
+            waits: self.waits.get_or_create(&tenant(t)).0.clone(),
+            wait_seconds: self.wait_seconds.get_or_create(&tenant(t)).0.clone(),
+            quota_refusals: self.quota_refusals.get_or_create(&tenant(t)).0.clone(),
+            kernel_traps: self.kernel_traps.get_or_create(&tenant(t)).0.clone(),
+            gpu_seconds: self.gpu_seconds.get_or_create(&tenant(t)).0.clone(),
+            device_lost: self.device_lost_calls.get_or_create(&tenant(t)).0.clone(),
         }
     }
 
@@ -171,7 +206,7 @@ impl Metrics {
 
     /// Guest calls of `t` that found the device lost so far.
     pub fn device_lost_calls(&self, t: &str) -> u64 {
-        self.device_lost_calls.get_or_create(&tenant(t)).get()
+        self.device_lost_calls.get_or_create(&tenant(t)).0.get()
     }
 
     /// A request of `t` refused at a limit.

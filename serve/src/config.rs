@@ -12,7 +12,7 @@ use std::{net::SocketAddr, time::Duration};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::tenant::TenantConfig;
+use tensorwasm_embed::tenant::TenantConfig;
 
 /// The default address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";

@@ -15,6 +15,7 @@
 //!        TW_LOAD_DEVICES, TW_LOAD_DRIVER (cuda), TW_LOAD_ITERS (4096),
 //!        OUT (where the JSON goes)
 
+#[path = "../../embed/benches/common/mod.rs"]
 mod common;
 
 use std::{
@@ -28,7 +29,7 @@ use std::{
 use common::{command_line, max_of, percentile, round, utc_timestamp, write_record};
 use serde::Serialize;
 use serde_json::{Value, json};
-use tensorwasm_embed::serve::token_digest;
+use tensorwasm_serve::token_digest;
 use ureq::Agent;
 
 const TENANTS: usize = 8;
