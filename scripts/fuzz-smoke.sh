@@ -11,11 +11,14 @@
 #   cd fuzz && cargo +nightly fuzz cmin <target> corpus/<target>
 #
 # A crash fails the run; its input is left in fuzz/artifacts/<target>/.
-# FUZZ_TOOLCHAIN names the nightly (default: the one CI installs).
+# FUZZ_TOOLCHAIN names the nightly (default: `nightly`); it and cargo-fuzz
+# are installed first when missing.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
 toolchain=${FUZZ_TOOLCHAIN:-nightly}
+rustup run "$toolchain" rustc --version >/dev/null 2>&1 || rustup toolchain install "$toolchain" --profile minimal
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 seconds=${FUZZ_SECONDS:-60}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

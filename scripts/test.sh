@@ -6,11 +6,16 @@
 # (its container tests and a `ctr run` through it, on a containerd started
 # here when run as root), and the deployment files (deploy/check.sh). GPU
 # tests are #[ignore]d here; they run on a GPU through
-# scripts/pack-gpu-tests.sh.
+# scripts/pack-gpu-tests.sh. It installs what it needs first (scripts/setup.sh:
+# the toolchain's targets, Debian packages, wheels), before any cargo command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
+
+# Everything the checks below need, before the first cargo command (a fresh
+# machine has only rustup, Python and a C compiler).
+scripts/setup.sh
 
 step "rustfmt"
 cargo fmt --all --check
@@ -21,7 +26,6 @@ cargo clippy --workspace --all-targets -- -D warnings
 # The guests are their own workspace (target wasm32-unknown-unknown, set in
 # guest/.cargo/config.toml, which cargo reads from the working directory).
 step "guests (wasm32-unknown-unknown): rustfmt, clippy, release build; the guest library's unit tests on the host"
-rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
 (
     cd guest
     cargo fmt --all --check
@@ -33,7 +37,6 @@ rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
 # The WASI example is a wasm32-wasip1 command, its own workspace (its
 # .cargo/config.toml); it lands in guest/target/wasm32-wasip1/release.
 step "WASI guest (wasm32-wasip1): rustfmt, clippy, release build"
-rustup target add wasm32-wasip1 >/dev/null 2>&1 || true
 (
     cd guest/examples/mlp-wasi
     cargo fmt --all --check
@@ -42,22 +45,8 @@ rustup target add wasm32-wasip1 >/dev/null 2>&1 || true
 )
 
 step "tests (CPU driver; GPU tests are ignored here), the shim's container tests on a containerd started here"
-# The shim (shim/) builds against protoc and libseccomp; its container
-# tests and end-to-end run need containerd (all three from Debian's
-# packages, installed when missing and this runs as root).
-need=()
-command -v protoc >/dev/null || need+=(protobuf-compiler)
-[ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
-command -v containerd >/dev/null || need+=(containerd)
-if [ ${#need[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-    else
-        echo "missing: ${need[*]} (apt-get install ${need[*]})" >&2
-        exit 1
-    fi
-fi
+# The shim's container tests and its end-to-end run need containerd
+# (installed by scripts/setup.sh); started here when this runs as root.
 containerd_pid=""
 if [ "$(id -u)" = 0 ] && [ ! -S /run/containerd/containerd.sock ]; then
     containerd_dir=$(mktemp -d)
@@ -82,7 +71,6 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p tensorwasm-core --test loom_quota --release
 
 step "tensorwasm-core for thumbv7em-none-eabihf (no_std), with and without defmt"
-rustup target add thumbv7em-none-eabihf >/dev/null 2>&1 || true
 cargo build -p tensorwasm-core --target thumbv7em-none-eabihf
 cargo build -p tensorwasm-core --target thumbv7em-none-eabihf --features defmt
 

@@ -159,7 +159,16 @@ pub fn filled_sum(seed: i32) -> f64 {
 
 /// A directory of its own for one test.
 pub fn scratch(what: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tw-supervise-{what}-{}", std::process::id()));
+    // Each call its own directory: tests of one binary run in parallel, and
+    // the CPU and GPU variants of a test ask for the same `what` (one
+    // finishing first removed the other's files).
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "tw-supervise-{what}-{}-{n}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
