@@ -10,7 +10,7 @@
 //! the record compares their throughput (the goal: 2 GPUs >= 1.8x 1 for
 //! this independent work).
 //!
-//!   cargo bench -p tensorwasm-embed --bench serve_load
+//!   cargo bench -p tensorwasm-cli --bench serve_load
 //!   env: TENSORWASM_BIN (the server binary), TW_LOAD_SECS (60),
 //!        TW_LOAD_DEVICES, TW_LOAD_DRIVER (cuda), TW_LOAD_ITERS (4096),
 //!        OUT (where the JSON goes)
