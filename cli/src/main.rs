@@ -89,6 +89,7 @@ struct WorkerArgs {
 }
 
 #[derive(Args)]
+#[command(override_usage = "tensorwasm run [OPTIONS] <GUEST> [ARGS]...")]
 struct RunArgs {
     /// The driver: `auto` picks CUDA when a GPU is there, else the CPU
     /// driver (RUST_LOG=info says which and why).
@@ -126,7 +127,7 @@ struct RunArgs {
     /// (argv[1..]; with --invoke, the function's). Everything after GUEST
     /// belongs to the guest, `--help` included, as under `wasmtime run`.
     #[arg(
-        value_name = "GUEST [ARGS]",
+        value_name = "GUEST",
         required = true,
         num_args = 1..,
         trailing_var_arg = true

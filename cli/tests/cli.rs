@@ -272,6 +272,13 @@ fn a_command_gets_its_argv_only_the_given_environment_and_its_exit_code() {
         b"MODEL=small\0TENSORWASM_CLI_FROM_HOST=yes\0",
         "the guest sees exactly the --env variables"
     );
+    // Right after the guest too: `--help` is the guest's first argument,
+    // not a request for tensorwasm's help.
+    let a = tensorwasm()
+        .args(["run", "--driver", "cpu", wat.as_str(), "--help", "x"])
+        .assert()
+        .code(7);
+    assert_eq!(a.get_output().stdout, b"probe.wat\0--help\0x\0");
 }
 
 #[test]
