@@ -50,3 +50,4 @@ step "setup: wheels and tools under target/tools"
 scripts/check-ptx.sh --tools
 scripts/build-kernels.sh --tools
 deploy/check.sh --tools
+guest/c/build.sh --tools  # zig (zig cc), for the C guests

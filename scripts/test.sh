@@ -44,6 +44,11 @@ step "WASI guest (wasm32-wasip1): rustfmt, clippy, release build"
     cargo build --release
 )
 
+# The C guests (guest/c/examples, zig cc for wasm32-wasi) land in
+# guest/target/c; embed/tests/c_guest.rs loads them.
+step "C guests (wasm32-wasi): zig cc build"
+guest/c/build.sh
+
 step "tests (CPU driver; GPU tests are ignored here), the shim's container tests on a containerd started here"
 # The shim's container tests and its end-to-end run need containerd
 # (installed by scripts/setup.sh); started here when this runs as root.
