@@ -40,6 +40,33 @@ extern "C" __global__ void wat_matmul_down(const float *a, const float *b, float
     c[t] = acc;
 }
 
+// wat_matmul_up_bottom: wat_matmul's loop with the test at the bottom.
+extern "C" __global__ void wat_matmul_up_bottom(const float *a, const float *b, float *c, int n) {
+    unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (unsigned)(n * n)) return;
+    int i = t / n, j = t % n;
+    float acc = 0.0f;
+    int k = 0;
+    do {
+        acc += a[i * n + k] * b[k * n + j];
+        k++;
+    } while (k < n);
+    c[t] = acc;
+}
+
+// wat_matmul_down_top: wat_matmul_down's order with the test at the top.
+extern "C" __global__ void wat_matmul_down_top(const float *a, const float *b, float *c, int n) {
+    unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (unsigned)(n * n)) return;
+    int i = t / n, j = t % n;
+    float acc = 0.0f;
+    for (int k = n; k != 0;) {
+        k--;
+        acc += a[i * n + k] * b[k * n + j];
+    }
+    c[t] = acc;
+}
+
 // wat_column_sums: out[j] = the sum of column j of x (rows x cols), a
 // thread per column; the WAT walks a pointer down the column and counts
 // the rows down to 0, its test at the bottom (rows >= 1).
