@@ -9,6 +9,8 @@
 # with PTX ISA 7.0, sm_90 with 7.8) into target/ptx-out/<kernel>.sm_XX.ptx,
 # and embed's `kernel_ops` test lowers one Wasm kernel per operator (each
 # target with its oldest ISA) into target/ptx-out/kernel_ops.<op>.sm_XX.ptx,
+# core's `simd` test one kernel per family of SIMD operators into
+# target/ptx-out/simd.<family>.sm_XX.ptx,
 # and `kernel_atomics` every atomic kernel (the SDK's intrinsics among them)
 # into target/ptx-out/kernel_atomics.<export>.sm_XX.ptx;
 # each file is assembled for the target its `.target` line names.
@@ -65,6 +67,7 @@ scripts/build-foreign-kernels.sh --check
 cargo test -q -p tensorwasm-core --features lower --lib -- lower::table lower::ptx
 rm -rf target/ptx-out
 cargo test -q -p tensorwasm-core --features lower --test ptx
+cargo test -q -p tensorwasm-core --features lower --test simd -- every_family_lowers_to_ptx
 cargo test -q -p tensorwasm-embed --test kernel_ops -- ptx_for_every_kernel
 cargo test -q -p tensorwasm-embed --test kernel_atomics -- ptx_for_every_atomic_kernel
 lowered=0

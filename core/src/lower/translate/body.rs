@@ -34,9 +34,13 @@ use crate::lower::{Intrinsic, KernelAbi, KernelTrap, LowerError, RuntimeCheck, U
 
 mod atomic;
 mod cooperative;
+mod simd;
 mod window;
 
 pub(super) use atomic::atomic_access;
+pub(super) use simd::simd_access;
+
+use simd::LANES;
 
 use window::{Placement, Window, WindowAccess};
 
@@ -214,6 +218,7 @@ fn translate_once(
         window_accesses: Vec::new(),
         spill_sites: 0,
         sites: 0,
+        views: simd::Views::default(),
     };
     let def = module
         .defined(func_index)
@@ -314,6 +319,8 @@ struct Translator<'m, 'a, 'f> {
     spill_sites: usize,
     /// Warp operations emitted so far: each call site's number.
     sites: i32,
+    /// The typed lanes `v128` words were packed from (`simd`).
+    views: simd::Views,
 }
 
 /// A thread's copy of a mutable global.
@@ -324,9 +331,37 @@ struct ThreadGlobal {
     launch: Value,
 }
 
-/// The state of one (inlined) function's translation.
+/// A Wasm local: a scalar's variable, or a `v128`'s four 32-bit lanes
+/// (`simd`).
+#[derive(Clone, Copy)]
+enum Local {
+    Scalar(Variable),
+    V128([Variable; LANES]),
+}
+
+impl Local {
+    /// Its variables, lane 0 first.
+    fn vars(self) -> impl Iterator<Item = Variable> {
+        let (vars, n) = match self {
+            Local::Scalar(var) => ([var; LANES], 1),
+            Local::V128(vars) => (vars, LANES),
+        };
+        vars.into_iter().take(n)
+    }
+
+    /// How many values it holds on the operand stack.
+    fn len(self) -> usize {
+        match self {
+            Local::Scalar(_) => 1,
+            Local::V128(_) => LANES,
+        }
+    }
+}
+
+/// The state of one (inlined) function's translation. A `v128` on the
+/// operand stack is its four 32-bit lanes, lane 0 deepest (`simd`).
 struct FuncState {
-    locals: Vec<Variable>,
+    locals: Vec<Local>,
     stack: Vec<Value>,
     control: Vec<Frame>,
     /// Whether the current position can execute.
@@ -386,7 +421,7 @@ impl FuncState {
         Ok(&self.stack[at..])
     }
 
-    fn local(&self, index: u32) -> Result<Variable, LowerError> {
+    fn local(&self, index: u32) -> Result<Local, LowerError> {
         self.locals
             .get(index as usize)
             .copied()
@@ -419,8 +454,25 @@ impl FuncState {
     }
 }
 
-fn scalar(ty: ValType) -> Result<WasmType, LowerError> {
-    WasmType::from_val_type(ty).ok_or_else(|| internal("non-scalar value type"))
+/// The CLIF values that hold one Wasm value of type `ty`: a scalar's one,
+/// a `v128`'s four 32-bit lanes.
+fn clif_types(ty: ValType) -> Result<&'static [Type], LowerError> {
+    Ok(match ty {
+        ValType::I32 => &[I32],
+        ValType::I64 => &[I64],
+        ValType::F32 => &[F32],
+        ValType::F64 => &[F64],
+        ValType::V128 => &[I32; LANES],
+        ValType::Ref(_) => return Err(internal("a reference value")),
+    })
+}
+
+/// How many CLIF values hold a sequence of Wasm values of `types`.
+fn flat_len(types: &[ValType]) -> usize {
+    types
+        .iter()
+        .map(|&t| if t == ValType::V128 { LANES } else { 1 })
+        .sum()
 }
 
 impl<'m> Translator<'m, '_, '_> {
@@ -588,25 +640,33 @@ impl<'m> Translator<'m, '_, '_> {
         let body = &m.bodies[def];
 
         let mut locals = Vec::with_capacity(args.len());
-        for (&param, &arg) in ty.params().iter().zip(args) {
-            let var = self.builder.declare_var(scalar(param)?.clif_type());
-            self.builder.def_var(var, arg);
-            locals.push(var);
+        let mut args = args.iter().copied();
+        for &param in ty.params() {
+            let local = self.declare_local(param)?;
+            for var in local.vars() {
+                let arg = args.next().ok_or_else(|| internal("too few arguments"))?;
+                self.builder.def_var(var, arg);
+            }
+            locals.push(local);
         }
         let mut reader = body.get_locals_reader().map_err(invalid)?;
         for _ in 0..reader.get_count() {
             let (count, ty) = reader.read().map_err(invalid)?;
-            let ty = scalar(ty)?;
-            let zero = self.constant(match ty {
-                WasmType::I32 => ConstValue::I32(0),
-                WasmType::I64 => ConstValue::I64(0),
-                WasmType::F32 => ConstValue::F32(0),
-                WasmType::F64 => ConstValue::F64(0),
-            });
+            let zero = match ty {
+                ValType::I32 => ConstValue::I32(0),
+                ValType::I64 => ConstValue::I64(0),
+                ValType::F32 => ConstValue::F32(0),
+                ValType::F64 => ConstValue::F64(0),
+                ValType::V128 => ConstValue::I32(0),
+                ValType::Ref(_) => return Err(internal("a local of a reference type")),
+            };
+            let zero = self.constant(zero);
             for _ in 0..count {
-                let var = self.builder.declare_var(ty.clif_type());
-                self.builder.def_var(var, zero);
-                locals.push(var);
+                let local = self.declare_local(ty)?;
+                for var in local.vars() {
+                    self.builder.def_var(var, zero);
+                }
+                locals.push(local);
             }
         }
 
@@ -634,14 +694,27 @@ impl<'m> Translator<'m, '_, '_> {
         Ok(st.reachable.then_some(st.stack))
     }
 
+    /// The variables that carry values of `types` (four for a `v128`).
     fn declare_vars(&mut self, types: &[ValType]) -> Result<Vec<Variable>, LowerError> {
-        types
-            .iter()
-            .map(|&t| Ok(self.builder.declare_var(scalar(t)?.clif_type())))
-            .collect()
+        let mut vars = Vec::with_capacity(flat_len(types));
+        for &t in types {
+            for &clif in clif_types(t)? {
+                vars.push(self.builder.declare_var(clif));
+            }
+        }
+        Ok(vars)
     }
 
-    /// A block type's parameter count and result types.
+    /// A local of type `ty`, its variables not yet defined.
+    fn declare_local(&mut self, ty: ValType) -> Result<Local, LowerError> {
+        Ok(match ty {
+            ValType::V128 => Local::V128([(); LANES].map(|()| self.builder.declare_var(I32))),
+            _ => Local::Scalar(self.builder.declare_var(clif_types(ty)?[0])),
+        })
+    }
+
+    /// How many CLIF values a block type's parameters take (four for a
+    /// `v128`), and its result types.
     fn block_type(&self, blockty: BlockType) -> Result<(usize, &'m [ValType]), LowerError> {
         let module = self.module;
         Ok(match blockty {
@@ -650,14 +723,15 @@ impl<'m> Translator<'m, '_, '_> {
             BlockType::Type(ValType::I64) => (0, &[ValType::I64]),
             BlockType::Type(ValType::F32) => (0, &[ValType::F32]),
             BlockType::Type(ValType::F64) => (0, &[ValType::F64]),
-            BlockType::Type(_) => return Err(internal("non-scalar block type")),
+            BlockType::Type(ValType::V128) => (0, &[ValType::V128]),
+            BlockType::Type(_) => return Err(internal("a reference block type")),
             BlockType::FuncType(index) => {
                 let ty = module
                     .types
                     .get(index as usize)
                     .and_then(Option::as_ref)
                     .ok_or_else(|| internal("block type is not a function type"))?;
-                (ty.params().len(), ty.results())
+                (flat_len(ty.params()), ty.results())
             }
         })
     }
@@ -669,6 +743,8 @@ impl<'m> Translator<'m, '_, '_> {
             ConstValue::I64(v) => ins.iconst(I64, v),
             ConstValue::F32(bits) => ins.f32const(Ieee32::with_bits(bits)),
             ConstValue::F64(bits) => ins.f64const(Ieee64::with_bits(bits)),
+            // A `v128` is four values: `simd::Translator::v128_const`.
+            ConstValue::V128(bits) => ins.iconst(I32, i64::from(bits as u32)),
         }
     }
 
@@ -700,6 +776,9 @@ impl<'m> Translator<'m, '_, '_> {
         }
         if let Some((memarg, atomic)) = atomic_access(op) {
             return self.atomic(st, memarg, atomic);
+        }
+        if self.simd(st, op)? {
+            return Ok(());
         }
         match *op {
             Operator::Unreachable => {
@@ -738,39 +817,59 @@ impl<'m> Translator<'m, '_, '_> {
             }
             Operator::Call { function_index } => self.call(st, function_index)?,
             Operator::Drop => {
-                st.pop()?;
+                let n = if self.v128_operand() { LANES } else { 1 };
+                st.pop_n(n)?;
             }
             Operator::Select | Operator::TypedSelect { .. } => {
+                let v128 = match *op {
+                    Operator::TypedSelect { ty } => ty == ValType::V128,
+                    _ => self.v128_operand(),
+                };
+                let n = if v128 { LANES } else { 1 };
                 let condition = st.pop()?;
-                let if_false = st.pop()?;
-                let if_true = st.pop()?;
-                let value = self.builder.ins().select(condition, if_true, if_false);
-                st.stack.push(value);
+                let if_false = st.pop_n(n)?;
+                let if_true = st.pop_n(n)?;
+                for (t, f) in if_true.into_iter().zip(if_false) {
+                    let value = self.builder.ins().select(condition, t, f);
+                    st.stack.push(value);
+                }
             }
             Operator::LocalGet { local_index } => {
-                let value = self.builder.use_var(st.local(local_index)?);
-                st.stack.push(value);
+                for var in st.local(local_index)?.vars() {
+                    let value = self.builder.use_var(var);
+                    st.stack.push(value);
+                }
             }
             Operator::LocalSet { local_index } => {
-                let value = st.pop()?;
-                self.builder.def_var(st.local(local_index)?, value);
+                let local = st.local(local_index)?;
+                let values = st.pop_n(local.len())?;
+                for (var, value) in local.vars().zip(values) {
+                    self.builder.def_var(var, value);
+                }
             }
             Operator::LocalTee { local_index } => {
-                let value = *st
-                    .top_n(1)?
-                    .first()
-                    .ok_or_else(|| internal("empty stack"))?;
-                self.builder.def_var(st.local(local_index)?, value);
+                let local = st.local(local_index)?;
+                let values = st.top_n(local.len())?.to_vec();
+                for (var, value) in local.vars().zip(values) {
+                    self.builder.def_var(var, value);
+                }
             }
             Operator::GlobalGet { global_index } => {
-                let value = match self.module.globals.get(global_index as usize).copied() {
-                    Some(GlobalKind::Const(value)) => self.constant(value),
+                match self.module.globals.get(global_index as usize).copied() {
+                    Some(GlobalKind::Const(ConstValue::V128(bits))) => {
+                        let lanes = self.v128_const(bits);
+                        st.stack.extend(lanes);
+                    }
+                    Some(GlobalKind::Const(value)) => {
+                        let value = self.constant(value);
+                        st.stack.push(value);
+                    }
                     _ => {
                         let var = self.thread_global(global_index)?;
-                        self.builder.use_var(var)
+                        let value = self.builder.use_var(var);
+                        st.stack.push(value);
                     }
-                };
-                st.stack.push(value);
+                }
             }
             Operator::GlobalSet { global_index } => {
                 let value = st.pop()?;
@@ -1112,7 +1211,7 @@ impl<'m> Translator<'m, '_, '_> {
             st.stack.push(self.hidden.intrinsics[which.index()]);
             return Ok(());
         }
-        let args = st.pop_n(m.func_type(callee)?.params().len())?;
+        let args = st.pop_n(flat_len(m.func_type(callee)?.params()))?;
         match self.inline(callee, &args)? {
             Some(results) => st.stack.extend(results),
             None => st.reachable = false,
@@ -1382,7 +1481,7 @@ impl<'m> Translator<'m, '_, '_> {
             .get(type_index as usize)
             .and_then(Option::as_ref)
             .ok_or_else(|| internal("call_indirect of a type that is not a function type"))?;
-        let args = st.pop_n(ty.params().len())?;
+        let args = st.pop_n(flat_len(ty.params()))?;
         let contents = m
             .table_contents(table)
             .map_err(|_| internal("call_indirect through a table the detector refused"))?;

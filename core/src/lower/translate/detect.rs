@@ -10,8 +10,8 @@ use alloc::vec::Vec;
 
 use wasmparser::{BlockType, MemArgTarget, Operator, ValType};
 
-use super::body::{atomic_access, binary_op, memory_access, unary_op};
-use super::module::{GlobalKind, ModuleInfo, invalid};
+use super::body::{atomic_access, binary_op, memory_access, simd_access, unary_op};
+use super::module::{GlobalKind, ModuleInfo, invalid, numeric};
 use super::{KernelLimits, KernelSize, WasmType};
 use crate::lower::atomic::AtomicIntrinsic;
 use crate::lower::cooperative::CoopIntrinsic;
@@ -211,7 +211,10 @@ fn branch_points(op: &Operator<'_>) -> u64 {
         Operator::MemoryCopy { .. } | Operator::MemoryFill { .. } => 4,
         Operator::CallIndirect { .. } => 2,
         op if atomic_access(op).is_some() => ATOMIC_BRANCH_POINTS,
-        _ => u64::from(is_branch_point(op)),
+        _ => match simd_access(op) {
+            Some((_, access)) => u64::from(access.accesses()),
+            None => u64::from(is_branch_point(op)),
+        },
     }
 }
 
@@ -267,11 +270,11 @@ impl Detector<'_, '_> {
         for _ in 0..locals.get_count() {
             let offset = locals.original_position();
             let (_, ty) = locals.read().map_err(invalid)?;
-            if WasmType::from_val_type(ty).is_none() {
+            if !numeric(ty) {
                 return Err(refuse(
                     format!("local of type {ty}"),
                     offset,
-                    "kernels compute with i32, i64, f32 and f64 values only",
+                    "kernels compute with i32, i64, f32, f64 and v128 values only",
                 ));
             }
         }
@@ -294,7 +297,8 @@ impl Detector<'_, '_> {
                     });
                 }
             };
-            size.operators += 1;
+            // A SIMD operator becomes scalar code for each of its lanes.
+            size.operators += simd_weight(&op).unwrap_or(1);
             size.branches += branch_points(&op);
             if let Operator::Call { function_index } = op
                 && m.funcs
@@ -467,7 +471,10 @@ impl Detector<'_, '_> {
                 let why = match m.globals.get(*global_index as usize) {
                     Some(GlobalKind::Const(_)) => return Ok(()),
                     Some(GlobalKind::Mutable(Some(_))) => return Ok(()),
-                    Some(GlobalKind::Mutable(None)) => "it is not an i32, i64, f32 or f64",
+                    Some(GlobalKind::Mutable(None)) => {
+                        "it is a mutable v128 global that the module sets or exports; kernels \
+                         keep thread-private copies of i32, i64, f32 and f64 globals only"
+                    }
                     Some(GlobalKind::Imported) => {
                         "it is imported; kernels use the module's own globals"
                     }
@@ -487,15 +494,15 @@ impl Detector<'_, '_> {
             }
             Operator::MemoryFill { mem } => self.check_memory(op, *mem, offset),
             Operator::CallIndirect { type_index, .. } => {
-                if m.scalar_func_type(*type_index) {
+                if m.numeric_func_type(*type_index) {
                     Ok(())
                 } else {
                     Err(refuse(
                         "call_indirect",
                         offset,
                         format!(
-                            "type {type_index} is not a function type of i32, i64, f32 and f64 \
-                             values"
+                            "type {type_index} is not a function type of i32, i64, f32, f64 \
+                             and v128 values"
                         ),
                     ))
                 }
@@ -503,10 +510,10 @@ impl Detector<'_, '_> {
             Operator::Block { blockty } | Operator::Loop { blockty } | Operator::If { blockty } => {
                 self.check_block_type(op, *blockty, offset)
             }
-            Operator::TypedSelect { ty } if WasmType::from_val_type(*ty).is_none() => Err(refuse(
+            Operator::TypedSelect { ty } if !numeric(*ty) => Err(refuse(
                 "select",
                 offset,
-                format!("selects {ty} values; kernels use scalars"),
+                format!("selects {ty} values; kernels use numbers and v128"),
             )),
             Operator::MemorySize { mem } => self.check_memory(op, *mem, offset),
             Operator::AtomicFence { .. } => Ok(()),
@@ -536,16 +543,23 @@ impl Detector<'_, '_> {
             | Operator::F32Const { .. }
             | Operator::F64Const { .. } => Ok(()),
             _ => {
+                let (_, proposal) = op_info(op);
+                if proposal == "relaxed_simd" {
+                    return Err(refuse(op_name(op), offset, RELAXED_SIMD_REASON));
+                }
                 let memarg = memory_access(op)
                     .map(|(memarg, _)| memarg)
-                    .or_else(|| atomic_access(op).map(|(memarg, _)| memarg));
+                    .or_else(|| atomic_access(op).map(|(memarg, _)| memarg))
+                    .or_else(|| simd_access(op).map(|(memarg, _)| memarg));
                 if let Some(memarg) = memarg {
                     return match memarg.target {
                         MemArgTarget::Memory(mem) => self.check_memory(op, mem, offset),
                         MemArgTarget::Array(_) => Err(self.refuse_op(op, offset)),
                     };
                 }
-                if unary_op(op).is_some() || binary_op(op).is_some() {
+                // Every operator of the SIMD proposal has a rule
+                // (`body/simd.rs`).
+                if unary_op(op).is_some() || binary_op(op).is_some() || proposal == "simd" {
                     return Ok(());
                 }
                 Err(self.refuse_op(op, offset))
@@ -632,12 +646,7 @@ impl Detector<'_, '_> {
             }
             return Ok(());
         }
-        let scalar = ty
-            .params()
-            .iter()
-            .chain(ty.results())
-            .all(|t| WasmType::from_val_type(*t).is_some());
-        if scalar {
+        if ty.params().iter().chain(ty.results()).all(|t| numeric(*t)) {
             Ok(())
         } else {
             Err(refuse(
@@ -645,7 +654,7 @@ impl Detector<'_, '_> {
                 offset,
                 format!(
                     "function {callee} has type {ty}; functions a kernel calls take and \
-                     return i32, i64, f32 and f64 values only"
+                     return i32, i64, f32, f64 and v128 values only"
                 ),
             ))
         }
@@ -657,18 +666,18 @@ impl Detector<'_, '_> {
         blockty: BlockType,
         offset: u64,
     ) -> Result<(), LowerError> {
-        let scalar = match blockty {
+        let numbers = match blockty {
             BlockType::Empty => true,
-            BlockType::Type(t) => WasmType::from_val_type(t).is_some(),
-            BlockType::FuncType(index) => self.module.scalar_func_type(index),
+            BlockType::Type(t) => numeric(t),
+            BlockType::FuncType(index) => self.module.numeric_func_type(index),
         };
-        if scalar {
+        if numbers {
             Ok(())
         } else {
             Err(refuse(
                 op_name(op),
                 offset,
-                "its block type carries v128 or reference values; kernels use scalars",
+                "its block type carries reference values; kernels use numbers and v128",
             ))
         }
     }
@@ -697,9 +706,6 @@ impl Detector<'_, '_> {
     fn refuse_op(&self, op: &Operator<'_>, offset: u64) -> LowerError {
         let (_, proposal) = op_info(op);
         let name = op_name(op);
-        if self.module.wasm.get(offset as usize) == Some(&0xfd) {
-            return refuse(name, offset, SIMD_REASON);
-        }
         let reason = match (name.as_str(), proposal) {
             ("memory.grow", _) => "kernels cannot grow memory",
             (_, "bulk_memory") => "bulk memory and table operations are not supported in kernels",
@@ -711,7 +717,7 @@ impl Detector<'_, '_> {
                 "reference types, tables and GC are not supported in kernels"
             }
             (_, "exceptions" | "legacy_exceptions") => "exceptions are not supported in kernels",
-            (_, "simd" | "relaxed_simd") => SIMD_REASON,
+            (_, "relaxed_simd") => RELAXED_SIMD_REASON,
             (_, "stack_switching") => "stack switching is not supported in kernels",
             (_, "wide_arithmetic") => "wide arithmetic is not supported in kernels",
             (_, "memory_control") => "memory control is not supported in kernels",
@@ -721,7 +727,33 @@ impl Detector<'_, '_> {
     }
 }
 
-const SIMD_REASON: &str = "SIMD (v128) operators are not supported in kernels";
+/// Why an opcode with the SIMD prefix that this wasmparser cannot decode is
+/// refused.
+const SIMD_REASON: &str = "an unknown SIMD (0xfd-prefixed) operator";
+
+/// Why relaxed SIMD is refused: its results are the hardware's choice
+/// (Wasm lets each engine pick per operator), and a kernel computes the
+/// same on every target.
+const RELAXED_SIMD_REASON: &str = "relaxed SIMD is not supported in kernels (its results \
+     are implementation-defined; a kernel computes the same on every target): use the SIMD \
+     operators it relaxes";
+
+/// How many operators a SIMD operator counts as toward the size limits:
+/// it becomes scalar code for each lane of its shape (`body/simd.rs`), so
+/// an `i8x16` operator is sixteen, a `v128` one four; `None` for others.
+fn simd_weight(op: &Operator<'_>) -> Option<u64> {
+    let (visit, proposal) = op_info(op);
+    if proposal != "simd" {
+        return None;
+    }
+    let shape = visit.trim_start_matches("visit_").split('_').next();
+    Some(match shape {
+        Some("i8x16") => 16,
+        Some("i16x8") => 8,
+        Some("i64x2" | "f64x2") => 2,
+        _ => 4,
+    })
+}
 
 /// An operator's `VisitOperator` method name and its proposal, from
 /// wasmparser's own operator list.

@@ -2,8 +2,11 @@
 //! index space (imports first), globals, memory 0, exports and the code
 //! bodies with their byte offsets. Parsing validates everything but the
 //! function bodies; [`ModuleInfo::validate_bodies`] checks only the bodies
-//! a kernel reaches, so a module may carry (say) SIMD code elsewhere.
+//! a kernel reaches, so a module may carry (say) reference types elsewhere,
+//! and records which `drop`s and `select`s there take `v128` operands (the
+//! translator holds a `v128` as four values: `body/simd.rs`).
 
+use alloc::collections::BTreeSet;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
@@ -14,12 +17,18 @@ use core::cell::OnceCell;
 use wasmparser::{
     BinaryReaderError, CompositeInnerType, ConstExpr, ElementItems, ElementKind, ExternalKind,
     FuncToValidate, FuncType, FuncValidatorAllocations, FunctionBody, KnownCustom, MemoryType,
-    Name, Operator, Parser, Payload, TableInit, TypeRef, ValidPayload, Validator,
+    Name, Operator, Parser, Payload, TableInit, TypeRef, ValType, ValidPayload, Validator,
     ValidatorResources, WasmFeatures,
 };
 
 use super::WasmType;
 use crate::lower::LowerError;
+
+/// Whether a kernel computes with values of type `ty`: the four scalars
+/// and `v128` (held as lanes, `body/simd.rs`); not references.
+pub(super) fn numeric(ty: ValType) -> bool {
+    WasmType::from_val_type(ty).is_some() || ty == ValType::V128
+}
 
 /// A wasmparser failure: the module is malformed or invalid.
 pub(super) fn invalid(e: BinaryReaderError) -> LowerError {
@@ -47,6 +56,8 @@ pub(super) enum ConstValue {
     F32(u32),
     /// Bits of an `f64`.
     F64(u64),
+    /// Bits of a `v128`, lane 0 in the low bits.
+    V128(u128),
 }
 
 /// What `global.get` of a global can become.
@@ -56,12 +67,14 @@ pub(super) enum GlobalKind {
     Const(ConstValue),
     /// Defined and mutable: its value depends on the instance's history.
     /// Kernels get a thread-private copy of it, initialised with its value
-    /// at launch (`None`: not a scalar type, refused).
+    /// at launch (`None`: not a scalar type, refused). A mutable `v128`
+    /// global that no operator of the module sets and no export reaches
+    /// keeps its initializer for ever: it is [`GlobalKind::Const`].
     Mutable(Option<WasmType>),
     /// Imported: its value is not known at translation time.
     Imported,
-    /// Immutable, but its initializer is not a scalar constant (a
-    /// reference, a v128, or built from an imported global).
+    /// Immutable, but its initializer is not a constant number (a
+    /// reference, or built from an imported global).
     NotConstant,
 }
 
@@ -139,6 +152,13 @@ pub(super) struct ModuleInfo<'a> {
     /// `table.set`, `table.grow`, ... anywhere in it), or `None`; computed
     /// on first use.
     tables_mutated: OnceCell<Option<(String, u64)>>,
+    /// Mutable `v128` globals with their constant initializers, until the
+    /// whole module is read (then those that stay constant become
+    /// [`GlobalKind::Const`]).
+    v128_globals: Vec<(u32, u128)>,
+    /// The offsets of the `drop`s and `select`s, in the bodies validated so
+    /// far, whose operands are `v128`s.
+    v128_operands: BTreeSet<u64>,
 }
 
 impl<'a> ModuleInfo<'a> {
@@ -160,6 +180,8 @@ impl<'a> ModuleInfo<'a> {
             global_names: None,
             elements: Vec::new(),
             tables_mutated: OnceCell::new(),
+            v128_globals: Vec::new(),
+            v128_operands: BTreeSet::new(),
         };
         for payload in Parser::new(0).parse_all(wasm) {
             let payload = payload.map_err(invalid)?;
@@ -178,7 +200,35 @@ impl<'a> ModuleInfo<'a> {
             }
             m.section(payload)?;
         }
+        m.settle_v128_globals();
         Ok(m)
+    }
+
+    /// A mutable `v128` global that no operator of the module sets and no
+    /// export reaches (a host could set it through one) holds its
+    /// initializer for the instance's life: LLVM and hand-written modules
+    /// use such globals as vector constants. It becomes a constant; any
+    /// other stays refused.
+    fn settle_v128_globals(&mut self) {
+        let mut candidates = core::mem::take(&mut self.v128_globals);
+        candidates.retain(|(index, _)| self.global_exports.iter().all(|(g, _)| g != index));
+        if candidates.is_empty() {
+            return;
+        }
+        for body in &self.bodies {
+            let Ok(mut reader) = body.get_operators_reader() else {
+                return;
+            };
+            while !reader.eof() {
+                let Ok(op) = reader.read() else { return };
+                if let Operator::GlobalSet { global_index } = op {
+                    candidates.retain(|(index, _)| *index != global_index);
+                }
+            }
+        }
+        for (index, bits) in candidates {
+            self.globals[index as usize] = GlobalKind::Const(ConstValue::V128(bits));
+        }
     }
 
     fn section(&mut self, payload: Payload<'a>) -> Result<(), LowerError> {
@@ -231,6 +281,10 @@ impl<'a> ModuleInfo<'a> {
                 for global in reader {
                     let global = global.map_err(invalid)?;
                     let kind = if global.ty.mutable {
+                        if let Some(ConstValue::V128(bits)) = self.eval_const(&global.init_expr) {
+                            let index = u32::try_from(self.globals.len()).unwrap_or(u32::MAX);
+                            self.v128_globals.push((index, bits));
+                        }
                         GlobalKind::Mutable(WasmType::from_val_type(global.ty.content_type))
                     } else {
                         match self.eval_const(&global.init_expr) {
@@ -323,9 +377,10 @@ impl<'a> ModuleInfo<'a> {
         Ok(())
     }
 
-    /// Evaluates a constant expression to a scalar: the MVP constants,
-    /// `global.get` of an earlier constant global, and the extended-const
-    /// integer `add`/`sub`/`mul`. Anything else is not a scalar constant.
+    /// Evaluates a constant expression to a number: the MVP constants,
+    /// `v128.const`, `global.get` of an earlier constant global, and the
+    /// extended-const integer `add`/`sub`/`mul`. Anything else is not a
+    /// constant number.
     fn eval_const(&self, expr: &ConstExpr<'_>) -> Option<ConstValue> {
         let mut stack: Vec<ConstValue> = Vec::new();
         let mut reader = expr.get_operators_reader();
@@ -336,6 +391,9 @@ impl<'a> ModuleInfo<'a> {
                 Operator::I64Const { value } => ConstValue::I64(value),
                 Operator::F32Const { value } => ConstValue::F32(value.bits()),
                 Operator::F64Const { value } => ConstValue::F64(value.bits()),
+                Operator::V128Const { value } => {
+                    ConstValue::V128(u128::from_le_bytes(*value.bytes()))
+                }
                 Operator::GlobalGet { global_index } => {
                     match self.globals.get(global_index as usize)? {
                         GlobalKind::Const(v) => *v,
@@ -499,17 +557,12 @@ impl<'a> ModuleInfo<'a> {
     }
 
     /// Whether type `type_index` is a function type whose parameters and
-    /// results are all `i32`, `i64`, `f32` or `f64`.
-    pub fn scalar_func_type(&self, type_index: u32) -> bool {
+    /// results are all numbers (`i32`, `i64`, `f32`, `f64`) or `v128`s.
+    pub fn numeric_func_type(&self, type_index: u32) -> bool {
         self.types
             .get(type_index as usize)
             .and_then(Option::as_ref)
-            .is_some_and(|ty| {
-                ty.params()
-                    .iter()
-                    .chain(ty.results())
-                    .all(|t| WasmType::from_val_type(*t).is_some())
-            })
+            .is_some_and(|ty| ty.params().iter().chain(ty.results()).all(|t| numeric(*t)))
     }
 
     /// Whether function `func` has type `type_index` (`call_indirect`'s
@@ -571,7 +624,10 @@ impl<'a> ModuleInfo<'a> {
             .unwrap_or_else(|| format!("kernel_{func_index}"))
     }
 
-    /// Validates the bodies of `functions` (defined function indices).
+    /// Validates the bodies of `functions` (defined function indices), and
+    /// records which of their `drop`s and `select`s take `v128` operands
+    /// ([`ModuleInfo::v128_operands`]): the validator knows every
+    /// operand's type, and only these two operators do not say theirs.
     pub fn validate_bodies(&mut self, functions: &[u32]) -> Result<(), LowerError> {
         let mut allocs = FuncValidatorAllocations::default();
         for &f in functions {
@@ -580,9 +636,41 @@ impl<'a> ModuleInfo<'a> {
                 continue;
             };
             let mut validator = to_validate.into_validator(allocs);
-            validator.validate(&self.bodies[def]).map_err(invalid)?;
+            let body = &self.bodies[def];
+            let mut locals = body.get_locals_reader().map_err(invalid)?;
+            for _ in 0..locals.get_count() {
+                let offset = locals.original_position();
+                let (count, ty) = locals.read().map_err(invalid)?;
+                validator
+                    .define_locals(offset, count, ty)
+                    .map_err(invalid)?;
+            }
+            let mut operators = body.get_operators_reader().map_err(invalid)?;
+            while !operators.eof() {
+                let (op, offset) = operators.read_with_offset().map_err(invalid)?;
+                // The value a `drop` drops is on top; `select`'s two values
+                // are below its condition.
+                let depth = match op {
+                    Operator::Drop => Some(0),
+                    Operator::Select => Some(1),
+                    _ => None,
+                };
+                if let Some(depth) = depth
+                    && validator.get_operand_type(depth) == Some(Some(ValType::V128))
+                {
+                    self.v128_operands.insert(offset);
+                }
+                validator.op(offset, &op).map_err(invalid)?;
+            }
+            operators.finish().map_err(invalid)?;
             allocs = validator.into_allocations();
         }
         Ok(())
+    }
+
+    /// Whether the `drop` or untyped `select` at `offset` (in a body
+    /// [`ModuleInfo::validate_bodies`] validated) takes `v128` operands.
+    pub fn v128_operand(&self, offset: u64) -> bool {
+        self.v128_operands.contains(&offset)
     }
 }
