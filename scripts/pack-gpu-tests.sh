@@ -11,8 +11,9 @@
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
 # of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest`,
 # `rust_kernels`, `kernel_stack`, `wasi_guest`, `tenants_stress`, `kernel_limits`,
-# `gpu_kernel_diff`, `kernel_atomics`, `kernel_coop`, `faults`, `oom`, `device_lost` and `snapshot`
-# test targets are packed, of tensorwasm-cli (tests that drive the `tensorwasm`
+# `gpu_kernel_diff`, `kernel_atomics`, `kernel_coop`, `faults`, `oom`, `device_lost`, `snapshot`
+# and `c_guest` test targets are packed (c_guest with the C example guest,
+# guest/target/c/saxpy.wasm, through C_GUEST_WASM), of tensorwasm-cli (tests that drive the `tensorwasm`
 # binary) `wasi_guest`, `supervise` and `serve` (the others run in CI and each
 # carries a whole wasmtime).
 # The example guests go along too (examples/*.wat, and the Rust guests if
@@ -22,8 +23,9 @@
 # mlp-wasi.wasm and tensorwasm through MLP_WASI_GUEST_WASM and TENSORWASM_BIN,
 # since guest/target and target/ are not carried),
 # and the benchmark binaries (guest_overhead, wasm_kernels, tenants,
-# rust_kernels, coop_kernels and compute_kernels: the kernel benches read the
-# packed kernel_bench.wasm) when
+# rust_kernels, coop_kernels, compute_kernels and foreign_kernels: the kernel
+# benches read the packed kernel_bench.wasm; foreign_kernels also its C
+# module, built here by scripts/build-foreign-kernels.sh --wasm) when
 # PACK_BENCH=1 (BENCHES, space-separated, packs only some); `.device-pack/run.sh`
 # then runs `tensorwasm run` on each example guest, and `.device-pack/bench.sh`
 # the benchmarks. With coop_kernels, the bench built with `--features
@@ -53,7 +55,7 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff", "kernel_atomics", "kernel_coop", "faults", "oom", "device_lost", "snapshot"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff", "kernel_atomics", "kernel_coop", "faults", "oom", "device_lost", "snapshot", "c_guest"):
         continue
     if "tensorwasm-cli" in m["package_id"] and m["target"]["name"] not in ("wasi_guest", "supervise", "serve"):
         continue
@@ -75,6 +77,7 @@ kernel_bench=guest/target/wasm32-unknown-unknown/release/kernel_bench.wasm
 if [ -f "$kernel_bench" ]; then cp "$kernel_bench" "$pack/examples/"; fi
 wasi_guest=guest/target/wasm32-wasip1/release/mlp-wasi.wasm
 if [ -f "$wasi_guest" ]; then cp "$wasi_guest" "$pack/examples/"; fi
+if [ -f guest/target/c/saxpy.wasm ]; then cp guest/target/c/saxpy.wasm "$pack/examples/"; fi
 if [ "${PACK_BENCH:-0}" = 1 ]; then
   mkdir -p "$pack/bench"
   bench_args=()
@@ -82,7 +85,7 @@ if [ "${PACK_BENCH:-0}" = 1 ]; then
   cargo bench -p tensorwasm-embed "${bench_args[@]}" --no-run --message-format=json \
     | python3 -c '
 import json, shutil, sys
-benches = ("guest_overhead", "wasm_kernels", "tenants", "rust_kernels", "coop_kernels", "compute_kernels")
+benches = ("guest_overhead", "wasm_kernels", "tenants", "rust_kernels", "coop_kernels", "compute_kernels", "foreign_kernels")
 for line in sys.stdin:
     m = json.loads(line)
     name = m.get("target", {}).get("name")
@@ -90,6 +93,10 @@ for line in sys.stdin:
         shutil.copy(m["executable"], "'"$pack"'/bench/" + name)
         print("packed bench", name)
 '
+  if [[ " ${BENCHES:-} " == *" foreign_kernels "* ]]; then
+    scripts/build-foreign-kernels.sh --wasm
+    cp guest/target/c/foreign_kernels.wasm "$pack/examples/"
+  fi
   unsandboxed=${UNSANDBOXED_TARGET_DIR:-target/unsandboxed}
   if [[ " ${BENCHES:-} " == *" coop_kernels "* ]] && [ -d "$unsandboxed" ]; then
     CARGO_TARGET_DIR="$unsandboxed" cargo bench -p tensorwasm-embed --bench coop_kernels \
@@ -115,6 +122,7 @@ cd "$(dirname "$0")"
 export OUT=${OUT:-/tmp/tensorwasm-bench-out}
 mkdir -p "$OUT"
 if [ -f examples/kernel_bench.wasm ]; then export RUST_KERNELS_WASM="$PWD/examples/kernel_bench.wasm"; fi
+if [ -f examples/foreign_kernels.wasm ]; then export FOREIGN_KERNELS_WASM="$PWD/examples/foreign_kernels.wasm"; fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 status=0
 names=()
@@ -156,6 +164,7 @@ export CUDA_DEVICE_MAX_CONNECTIONS=32
 # The mlp_guest tests load the MLP guest from guest/target unless told.
 if [ -f examples/mlp.wasm ]; then export MLP_GUEST_WASM="$PWD/examples/mlp.wasm"; fi
 if [ -f examples/rust_kernels.wasm ]; then export RUST_KERNELS_GUEST_WASM="$PWD/examples/rust_kernels.wasm"; fi
+if [ -f examples/saxpy.wasm ]; then export C_GUEST_WASM="$PWD/examples/saxpy.wasm"; fi
 # The wasi_guest tests run the packed WASI guest through the packed command.
 if [ -f examples/mlp-wasi.wasm ]; then export MLP_WASI_GUEST_WASM="$PWD/examples/mlp-wasi.wasm"; fi
 export TENSORWASM_BIN="$PWD/bin/tensorwasm"
