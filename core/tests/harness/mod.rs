@@ -442,6 +442,20 @@ pub struct Launch {
     /// must be below `physical`); `None`, one physical block per virtual
     /// one.
     pub physical: Option<i64>,
+    /// A launch the reference cannot express, for the virtual-block loop
+    /// alone: the guest's grid `(gx, gy, gz)` as the host passes it, this
+    /// thread's physical block `first` and the physical grid `stride`
+    /// (both `u32`, as `ctaid.x` and `nctaid.x` are); overrides the
+    /// intrinsics' grid and `physical`.
+    pub virtual_grid: Option<VirtualGrid>,
+}
+
+/// See [`Launch::virtual_grid`].
+#[derive(Clone, Copy, Debug)]
+pub struct VirtualGrid {
+    pub grid: [i64; 3],
+    pub first: u32,
+    pub stride: u32,
 }
 
 impl Launch {
@@ -457,6 +471,7 @@ impl Launch {
             clock_reads: Vec::new(),
             globals: Vec::new(),
             physical: None,
+            virtual_grid: None,
         }
     }
 
@@ -519,19 +534,31 @@ pub fn interpret_launch(
         at(Intrinsic::GridDimY),
         at(Intrinsic::GridDimZ),
     );
-    values.extend([gx, gy, gz].map(DataValue::I64));
     let linear =
         at(Intrinsic::BlockIdxX) + gx * (at(Intrinsic::BlockIdxY) + gy * at(Intrinsic::BlockIdxZ));
     let mut physical = launch.intrinsics;
+    let (grid, first, stride) = match launch.virtual_grid {
+        // The bits of a u32 register.
+        Some(v) => (v.grid, v.first as i32, v.stride as i32),
+        None => {
+            let to_i32 = |v: i64| i32::try_from(v).expect("a test grid fits i32");
+            (
+                [gx, gy, gz],
+                to_i32(linear),
+                to_i32(launch.physical.unwrap_or(gx * gy * gz)),
+            )
+        }
+    };
+    values.extend(grid.map(DataValue::I64));
     for (which, v) in [
-        (Intrinsic::BlockIdxX, linear),
+        (Intrinsic::BlockIdxX, first),
         (Intrinsic::BlockIdxY, 0),
         (Intrinsic::BlockIdxZ, 0),
-        (Intrinsic::GridDimX, launch.physical.unwrap_or(gx * gy * gz)),
+        (Intrinsic::GridDimX, stride),
         (Intrinsic::GridDimY, 1),
         (Intrinsic::GridDimZ, 1),
     ] {
-        physical[which.index()] = i32::try_from(v).expect("a test grid fits i32");
+        physical[which.index()] = v;
     }
     values.extend(physical.map(DataValue::I32));
     assert_eq!(values.len(), kernel.abi.total_params());

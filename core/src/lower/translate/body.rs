@@ -538,8 +538,35 @@ impl<'m> Translator<'m, '_, '_> {
         self.builder
             .ins()
             .jump(start, &[vb.into(), zero.into(), zero.into()]);
-        // `vb < total` here, so gx and gy are at least 1.
+        // `vb < total` here, so gx and gy are at least 1. A GPU divides 64
+        // bits in a long subroutine (four of them cost a small kernel more
+        // than its body): for a grid of at most 2^32 blocks, `vb` (below
+        // `total`), `gx` and `gy` (at most `total / 2`: here `gy * gz >= 2`)
+        // fit in 32 bits, and two 32-bit divisions do, the remainders by
+        // multiply and subtract.
         self.builder.switch_to_block(deep);
+        let deep32 = self.builder.create_block();
+        let deep64 = self.builder.create_block();
+        let narrow = self
+            .builder
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedLessThanOrEqual, total, 1 << 32);
+        self.builder.ins().brif(narrow, deep32, &[], deep64, &[]);
+        self.builder.seal_block(deep32);
+        self.builder.seal_block(deep64);
+        self.builder.switch_to_block(deep32);
+        let [v32, gx32, gy32] = [vb, gx, gy].map(|v| self.builder.ins().ireduce(I32, v));
+        let rest = self.builder.ins().udiv(v32, gx32);
+        let rest_gx = self.builder.ins().imul(rest, gx32);
+        let x = self.builder.ins().isub(v32, rest_gx);
+        let z = self.builder.ins().udiv(rest, gy32);
+        let z_gy = self.builder.ins().imul(z, gy32);
+        let y = self.builder.ins().isub(rest, z_gy);
+        let [x, y, z] = [x, y, z].map(|v| self.builder.ins().uextend(I64, v));
+        self.builder
+            .ins()
+            .jump(start, &[x.into(), y.into(), z.into()]);
+        self.builder.switch_to_block(deep64);
         let x = self.builder.ins().urem(vb, gx);
         let rest = self.builder.ins().udiv(vb, gx);
         let y = self.builder.ins().urem(rest, gy);

@@ -1,0 +1,84 @@
+//! The virtual-block loop's block indices (`docs/kernels.md`, "Virtual
+//! blocks"): a thread runs virtual blocks `first`, `first + stride`, ...
+//! below `gx * gy * gz`, each with index `(v % gx, v / gx % gy, v / (gx *
+//! gy))`. Grids of at most 2^32 blocks divide in 32 bits, larger ones in
+//! 64; these launches, which the reference (wasmtime) cannot express, check
+//! both sides of that line through the interpreter.
+
+#[allow(dead_code)] // the shared harness; this suite uses a part of it
+mod harness;
+
+use harness::*;
+
+/// Each virtual block appends its `(block_idx_x, y, z)` at `12 * n + 4`,
+/// `n` the count at address 0.
+const RECORD_BLOCKS: &str = r#"(module
+  (import "tensorwasm_kernel" "block_idx_x" (func $bx (result i32)))
+  (import "tensorwasm_kernel" "block_idx_y" (func $by (result i32)))
+  (import "tensorwasm_kernel" "block_idx_z" (func $bz (result i32)))
+  (memory (export "memory") 1)
+  (func (export "kernel")
+    (local $at i32)
+    (local.set $at (i32.add (i32.mul (i32.load (i32.const 0)) (i32.const 12)) (i32.const 4)))
+    (i32.store (local.get $at) (call $bx))
+    (i32.store offset=4 (local.get $at) (call $by))
+    (i32.store offset=8 (local.get $at) (call $bz))
+    (i32.store (i32.const 0) (i32.add (i32.load (i32.const 0)) (i32.const 1)))))"#;
+
+/// The indices the thread saw, in order.
+fn blocks_seen(grid: [i64; 3], first: u32, stride: u32) -> Vec<[u32; 3]> {
+    let mut launch = Launch::unlimited();
+    launch.virtual_grid = Some(VirtualGrid {
+        grid,
+        first,
+        stride,
+    });
+    let wasm = wat::parse_str(RECORD_BLOCKS).expect("wat");
+    let mut memory = vec![0u8; PAGE];
+    let outcome = interpret_launch(&translate(&wasm), &[], &mut memory, PLENTY, &mut launch);
+    assert_eq!(outcome, Outcome::Returned);
+    let word = |at: usize| u32::from_le_bytes(memory[at..at + 4].try_into().unwrap());
+    (0..word(0) as usize)
+        .map(|n| [0, 4, 8].map(|d| word(12 * n + 4 + d)))
+        .collect()
+}
+
+/// What the thread should see: every `first + k * stride` below the
+/// total, decomposed in 128 bits.
+fn expected(grid: [i64; 3], first: u32, stride: u32) -> Vec<[u32; 3]> {
+    let [gx, gy, gz] = grid.map(|g| g as u128);
+    let total = gx * gy * gz;
+    let mut v = u128::from(first);
+    let mut seen = Vec::new();
+    while v < total {
+        seen.push([v % gx, v / gx % gy, v / (gx * gy)].map(|i| i as u32));
+        v += u128::from(stride);
+    }
+    seen
+}
+
+#[test]
+fn block_indices_on_both_sides_of_two_to_the_32_blocks() {
+    for (grid, first, stride) in [
+        // A 2-D grid of 2^32 blocks exactly: the 32-bit division, up to
+        // the last block.
+        ([65_536, 65_536, 1], u32::MAX, 1),
+        ([65_536, 65_536, 1], 65_535 * 65_536 + 17, 3_000),
+        // 3-D, below 2^32: several virtual blocks a thread.
+        ([1_000, 3_000, 7], 1_234_567, 5_000_000),
+        // More than 2^32 blocks: a thread's later virtual blocks lie past
+        // 2^32, where 32 bits would wrap (the 64-bit division).
+        ([70_000, 65_535, 1], 4_000_000_000, 200_000_000),
+        ([2_147_483_647, 3, 2], 4_294_967_295, 4_294_967_295),
+        // 1-D: no division at all.
+        ([5_000_000_000, 1, 1], 4_294_967_000, 4_294_967_295),
+    ] {
+        let want = expected(grid, first, stride);
+        assert!(!want.is_empty());
+        assert_eq!(
+            blocks_seen(grid, first, stride),
+            want,
+            "grid {grid:?}, first {first}, stride {stride}"
+        );
+    }
+}
