@@ -40,7 +40,8 @@ packages=${GPU_TEST_PACKAGES:-"tensorwasm-cuda tensorwasm-embed tensorwasm-cli"}
 pack=.device-pack
 rm -rf "$pack"
 mkdir -p "$pack/bin"
-grep -qx '/.device-pack/' .git/info/exclude 2>/dev/null || echo '/.device-pack/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
+grep -qx '/.device-pack/' "$exclude" 2>/dev/null || echo '/.device-pack/' >> "$exclude"
 
 args=()
 for p in $packages; do args+=(-p "$p"); done
