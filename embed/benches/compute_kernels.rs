@@ -22,18 +22,21 @@
 
 mod common;
 
-use std::{path::PathBuf, process::ExitCode};
+use std::process::ExitCode;
 
 use common::{
-    command_line,
-    kernels::{
-        GuestMemory, Launch, NoDevice, Repeats, WasmKernel, first_wrong, main_on_device, median,
-        mix, run_once, seed_from_env, time, uniform,
-    },
-    utc_timestamp,
+    BenchResult, NoDevice,
+    check::first_wrong,
+    inputs::{mix, seed, uniform},
+    kernels::{GuestMemory, Launch, WasmKernel, run_once},
+    main_on_device,
+    record::{device_sm, kernel_record},
+    stats::median,
+    timing::{Repeats, time},
+    write_record,
 };
 use serde_json::json;
-use tensorwasm_core::{Dim3, GpuDriver, KernelParam, LaunchConfig};
+use tensorwasm_core::{Dim3, GpuDriver, KernelParam};
 use tensorwasm_cuda::CudaDriver;
 
 /// The CUDA C twins, compiled to PTX.
@@ -59,8 +62,6 @@ const REPEATS: Repeats = Repeats {
     launches: 5,
 };
 
-type BenchResult<T> = Result<T, String>;
-
 fn main() -> ExitCode {
     main_on_device("compute_kernels", NoDevice::Fail, run)
 }
@@ -82,14 +83,9 @@ struct Case<'a> {
 
 fn run(d: &CudaDriver) -> BenchResult<()> {
     let wasm = wat::parse_str(WAT).map_err(|e| e.to_string())?;
-    let seed = seed_from_env("COMPUTE_KERNELS_SEED");
+    let seed = seed("COMPUTE_KERNELS_SEED")?;
     let info = d.device().clone();
-    println!(
-        "compute_kernels on {} (sm_{}{}), seed {seed}",
-        info.name,
-        info.compute_capability.map_or(0, |c| c.0),
-        info.compute_capability.map_or(0, |c| c.1)
-    );
+    println!("compute_kernels on {}, seed {seed}", device_sm(&info));
     let stream = d.create_stream().map_err(|e| e.to_string())?;
     let matmul_bytes = 3 * MATMUL_N * MATMUL_N * 4;
     let stencil_bytes = 2 * STENCIL_N * STENCIL_N * 4;
@@ -102,15 +98,7 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
         WasmKernel::load(d, &wasm, "stencil")?,
         WasmKernel::load(d, &wasm, "nbody")?,
     );
-    let raw = |function, threads: usize, params| Launch {
-        function,
-        config: LaunchConfig {
-            grid: Dim3::linear((threads as u32).div_ceil(BLOCK)),
-            block: Dim3::linear(BLOCK),
-            shared_mem_bytes: 0,
-        },
-        params,
-    };
+    let raw = |function, threads: usize, params| Launch::linear(function, threads, BLOCK, params);
     let grid = |threads: usize| Dim3::linear((threads as u32).div_ceil(BLOCK));
     let i32p = |v: usize| KernelParam::I32(v as i32);
     let mut rows = Vec::new();
@@ -291,24 +279,14 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
         &mut ratios,
     )?;
 
-    let record = json!({
-        "bench": "compute_kernels",
-        "when": utc_timestamp(),
-        "command": command_line(),
-        "device": info.name,
-        "compute_capability": info.compute_capability,
-        "driver_version": info.driver_version,
-        "seed": seed,
-        "launches_per_sample": REPEATS.launches,
-        "samples": REPEATS.samples,
-        "target": "Wasm kernel >= 0.8x of its CUDA C twin's speed",
-        "ratios": ratios,
-        "rows": rows,
-    });
-    let out = std::env::var_os("OUT").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    let path = out.join("compute_kernels.json");
-    let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?;
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut record = kernel_record("compute_kernels", &info, seed, REPEATS);
+    record.insert(
+        "target".into(),
+        json!("Wasm kernel >= 0.8x of its CUDA C twin's speed"),
+    );
+    record.insert("ratios".into(), ratios.into());
+    record.insert("rows".into(), rows.into());
+    let path = write_record("compute_kernels.json", &record)?;
     println!("\nwrote {}", path.display());
     Ok(())
 }

@@ -48,11 +48,15 @@ mod common;
 use std::process::ExitCode;
 
 use common::{
-    DeviceRecord, command_line,
-    kernels::{
-        Builtin, GuestMemory, Launch, NoDevice, Repeats, WasmKernel, kernel_bench_wasm,
-        main_on_device, median, mix, run_once, seed_from_env, time, uniform,
-    },
+    BenchResult, DeviceRecord, NoDevice,
+    check::over_cores,
+    command_line,
+    inputs::{mix, seed, uniform},
+    kernels::{Builtin, GuestMemory, Launch, WasmKernel, kernel_bench_wasm, run_once},
+    main_on_device,
+    record::device_sm,
+    stats::median,
+    timing::{Repeats, time},
     utc_timestamp,
 };
 use serde_json::{Value, json};
@@ -102,8 +106,6 @@ const GEMM_REPEATS: Repeats = Repeats {
 };
 /// Relative error allowed everywhere.
 const TOLERANCE: f64 = 1e-5;
-
-type BenchResult<T> = Result<T, String>;
 
 fn main() -> ExitCode {
     main_on_device("coop_kernels", NoDevice::Skip, run)
@@ -172,7 +174,7 @@ impl Bench<'_> {
 
 fn run(d: &CudaDriver) -> BenchResult<()> {
     let wasm = kernel_bench_wasm()?;
-    let seed = seed_from_env("COOP_KERNELS_SEED");
+    let seed = seed("COOP_KERNELS_SEED")?;
     let info = d.device().clone();
     let sandbox = if cfg!(feature = "bench-unsandboxed") {
         "off"
@@ -180,10 +182,8 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
         "on"
     };
     println!(
-        "coop_kernels on {} (sm_{}{}), seed {seed}, sandbox {sandbox}{}",
-        info.name,
-        info.compute_capability.map_or(0, |c| c.0),
-        info.compute_capability.map_or(0, |c| c.1),
+        "coop_kernels on {}, seed {seed}, sandbox {sandbox}{}",
+        device_sm(&info),
         if sandbox == "off" {
             " (bench-unsandboxed: no memory checks, no fuel)"
         } else {
@@ -278,26 +278,13 @@ fn target_line(what: &str, r: &Value) {
 
 /// The worst of `check(i)` over `0..n`, split over the host's cores.
 fn worst_over(n: usize, check: impl Fn(usize) -> BenchResult<f64> + Sync) -> BenchResult<f64> {
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let chunk = n.div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        let parts: Vec<_> = (0..n)
-            .step_by(chunk)
-            .map(|start| {
-                let check = &check;
-                s.spawn(move || {
-                    (start..(start + chunk).min(n))
-                        .try_fold(0.0f64, |w, i| Ok::<_, String>(w.max(check(i)?)))
-                })
-            })
-            .collect();
-        parts.into_iter().try_fold(0.0f64, |w, p| {
-            let part = p
-                .join()
-                .map_err(|_| "a checking thread panicked".to_string())?;
-            Ok::<_, String>(w.max(part?))
-        })
-    })
+    let parts = over_cores(n, |part| {
+        part.into_iter()
+            .try_fold(0.0f64, |w, i| Ok::<_, String>(w.max(check(i)?)))
+    })?;
+    parts
+        .into_iter()
+        .try_fold(0.0f64, |w, part| Ok(w.max(part?)))
 }
 
 /// `|got - want|` over `scale`; past [`TOLERANCE`], an error naming the

@@ -38,18 +38,21 @@
 
 mod common;
 
-use std::{path::PathBuf, process::ExitCode};
+use std::process::ExitCode;
 
 use common::{
-    command_line,
-    kernels::{
-        GuestMemory, Launch, NoDevice, Repeats, WasmKernel, first_wrong, kernel_bench_wasm,
-        main_on_device, median, mix, run_once, seed_from_env, time,
-    },
-    utc_timestamp,
+    BenchResult, NoDevice,
+    check::first_wrong,
+    inputs::{counter_bits, mix, seed},
+    kernels::{GuestMemory, Launch, WasmKernel, kernel_bench_wasm, run_once},
+    main_on_device,
+    record::{device_sm, kernel_record},
+    stats::median,
+    timing::{Repeats, time},
+    write_record,
 };
 use serde_json::json;
-use tensorwasm_core::{Dim3, GpuDriver, KernelParam, LaunchConfig};
+use tensorwasm_core::{Dim3, GpuDriver, KernelParam};
 use tensorwasm_cuda::CudaDriver;
 
 /// The hand-written SAXPY: `saxpy(alpha, x, y, n)`, no fma.
@@ -74,28 +77,21 @@ const REPEATS: Repeats = Repeats {
     launches: 20,
 };
 
-type BenchResult<T> = Result<T, String>;
-
 fn main() -> ExitCode {
     main_on_device("rust_kernels", NoDevice::Fail, run)
 }
 
 /// A random finite f32 in [-2, 2), element `i` of vector `v`.
 fn input(seed: u64, v: u64, i: usize) -> f32 {
-    let bits = mix(seed ^ mix(v.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i as u64));
+    let bits = counter_bits(seed, v, i);
     ((bits >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
 }
 
 fn run(d: &CudaDriver) -> BenchResult<()> {
     let wasm = kernel_bench_wasm()?;
-    let seed = seed_from_env("RUST_KERNELS_SEED");
+    let seed = seed("RUST_KERNELS_SEED")?;
     let info = d.device().clone();
-    println!(
-        "rust_kernels on {} (sm_{}{}), seed {seed}",
-        info.name,
-        info.compute_capability.map_or(0, |c| c.0),
-        info.compute_capability.map_or(0, |c| c.1)
-    );
+    println!("rust_kernels on {}, seed {seed}", device_sm(&info));
     let stream = d.create_stream().map_err(|e| e.to_string())?;
     let guest = GuestMemory::new(d, DATA + 2 * N * 4, &wasm)?;
     let mut rows = Vec::new();
@@ -111,20 +107,17 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
         .map_err(|e| e.to_string())?;
     let rust = WasmKernel::load(d, &wasm, "saxpy")?;
     let grid = Dim3::linear((N as u32).div_ceil(BLOCK));
-    let hand_launch = Launch {
-        function: &hand,
-        config: LaunchConfig {
-            grid,
-            block: Dim3::linear(BLOCK),
-            shared_mem_bytes: 0,
-        },
-        params: vec![
+    let hand_launch = Launch::linear(
+        &hand,
+        N,
+        BLOCK,
+        vec![
             KernelParam::F32(ALPHA),
             KernelParam::Ptr(guest.ptr(x_at)),
             KernelParam::Ptr(guest.ptr(y_at)),
             KernelParam::I32(N as i32),
         ],
-    };
+    );
     let rust_launch = rust.launch(
         &guest,
         &[
@@ -259,28 +252,16 @@ fn run(d: &CudaDriver) -> BenchResult<()> {
         }));
     }
 
-    let record = json!({
-        "bench": "rust_kernels",
-        "when": utc_timestamp(),
-        "command": command_line(),
-        "device": info.name,
-        "compute_capability": info.compute_capability,
-        "driver_version": info.driver_version,
-        "seed": seed,
-        "launches_per_sample": REPEATS.launches,
-        "samples": REPEATS.samples,
-        "ratios": {
-            "saxpy_rust_over_hand_ptx_bandwidth": saxpy_ratio,
-            "gather_frame_over_inline_speed": frame_ratio,
-            "gather_frame_over_regs_speed": frame_regs_ratio,
-            "gather_stack_over_inline_speed": stack_ratio,
-        },
-        "rows": rows,
+    let mut record = kernel_record("rust_kernels", &info, seed, REPEATS);
+    let ratios = json!({
+        "saxpy_rust_over_hand_ptx_bandwidth": saxpy_ratio,
+        "gather_frame_over_inline_speed": frame_ratio,
+        "gather_frame_over_regs_speed": frame_regs_ratio,
+        "gather_stack_over_inline_speed": stack_ratio,
     });
-    let out = std::env::var_os("OUT").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    let path = out.join("rust_kernels.json");
-    let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?;
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    record.insert("ratios".into(), ratios);
+    record.insert("rows".into(), rows.into());
+    let path = write_record("rust_kernels.json", &record)?;
     println!("\nwrote {}", path.display());
     Ok(())
 }

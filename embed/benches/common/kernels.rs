@@ -3,13 +3,11 @@
 //! the driver's [`KernelTarget`]) over one device buffer that stands for
 //! the guest's memory, with the launch values of its globals and the
 //! hidden parameters; a built-in kernel from the table's launch plan
-//! (`tensorwasm_kernels::table::plan`). Then timing with events, medians,
-//! and seeded inputs. Generic over the driver, so the same code runs on
-//! the CPU driver where a bench wants to check it there; only
-//! [`main_on_device`], a bench's `main` on CUDA device 0, and
-//! [`kernel_bench_wasm`], the guest module the kernels come from, are not.
+//! (`tensorwasm_kernels::table::plan`); `timing::time` times them. Generic
+//! over the driver, so the same code runs on the CPU driver where a bench
+//! wants to check it there.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::path::PathBuf;
 
 use tensorwasm_core::{
     DeviceMemory, DevicePtr, Dim3, GpuDriver, KernelParam, LaunchConfig,
@@ -19,7 +17,6 @@ use tensorwasm_core::{
         translate::{TranslatedKernel, WasmType, function_by_export, translate_kernel},
     },
 };
-use tensorwasm_cuda::CudaDriver;
 use tensorwasm_embed::kernel::{
     KernelTarget,
     cpu::{HiddenParams, launch_params, one_block_each},
@@ -27,51 +24,11 @@ use tensorwasm_embed::kernel::{
 use tensorwasm_kernels::table::{self, LaunchPlan};
 use wasmparser::{DataKind, Operator, Parser, Payload};
 
+use super::inputs::{f32_bytes, f32s};
+
 /// Each thread's fuel, as `wasi_cuda` gives it by default
 /// (`WasiCudaLimits::default().kernel_fuel`).
 pub const KERNEL_FUEL: u64 = 1 << 24;
-
-/// What a bench does when device 0 does not open.
-#[derive(Clone, Copy, Debug)]
-pub enum NoDevice {
-    /// Says so on stdout and exits 0: nothing to measure is no failure.
-    Skip,
-    /// Says so on stderr and exits 2, for a caller that needs the numbers.
-    Fail,
-}
-
-/// A bench's `main`: `run` on CUDA device 0. Exits 0 when it succeeds, 1
-/// with its error on stderr when it fails, and as `no_device` says when
-/// there is no device; every message starts with `bench`.
-pub fn main_on_device(
-    bench: &str,
-    no_device: NoDevice,
-    run: impl FnOnce(&CudaDriver) -> Result<(), String>,
-) -> ExitCode {
-    let driver = match CudaDriver::new(0) {
-        Ok(d) => d,
-        Err(e) => {
-            let message = format!("{bench}: no CUDA device ({e}); nothing measured");
-            return match no_device {
-                NoDevice::Skip => {
-                    println!("{message}");
-                    ExitCode::SUCCESS
-                }
-                NoDevice::Fail => {
-                    eprintln!("{message}");
-                    ExitCode::from(2)
-                }
-            };
-        }
-    };
-    match run(&driver) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{bench}: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
 
 /// The bytes of `guest/examples/kernel-bench`'s module: the file in
 /// `RUST_KERNELS_WASM`, else the release build in the guest workspace.
@@ -125,8 +82,7 @@ impl<D: GpuDriver> GuestMemory<D> {
 
     /// Copies `values` to guest address `at`.
     pub fn write_f32s(&self, d: &D, at: usize, values: &[f32]) -> Result<(), String> {
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.write(d, at, &bytes)
+        self.write(d, at, &f32_bytes(values))
     }
 
     /// The `len` `f32`s at guest address `at`.
@@ -138,10 +94,7 @@ impl<D: GpuDriver> GuestMemory<D> {
             .ok_or_else(|| format!("{len} floats at {at}: past the guest memory"))?;
         d.copy_from_device(&mut bytes, range)
             .map_err(|e| e.to_string())?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        Ok(f32s(&bytes))
     }
 
     /// Sets `len` bytes at guest address `at` to 0.
@@ -217,6 +170,27 @@ pub struct Launch<'a, D: GpuDriver> {
     pub function: &'a D::Function,
     pub config: LaunchConfig,
     pub params: Vec<KernelParam>,
+}
+
+impl<'a, D: GpuDriver> Launch<'a, D> {
+    /// A 1-D launch of `function` over `threads` threads (rounded up to
+    /// whole blocks of `block`), without shared memory.
+    pub fn linear(
+        function: &'a D::Function,
+        threads: usize,
+        block: u32,
+        params: Vec<KernelParam>,
+    ) -> Launch<'a, D> {
+        Launch {
+            function,
+            config: LaunchConfig {
+                grid: Dim3::linear((threads as u32).div_ceil(block)),
+                block: Dim3::linear(block),
+                shared_mem_bytes: 0,
+            },
+            params,
+        }
+    }
 }
 
 /// A Wasm kernel of a guest module, translated, lowered and loaded.
@@ -349,100 +323,4 @@ pub fn run_once<D: GpuDriver>(
     unsafe { d.launch(stream, launch.function, &launch.config, &launch.params) }
         .map_err(|e| e.to_string())?;
     d.stream_synchronize(stream).map_err(|e| e.to_string())
-}
-
-/// How many launches [`time`] makes.
-#[derive(Clone, Copy, Debug)]
-pub struct Repeats {
-    /// Untimed launches first.
-    pub warmup: usize,
-    /// Samples.
-    pub samples: usize,
-    /// Back-to-back launches per sample.
-    pub launches: usize,
-}
-
-/// The milliseconds per launch of each sample: `launches` back-to-back
-/// launches between two events, after the warm-up.
-pub fn time<D: GpuDriver>(
-    d: &D,
-    stream: &D::Stream,
-    launch: &Launch<'_, D>,
-    repeats: Repeats,
-) -> Result<Vec<f64>, String> {
-    let queue = || {
-        // SAFETY: as in `run_once`; the event synchronize below waits for
-        // every launch before the caller may free anything.
-        unsafe { d.launch(stream, launch.function, &launch.config, &launch.params) }
-            .map_err(|e| e.to_string())
-    };
-    for _ in 0..repeats.warmup {
-        queue()?;
-    }
-    d.stream_synchronize(stream).map_err(|e| e.to_string())?;
-    let (start, end) = (
-        d.create_event().map_err(|e| e.to_string())?,
-        d.create_event().map_err(|e| e.to_string())?,
-    );
-    let mut samples = Vec::with_capacity(repeats.samples);
-    for _ in 0..repeats.samples {
-        d.record_event(&start, stream).map_err(|e| e.to_string())?;
-        for _ in 0..repeats.launches {
-            queue()?;
-        }
-        d.record_event(&end, stream).map_err(|e| e.to_string())?;
-        d.event_synchronize(&end).map_err(|e| e.to_string())?;
-        let ms = d
-            .event_elapsed_ms(&start, &end)
-            .map_err(|e| e.to_string())?;
-        samples.push(f64::from(ms) / repeats.launches as f64);
-    }
-    Ok(samples)
-}
-
-/// The median of `samples` (the mean of the middle two of an even count).
-pub fn median(samples: &[f64]) -> f64 {
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    let mid = s.len() / 2;
-    if s.len() % 2 == 1 {
-        s[mid]
-    } else {
-        (s[mid - 1] + s[mid]) / 2.0
-    }
-}
-
-/// The first element where `got` differs from `want` in bits.
-pub fn first_wrong(got: &[f32], want: &[f32]) -> Option<usize> {
-    got.iter()
-        .zip(want)
-        .position(|(g, w)| g.to_bits() != w.to_bits())
-}
-
-/// splitmix64.
-pub fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// Element `i` of random vector `v` of `seed`: uniform in `[lo, hi)` on a
-/// grid of 2^24 points, each in the middle of its step, so none is 0 when
-/// `lo` is a whole number of steps from 0 (as for `[-2, 2)` or `[-1, 3)`).
-pub fn uniform(seed: u64, v: u64, i: usize, lo: f64, hi: f64) -> f32 {
-    let bits = mix(seed ^ mix(v.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i as u64)) >> 40;
-    (lo + (hi - lo) * (bits as f64 + 0.5) / (1u64 << 24) as f64) as f32
-}
-
-/// The seed in environment variable `var` (decimal), else one from the
-/// clock; the caller prints it either way.
-pub fn seed_from_env(var: &str) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |t| t.as_nanos() as u64)
-        })
 }

@@ -1,154 +1,84 @@
-//! What the benchmarks share for the records they write: the command line
-//! that ran, the time, the device, rounded numbers, and the record itself
-//! written with `serde_json` (each bench includes this with `mod common;`);
-//! and [`kernels`], Wasm and built-in kernels launched with the raw driver.
+//! The benchmarks' harness, which each bench includes with `mod common;`,
+//! so that a bench file reads as the list of what it measures:
+//!
+//! - [`record`]: the JSON record (`serde_json`) and what every record
+//!   names: the device, the command line, the time, rounded numbers;
+//! - [`stats`]: medians, percentiles, extremes;
+//! - [`timing`]: launches timed with events, durations, the process's CPU
+//!   time;
+//! - [`inputs`]: seeds and the seeded random inputs;
+//! - [`check`]: outputs checked, on all cores;
+//! - [`kernels`]: Wasm and built-in kernels launched with the raw driver;
+//!
+//! and [`main_on_device`], a bench's `main`. `launch_sequence.rs` and
+//! `wasm_reference.rs` are not declared here: the one bench that needs them
+//! (foreign_kernels) includes them by path.
 
-// Every bench includes this module and uses only part of it (rust_kernels
-// builds its own record and takes just the command line and the time).
+// Every bench includes this module and uses only part of it.
 #![allow(dead_code)]
 
+pub mod check;
+pub mod inputs;
 pub mod kernels;
+pub mod record;
+pub mod stats;
+pub mod timing;
 
-use std::{
-    path::PathBuf,
-    time::{SystemTime, UNIX_EPOCH},
+use std::process::ExitCode;
+
+use tensorwasm_cuda::CudaDriver;
+
+// What most benches (and cli's serve_load) take by these names.
+#[allow(unused_imports)]
+pub use record::{
+    DeviceRecord, Target, command_line, driver_version, ordered_object, record_json, round,
+    rounded, utc_timestamp, write_record,
 };
+#[allow(unused_imports)]
+pub use stats::{max_of, percentile};
 
-use serde::{Serialize, Serializer};
-use tensorwasm_core::DeviceInfo;
-
-/// The device a record was measured on, as every record names it.
-#[derive(Serialize)]
-pub struct DeviceRecord {
-    pub name: String,
-    pub compute_capability: String,
-    pub multiprocessors: u32,
-    pub total_memory_bytes: u64,
-    pub driver_version: String,
+/// What a bench does when device 0 does not open.
+#[derive(Clone, Copy, Debug)]
+pub enum NoDevice {
+    /// Says so on stdout and exits 0: nothing to measure is no failure.
+    Skip,
+    /// Says so on stderr and exits 2, for a caller that needs the numbers.
+    Fail,
 }
 
-impl DeviceRecord {
-    pub fn new(info: &DeviceInfo) -> DeviceRecord {
-        DeviceRecord {
-            name: info.name.clone(),
-            compute_capability: info
-                .compute_capability
-                .map_or_else(|| "unknown".into(), |(a, b)| format!("{a}.{b}")),
-            multiprocessors: info.multiprocessor_count,
-            total_memory_bytes: info.total_memory,
-            driver_version: driver_version(info),
+/// A bench's `main`: `run` on CUDA device 0. Exits 0 when it succeeds, 1
+/// with its error on stderr when it fails, and as `no_device` says when
+/// there is no device; every message starts with `bench`.
+pub fn main_on_device(
+    bench: &str,
+    no_device: NoDevice,
+    run: impl FnOnce(&CudaDriver) -> Result<(), String>,
+) -> ExitCode {
+    let driver = match CudaDriver::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            let message = format!("{bench}: no CUDA device ({e}); nothing measured");
+            return match no_device {
+                NoDevice::Skip => {
+                    println!("{message}");
+                    ExitCode::SUCCESS
+                }
+                NoDevice::Fail => {
+                    eprintln!("{message}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+    };
+    match run(&driver) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{bench}: {e}");
+            ExitCode::FAILURE
         }
     }
 }
 
-/// The driver's CUDA version as `major.minor`, or `unknown`.
-pub fn driver_version(info: &DeviceInfo) -> String {
-    info.driver_version
-        .map_or_else(|| "unknown".to_string(), |(a, b)| format!("{a}.{b}"))
-}
-
-/// A goal a row is held to; in a record, `{"target": text, "met": bool}`.
-#[derive(Serialize)]
-pub struct Target {
-    #[serde(rename = "target")]
-    pub text: &'static str,
-    pub met: bool,
-}
-
-/// `x` rounded to `places` decimals, as the records keep their numbers. A
-/// NaN or an infinity stays one, and `serde_json` writes it as `null`.
-pub fn round(x: f64, places: i32) -> f64 {
-    let scale = 10f64.powi(places);
-    (x * scale).round() / scale
-}
-
-/// Each of `xs` rounded to `places` decimals ([`round`]).
-pub fn rounded(xs: &[f64], places: i32) -> Vec<f64> {
-    xs.iter().map(|&x| round(x, places)).collect()
-}
-
-/// Serializes `(key, value)` pairs as a JSON object in their order (a
-/// `serde_json::Map` would sort the keys); for `#[serde(serialize_with)]`.
-pub fn ordered_object<K: Serialize, V: Serialize, S: Serializer>(
-    pairs: &[(K, V)],
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.collect_map(pairs.iter().map(|(k, v)| (k, v)))
-}
-
-/// The largest of `xs` (NaN when empty).
-pub fn max_of(xs: &[f64]) -> f64 {
-    xs.iter().copied().fold(f64::NAN, f64::max)
-}
-
-/// The `p`-th percentile (nearest rank) of `xs` (NaN when empty).
-pub fn percentile(xs: &[f64], p: f64) -> f64 {
-    let mut s = xs.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
-    s[rank.clamp(1, s.len()) - 1]
-}
-
-/// `record` as the text of its JSON file: indented, one closing newline.
-pub fn record_json(record: &impl Serialize) -> Result<String, String> {
-    let mut text =
-        serde_json::to_string_pretty(record).map_err(|e| format!("the record as JSON: {e}"))?;
-    text.push('\n');
-    Ok(text)
-}
-
-/// Writes `record` to `$OUT/<file>`, or `./<file>` when `OUT` is unset, and
-/// says where.
-pub fn write_record(file: &str, record: &impl Serialize) -> Result<PathBuf, String> {
-    let path = std::env::var_os("OUT")
-        .map_or_else(|| PathBuf::from(file), |out| PathBuf::from(out).join(file));
-    std::fs::write(&path, record_json(record)?)
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    Ok(path)
-}
-
-/// The command line, quoted where a shell would need it.
-pub fn command_line() -> String {
-    let plain = |s: &str| {
-        !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@".contains(c))
-    };
-    std::env::args()
-        .map(|a| {
-            if plain(&a) {
-                a
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Now, as `YYYY-MM-DDTHH:MM:SSZ`.
-pub fn utc_timestamp() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
+/// What a bench's steps return: the value, or what went wrong, said for a
+/// person.
+pub type BenchResult<T> = Result<T, String>;
