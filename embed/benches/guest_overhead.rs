@@ -12,11 +12,11 @@
 //! 3. vector-add bandwidth over the guest's linear memory (managed memory)
 //!    against three `cuMemAlloc` buffers.
 //!
-//! The raw side calls `tensorwasm_cuda::sys` directly, as a C program would;
-//! the guest side runs `guest_overhead.wat` through [`GuestRuntime`]. Prints
-//! a table and writes every sample to `$OUT/guest_overhead.json` (or
-//! `./guest_overhead.json`). Run with
-//! `cargo bench -p tensorwasm-embed --bench guest_overhead`; see
+//! The raw side calls `tensorwasm_cuda::sys` directly, as a C program would
+//! (`common::baseline`); the guest side runs `guest_overhead.wat` through
+//! [`GuestRuntime`] (`common::guest`). Prints a table and writes every
+//! sample to `$OUT/guest_overhead.json` (or `./guest_overhead.json`). Run
+//! with `cargo bench -p tensorwasm-embed --bench guest_overhead`; see
 //! `docs/benchmarks/README.md`.
 //!
 //! Environment: `OUT` (where the JSON goes), `GUEST_OVERHEAD_SEED` (the seed
@@ -25,24 +25,34 @@
 
 mod common;
 
-use common::{DeviceRecord, Target, command_line, driver_version, rounded, utc_timestamp};
+use common::{
+    BenchResult, DeviceRecord, NoDevice,
+    baseline::{RawCuda, RawKernel},
+    command_line, driver_version,
+    guest::{
+        GUEST_DATA, GuestInstance, GuestKernel, OwnExports, PrefetchTo, export, guest_i32,
+        timed_call, wasm_error,
+    },
+    inputs::{f32_at, one_to_two, seed, splitmix64},
+    main_on_device,
+    rows::{Column, Row, RowFields, RowRecord},
+    stats::median,
+    timing::{cpu_time_since, process_cpu_time, us},
+    utc_timestamp,
+};
 use serde::Serialize;
 use std::{
-    ffi::{CStr, CString, c_char, c_void},
-    fmt::Write as _,
     process::ExitCode,
-    ptr,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
-use tensorwasm_core::{
-    GpuDriver,
-    abi::{ArgDescriptor, encode_args},
+use tensorwasm_core::{GpuDriver, abi::ArgDescriptor};
+use tensorwasm_cuda::CudaDriver;
+use tensorwasm_embed::{
+    runtime::{GuestRuntime, GuestState},
+    wasi_cuda::WaitPolicy,
+    wasmtime::{Instance, Store, TypedFunc},
 };
-use tensorwasm_cuda::{CudaDriver, DEFAULT_LIBCUDA, LIBCUDA_ENV, sys};
-use tensorwasm_embed::runtime::{GuestRuntime, GuestState};
-use tensorwasm_embed::wasi_cuda::WaitPolicy;
-use wasmtime::{Memory, Store, TypedFunc};
 
 /// The bench guest (thin exports over the `wasi_cuda` imports).
 const GUEST_WAT: &str = include_str!("guest_overhead.wat");
@@ -82,39 +92,18 @@ const VADD_REPS: usize = 5;
 /// The guest's memory limit: 1 GiB of managed memory, reserved lazily.
 const GUEST_MEMORY_LIMIT: usize = 1 << 30;
 
-/// Guest memory layout (the guest keeps its out-slots below 64).
+/// Where each kernel's argument descriptors go in guest memory (below
+/// `common::guest`'s name, PTX and data).
 const GUEST_ARGS_EMPTY: u32 = 256;
 const GUEST_ARGS_SPIN: u32 = 320;
 const GUEST_ARGS_VADD: u32 = 384;
-const GUEST_NAME: u32 = 512;
-const GUEST_PTX: u32 = 4096;
-const GUEST_DATA: u32 = 65536;
-const WASM_PAGE: usize = 65536;
-
-type BenchResult<T> = Result<T, String>;
 
 fn main() -> ExitCode {
-    let driver = match CudaDriver::new(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!(
-                "guest_overhead: needs a CUDA device, and none is usable here; nothing measured.\n\
-                 CudaDriver::new(0): {e}"
-            );
-            return ExitCode::from(2);
-        }
-    };
-    match run(driver) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("guest_overhead: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    main_on_device("guest_overhead", NoDevice::Fail, run)
 }
 
-fn run(driver: CudaDriver) -> BenchResult<()> {
-    let seed = seed()?;
+fn run(driver: &CudaDriver) -> BenchResult<()> {
+    let seed = seed("GUEST_OVERHEAD_SEED")?;
     let info = driver.device().clone();
     let command = command_line();
     let date = utc_timestamp();
@@ -127,10 +116,10 @@ fn run(driver: CudaDriver) -> BenchResult<()> {
     println!("seed of the random inputs: {seed:#x} (set GUEST_OVERHEAD_SEED to repeat)");
 
     let mut raw = RawCuda::open()?;
-    let runtime = GuestRuntime::new(driver, GUEST_MEMORY_LIMIT)
+    let runtime = GuestRuntime::new(driver.clone(), GUEST_MEMORY_LIMIT)
         .map_err(|e| format!("building the guest runtime: {e:#}"))?;
     let rows = futures::executor::block_on(async {
-        let mut guest = Guest::new(&runtime).await?;
+        let mut guest = Guest::compile_new(&runtime).await?;
         let mut rows = Vec::new();
         println!("measuring launch overhead...");
         rows.extend(launch_overhead(&mut raw, &mut guest).await?);
@@ -156,497 +145,36 @@ fn run(driver: CudaDriver) -> BenchResult<()> {
 }
 
 // ---------------------------------------------------------------------------
-// The raw side.
-
-/// Device 0's primary context, one stream and one event, driven through
-/// `tensorwasm_cuda::sys` with no layer in between.
-struct RawCuda {
-    lib: sys::CudaLib,
-    device: sys::CUdevice,
-    ctx: sys::CUcontext,
-    stream: sys::CUstream,
-    event: sys::CUevent,
-    modules: Vec<sys::CUmodule>,
-}
-
-/// A kernel of the raw side and its parameters, packed as `cuLaunchKernel`
-/// reads them: one 8-byte slot per parameter, and an array of pointers to
-/// the slots.
-struct RawKernel {
-    function: sys::CUfunction,
-    _slots: Box<[u64]>,
-    ptrs: Box<[*mut c_void]>,
-}
-
-impl RawKernel {
-    fn new(function: sys::CUfunction, params: &[u64]) -> RawKernel {
-        let mut slots: Box<[u64]> = params.into();
-        // The slots live on the heap, so the pointers stay valid when the
-        // box moves into the struct. A 4-byte parameter is read from the low
-        // (first, little-endian) half of its slot.
-        let ptrs = slots
-            .iter_mut()
-            .map(|s| ptr::from_mut(s).cast::<c_void>())
-            .collect();
-        RawKernel {
-            function,
-            _slots: slots,
-            ptrs,
-        }
-    }
-
-    /// `kernelParams` for `cuLaunchKernel`: null for a kernel without any.
-    fn params(&mut self) -> *mut *mut c_void {
-        if self.ptrs.is_empty() {
-            ptr::null_mut()
-        } else {
-            self.ptrs.as_mut_ptr()
-        }
-    }
-}
-
-/// A `cuMemAlloc` buffer, freed on drop.
-struct RawBuffer<'a> {
-    raw: &'a RawCuda,
-    ptr: sys::CUdeviceptr,
-    bytes: usize,
-}
-
-impl Drop for RawBuffer<'_> {
-    fn drop(&mut self) {
-        // SAFETY: allocated by `RawCuda::alloc`, freed once; the stream was
-        // synchronized after the last kernel that used it.
-        let _ = unsafe { self.raw.lib.cuMemFree_v2(self.ptr) };
-    }
-}
-
-/// A completion callback that does nothing: the raw side's stand-in for the
-/// one the guest's launch queues. It must not call into CUDA.
-unsafe extern "C" fn noop_callback(_user_data: *mut c_void) {}
-
-impl RawCuda {
-    /// Loads the driver library as `tensorwasm_cuda` does, retains device 0's
-    /// primary context (the one `CudaDriver::new(0)` uses), makes it current
-    /// and creates a stream (blocking, like the guest's) and an event without
-    /// timing.
-    fn open() -> BenchResult<RawCuda> {
-        let library = std::env::var(LIBCUDA_ENV).unwrap_or_else(|_| DEFAULT_LIBCUDA.to_string());
-        // SAFETY: loading libcuda runs its initialisers, which have no
-        // preconditions; symbols are resolved into Results (checked below).
-        let lib = unsafe { sys::CudaLib::new(&library) }
-            .map_err(|e| format!("loading {library}: {e}"))?;
-        let symbols = [
-            ("cuGetErrorName", lib.cuGetErrorName.is_ok()),
-            ("cuInit", lib.cuInit.is_ok()),
-            ("cuDeviceGet", lib.cuDeviceGet.is_ok()),
-            (
-                "cuDevicePrimaryCtxRetain",
-                lib.cuDevicePrimaryCtxRetain.is_ok(),
-            ),
-            (
-                "cuDevicePrimaryCtxRelease_v2",
-                lib.cuDevicePrimaryCtxRelease_v2.is_ok(),
-            ),
-            ("cuCtxSetCurrent", lib.cuCtxSetCurrent.is_ok()),
-            ("cuModuleLoadDataEx", lib.cuModuleLoadDataEx.is_ok()),
-            ("cuModuleGetFunction", lib.cuModuleGetFunction.is_ok()),
-            ("cuModuleUnload", lib.cuModuleUnload.is_ok()),
-            ("cuStreamCreate", lib.cuStreamCreate.is_ok()),
-            ("cuStreamSynchronize", lib.cuStreamSynchronize.is_ok()),
-            ("cuStreamDestroy_v2", lib.cuStreamDestroy_v2.is_ok()),
-            ("cuEventCreate", lib.cuEventCreate.is_ok()),
-            ("cuEventRecord", lib.cuEventRecord.is_ok()),
-            ("cuEventQuery", lib.cuEventQuery.is_ok()),
-            ("cuEventDestroy_v2", lib.cuEventDestroy_v2.is_ok()),
-            ("cuLaunchKernel", lib.cuLaunchKernel.is_ok()),
-            ("cuLaunchHostFunc", lib.cuLaunchHostFunc.is_ok()),
-            ("cuMemAlloc_v2", lib.cuMemAlloc_v2.is_ok()),
-            ("cuMemFree_v2", lib.cuMemFree_v2.is_ok()),
-            ("cuMemcpyHtoD_v2", lib.cuMemcpyHtoD_v2.is_ok()),
-            ("cuMemcpyDtoH_v2", lib.cuMemcpyDtoH_v2.is_ok()),
-        ];
-        let missing: Vec<&str> = symbols
-            .iter()
-            .filter(|(_, ok)| !ok)
-            .map(|(name, _)| *name)
-            .collect();
-        if !missing.is_empty() {
-            return Err(format!("{library} lacks {}", missing.join(", ")));
-        }
-        let mut raw = RawCuda {
-            lib,
-            device: 0,
-            ctx: ptr::null_mut(),
-            stream: ptr::null_mut(),
-            event: ptr::null_mut(),
-            modules: Vec::new(),
-        };
-        // SAFETY: cuInit takes only its flags, which must be 0.
-        raw.check("cuInit", unsafe { raw.lib.cuInit(0) })?;
-        let mut device = 0;
-        // SAFETY: the out-pointer is a live local.
-        raw.check("cuDeviceGet", unsafe {
-            raw.lib.cuDeviceGet(&mut device, 0)
-        })?;
-        raw.device = device;
-        let mut ctx = ptr::null_mut();
-        // SAFETY: the out-pointer is a live local; `device` came from the driver.
-        let status = unsafe { raw.lib.cuDevicePrimaryCtxRetain(&mut ctx, device) };
-        raw.check("cuDevicePrimaryCtxRetain", status)?;
-        raw.ctx = ctx;
-        // SAFETY: `ctx` is retained until `raw` drops.
-        raw.check("cuCtxSetCurrent", unsafe { raw.lib.cuCtxSetCurrent(ctx) })?;
-        let mut stream = ptr::null_mut();
-        let flags = sys::CUstream_flags_enum::CU_STREAM_DEFAULT.0;
-        // SAFETY: the out-pointer is a live local; the context is current.
-        let status = unsafe { raw.lib.cuStreamCreate(&mut stream, flags) };
-        raw.check("cuStreamCreate", status)?;
-        raw.stream = stream;
-        let mut event = ptr::null_mut();
-        let flags = sys::CUevent_flags_enum::CU_EVENT_DISABLE_TIMING.0;
-        // SAFETY: as for the stream.
-        let status = unsafe { raw.lib.cuEventCreate(&mut event, flags) };
-        raw.check("cuEventCreate", status)?;
-        raw.event = event;
-        Ok(raw)
-    }
-
-    /// `Ok` for `CUDA_SUCCESS`, else the call's name and the error's.
-    fn check(&self, call: &str, status: sys::CUresult) -> BenchResult<()> {
-        if status == sys::CUresult::CUDA_SUCCESS {
-            return Ok(());
-        }
-        let mut name: *const c_char = ptr::null();
-        // SAFETY: cuGetErrorName takes any code and writes a pointer to a
-        // static string, or fails and leaves `name` null.
-        let named = unsafe { self.lib.cuGetErrorName(status, &mut name) };
-        let name = if named == sys::CUresult::CUDA_SUCCESS && !name.is_null() {
-            // SAFETY: the driver's static, NUL-terminated error name.
-            unsafe { CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned()
-        } else {
-            "an unknown error".to_string()
-        };
-        Err(format!("{call} failed: {name} ({})", status.0))
-    }
-
-    /// Loads PTX text and looks up one kernel (`cuModuleLoadDataEx` without
-    /// JIT options: `sys.rs` has no `cuModuleLoadData`, and this is the same
-    /// call with zero options).
-    fn load(&mut self, ptx: &str, name: &str) -> BenchResult<sys::CUfunction> {
-        let image = CString::new(ptx).map_err(|e| format!("PTX of `{name}`: {e}"))?;
-        let mut module = ptr::null_mut();
-        // SAFETY: `image` is NUL-terminated PTX text that outlives the call;
-        // no options are passed (count 0, null arrays).
-        let status = unsafe {
-            self.lib.cuModuleLoadDataEx(
-                &mut module,
-                image.as_ptr().cast(),
-                0,
-                ptr::null_mut(),
-                ptr::null_mut(),
-            )
-        };
-        self.check("cuModuleLoadDataEx", status)?;
-        self.modules.push(module);
-        let cname = CString::new(name).map_err(|e| format!("kernel name {name:?}: {e}"))?;
-        let mut function = ptr::null_mut();
-        // SAFETY: `module` was loaded above; `cname` is NUL-terminated.
-        let status = unsafe {
-            self.lib
-                .cuModuleGetFunction(&mut function, module, cname.as_ptr())
-        };
-        self.check("cuModuleGetFunction", status)?;
-        Ok(function)
-    }
-
-    /// Queues `kernel` on the stream, 1-D.
-    ///
-    /// # Safety
-    /// What the kernel's parameters point at must stay allocated until it
-    /// has finished.
-    #[inline]
-    unsafe fn launch(&self, kernel: &mut RawKernel, grid: u32, block: u32) -> BenchResult<()> {
-        // SAFETY: the stream and function are live; `params` holds one
-        // pointer per kernel parameter to a slot that outlives the call (the
-        // driver copies them); what the kernel touches is the caller's.
-        let status = unsafe {
-            self.lib.cuLaunchKernel(
-                kernel.function,
-                grid,
-                1,
-                1,
-                block,
-                1,
-                1,
-                0,
-                self.stream,
-                kernel.params(),
-                ptr::null_mut(),
-            )
-        };
-        self.check("cuLaunchKernel", status)
-    }
-
-    /// Queues [`noop_callback`] after the work queued so far.
-    #[inline]
-    fn host_func(&self) -> BenchResult<()> {
-        // SAFETY: the stream is live; the callback ignores its (null)
-        // argument and never calls into CUDA.
-        let status = unsafe {
-            self.lib
-                .cuLaunchHostFunc(self.stream, Some(noop_callback), ptr::null_mut())
-        };
-        self.check("cuLaunchHostFunc", status)
-    }
-
-    /// Records the event after the work queued so far.
-    #[inline]
-    fn record(&self) -> BenchResult<()> {
-        // SAFETY: the event and stream are live and of the current context.
-        let status = unsafe { self.lib.cuEventRecord(self.event, self.stream) };
-        self.check("cuEventRecord", status)
-    }
-
-    /// Whether the work before the last `record` has finished.
-    #[inline]
-    fn query(&self) -> BenchResult<bool> {
-        // SAFETY: the event is live.
-        let status = unsafe { self.lib.cuEventQuery(self.event) };
-        if status == sys::CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        self.check("cuEventQuery", status).map(|()| true)
-    }
-
-    /// Blocks until the stream is idle.
-    #[inline]
-    fn synchronize(&self) -> BenchResult<()> {
-        // SAFETY: the stream is live.
-        let status = unsafe { self.lib.cuStreamSynchronize(self.stream) };
-        self.check("cuStreamSynchronize", status)
-    }
-
-    fn alloc(&self, bytes: usize) -> BenchResult<RawBuffer<'_>> {
-        let mut dptr = 0;
-        // SAFETY: the out-pointer is a live local; the context is current.
-        let status = unsafe { self.lib.cuMemAlloc_v2(&mut dptr, bytes) };
-        self.check("cuMemAlloc_v2", status)?;
-        Ok(RawBuffer {
-            raw: self,
-            ptr: dptr,
-            bytes,
-        })
-    }
-
-    fn copy_to(&self, dst: &RawBuffer<'_>, src: &[u8]) -> BenchResult<()> {
-        if src.len() != dst.bytes {
-            return Err(format!("copying {} bytes into {}", src.len(), dst.bytes));
-        }
-        // SAFETY: `dst` is a live allocation of `src.len()` bytes; `src` is
-        // readable for that long.
-        let status = unsafe {
-            self.lib
-                .cuMemcpyHtoD_v2(dst.ptr, src.as_ptr().cast(), src.len())
-        };
-        self.check("cuMemcpyHtoD_v2", status)
-    }
-
-    fn copy_from(&self, dst: &mut [u8], src: &RawBuffer<'_>) -> BenchResult<()> {
-        if dst.len() != src.bytes {
-            return Err(format!("copying {} bytes out of {}", src.bytes, dst.len()));
-        }
-        // SAFETY: `src` is a live allocation of `dst.len()` bytes; `dst` is
-        // writable for that long.
-        let status = unsafe {
-            self.lib
-                .cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src.ptr, dst.len())
-        };
-        self.check("cuMemcpyDtoH_v2", status)
-    }
-}
-
-impl Drop for RawCuda {
-    fn drop(&mut self) {
-        if self.ctx.is_null() {
-            return;
-        }
-        // SAFETY: `ctx` is still retained (released last, below).
-        let _ = unsafe { self.lib.cuCtxSetCurrent(self.ctx) };
-        if !self.stream.is_null() {
-            // Nothing may still run when the modules go.
-            let _ = self.synchronize();
-        }
-        if !self.event.is_null() {
-            // SAFETY: created in `open`, destroyed once.
-            let _ = unsafe { self.lib.cuEventDestroy_v2(self.event) };
-        }
-        if !self.stream.is_null() {
-            // SAFETY: created in `open`, destroyed once, idle.
-            let _ = unsafe { self.lib.cuStreamDestroy_v2(self.stream) };
-        }
-        for module in self.modules.drain(..) {
-            // SAFETY: loaded by `load`, unloaded once; no kernel is running.
-            let _ = unsafe { self.lib.cuModuleUnload(module) };
-        }
-        // SAFETY: retained once in `open`, released once.
-        let _ = unsafe { self.lib.cuDevicePrimaryCtxRelease_v2(self.device) };
-    }
-}
-
-// ---------------------------------------------------------------------------
 // The guest side.
 
-/// A kernel of the guest side: its function handle and where its argument
-/// descriptors are in guest memory.
-#[derive(Clone, Copy)]
-struct GuestKernel {
-    function: i64,
-    args_ptr: u32,
-    args_count: u32,
-}
+/// One instance of `guest_overhead.wat`.
+type Guest = GuestInstance<OverheadExports>;
 
-/// One instance of `guest_overhead.wat` and its exports.
-struct Guest {
-    store: Store<GuestState<CudaDriver>>,
-    memory: Memory,
-    load_function: TypedFunc<(i32, i32, i32, i32), i64>,
-    launch_many: TypedFunc<(i64, i32, i32, i32, i32, i32), i32>,
+/// `guest_overhead.wat`'s own exports.
+struct OverheadExports {
     launch_wait: TypedFunc<(i64, i32, i32, i32, i32), i32>,
-    sync: TypedFunc<(), i32>,
-    prefetch: TypedFunc<(i32, i32, i32), i32>,
     host_calls: TypedFunc<i32, i32>,
 }
 
-fn wasm_error(what: &str) -> impl FnOnce(wasmtime::Error) -> String + '_ {
-    move |e| format!("{what}: {e:#}")
-}
-
-fn guest_i32(value: usize, what: &str) -> BenchResult<i32> {
-    i32::try_from(value).map_err(|_| format!("{what} {value} does not fit an i32"))
+impl OwnExports for OverheadExports {
+    fn look_up(
+        instance: &Instance,
+        store: &mut Store<GuestState<CudaDriver>>,
+    ) -> BenchResult<OverheadExports> {
+        Ok(OverheadExports {
+            launch_wait: export(instance, store, "launch_wait")?,
+            host_calls: export(instance, store, "host_calls")?,
+        })
+    }
 }
 
 impl Guest {
-    async fn new(runtime: &GuestRuntime<CudaDriver>) -> BenchResult<Guest> {
+    /// A fresh instance, in a store of its own.
+    async fn compile_new(runtime: &GuestRuntime<CudaDriver>) -> BenchResult<Guest> {
         let module = runtime
             .compile(GUEST_WAT)
             .map_err(wasm_error("compiling guest_overhead.wat"))?;
-        let mut store = runtime.store().map_err(wasm_error("creating the store"))?;
-        let instance = runtime
-            .instantiate(&mut store, &module)
-            .await
-            .map_err(wasm_error("instantiating guest_overhead.wat"))?;
-        let memory = instance
-            .get_memory(&mut store, "memory")
-            .ok_or("the guest exports no memory")?;
-        macro_rules! export {
-            ($name:literal) => {
-                instance
-                    .get_typed_func(&mut store, $name)
-                    .map_err(wasm_error(concat!("guest export `", $name, "`")))?
-            };
-        }
-        Ok(Guest {
-            load_function: export!("load_function"),
-            launch_many: export!("launch_many"),
-            launch_wait: export!("launch_wait"),
-            sync: export!("sync"),
-            prefetch: export!("prefetch"),
-            host_calls: export!("host_calls"),
-            store,
-            memory,
-        })
-    }
-
-    /// An export's result: `Ok` for errno 0, else the guest's last error.
-    fn check(&self, call: &str, result: wasmtime::Result<i32>) -> BenchResult<()> {
-        match result {
-            Ok(0) => Ok(()),
-            Ok(errno) => Err(format!(
-                "guest `{call}` returned errno {errno}: {}",
-                self.store.data().cuda.last_error()
-            )),
-            Err(e) => Err(format!("guest `{call}` trapped: {e:#}")),
-        }
-    }
-
-    fn write(&mut self, at: u32, bytes: &[u8]) -> BenchResult<()> {
-        self.memory
-            .write(&mut self.store, at as usize, bytes)
-            .map_err(|e| format!("writing {} bytes of guest memory at {at}: {e}", bytes.len()))
-    }
-
-    /// Grows the guest's memory to at least `bytes`.
-    fn ensure(&mut self, bytes: usize) -> BenchResult<()> {
-        let have = self.memory.data_size(&self.store);
-        if bytes > have {
-            let pages = (bytes - have).div_ceil(WASM_PAGE) as u64;
-            self.memory
-                .grow(&mut self.store, pages)
-                .map_err(wasm_error("growing guest memory"))?;
-        }
-        Ok(())
-    }
-
-    /// Loads `ptx` through the guest, looks up `name`, and writes `args` for
-    /// it at `args_ptr`.
-    async fn load(
-        &mut self,
-        ptx: &str,
-        name: &str,
-        args_ptr: u32,
-        args: &[ArgDescriptor],
-    ) -> BenchResult<GuestKernel> {
-        self.write(GUEST_PTX, ptx.as_bytes())?;
-        self.write(GUEST_NAME, name.as_bytes())?;
-        self.write(args_ptr, &encode_args(args))?;
-        let params = (
-            GUEST_PTX as i32,
-            guest_i32(ptx.len(), "PTX length")?,
-            GUEST_NAME as i32,
-            guest_i32(name.len(), "name length")?,
-        );
-        let function = self
-            .load_function
-            .call_async(&mut self.store, params)
-            .await
-            .map_err(wasm_error("guest `load_function`"))?;
-        if function < 0 {
-            return Err(format!(
-                "guest `load_function` of `{name}` returned errno {}: {}",
-                -function,
-                self.store.data().cuda.last_error()
-            ));
-        }
-        Ok(GuestKernel {
-            function,
-            args_ptr,
-            args_count: args.len() as u32,
-        })
-    }
-
-    /// `k` launches of `kernel` in one export call; the call's time.
-    async fn launch_many(
-        &mut self,
-        kernel: GuestKernel,
-        k: usize,
-        grid: u32,
-        block: u32,
-    ) -> BenchResult<Duration> {
-        let params = (
-            kernel.function,
-            guest_i32(k, "launch count")?,
-            grid as i32,
-            block as i32,
-            kernel.args_ptr as i32,
-            kernel.args_count as i32,
-        );
-        let start = Instant::now();
-        let result = self.launch_many.call_async(&mut self.store, params).await;
-        let elapsed = start.elapsed();
-        self.check("launch_many", result)?;
-        Ok(elapsed)
+        Guest::new(runtime, &module).await
     }
 
     /// One launch of `kernel` and its wait in one export call; the call's time.
@@ -658,30 +186,15 @@ impl Guest {
             kernel.args_ptr as i32,
             kernel.args_count as i32,
         );
-        let start = Instant::now();
-        let result = self.launch_wait.call_async(&mut self.store, params).await;
-        let elapsed = start.elapsed();
+        let (result, elapsed) = timed_call(&self.own.launch_wait, &mut self.store, params).await;
         self.check("launch_wait", result)?;
         Ok(elapsed)
-    }
-
-    async fn sync(&mut self) -> BenchResult<()> {
-        let result = self.sync.call_async(&mut self.store, ()).await;
-        self.check("sync", result)
-    }
-
-    async fn prefetch_to_device(&mut self, at: u32, len: usize) -> BenchResult<()> {
-        let params = (at as i32, guest_i32(len, "prefetch length")?, 0);
-        let result = self.prefetch.call_async(&mut self.store, params).await;
-        self.check("prefetch", result)
     }
 
     /// `k` no-op import calls in one export call; the call's time.
     async fn host_calls(&mut self, k: usize) -> BenchResult<Duration> {
         let k = guest_i32(k, "call count")?;
-        let start = Instant::now();
-        let result = self.host_calls.call_async(&mut self.store, k).await;
-        let elapsed = start.elapsed();
+        let (result, elapsed) = timed_call(&self.own.host_calls, &mut self.store, k).await;
         self.check("host_calls", result)?;
         Ok(elapsed)
     }
@@ -718,7 +231,7 @@ async fn launch_overhead(raw: &mut RawCuda, guest: &mut Guest) -> BenchResult<Ve
         block: tensorwasm_core::Dim3::linear(1),
         shared_mem_bytes: 0,
     };
-    let per_call = |d: Duration| d.as_secs_f64() * 1e6 / LAUNCH_BATCH as f64;
+    let per_call = |d: Duration| us(d) / LAUNCH_BATCH as f64;
     let (mut launch, mut launch_host_func, mut guest_launch, mut host_call) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut safe_launch = Vec::new();
@@ -909,10 +422,7 @@ async fn round_trip(
             start.elapsed()
         }
     };
-    let cpu = cpu_before
-        .zip(process_cpu_time())
-        .map(|(a, b)| b.saturating_sub(a));
-    Ok((elapsed, cpu))
+    Ok((elapsed, cpu_time_since(cpu_before)))
 }
 
 /// The samples of one wait method.
@@ -934,13 +444,13 @@ async fn wait_latency(
     let mut raw_empty = RawKernel::new(raw.load(EMPTY_PTX, "empty")?, &[]);
     let mut raw_spin = RawKernel::new(raw.load(SPIN_PTX, "spin")?, &[SPIN_NS]);
     let spin_arg = [ArgDescriptor::i64(SPIN_NS as i64)];
-    let mut spinning = Guest::new(runtime).await?;
+    let mut spinning = Guest::compile_new(runtime).await?;
     spinning
         .store
         .data_mut()
         .cuda
         .set_wait_policy(WaitPolicy::Spin(GUEST_WAIT_SPIN));
-    let mut suspending = Guest::new(runtime).await?;
+    let mut suspending = Guest::compile_new(runtime).await?;
     suspending
         .store
         .data_mut()
@@ -959,7 +469,7 @@ async fn wait_latency(
     for i in 0..LATENCY_WARMUP + LATENCY_ITERS {
         let elapsed = guest.host_calls(0).await?;
         if i >= LATENCY_WARMUP {
-            call_us.push(elapsed.as_secs_f64() * 1e6);
+            call_us.push(us(elapsed));
         }
     }
     let mut rows = vec![
@@ -1001,9 +511,9 @@ async fn wait_latency(
             for (wait, s) in WAITS.iter().zip(samples.iter_mut()) {
                 let (elapsed, cpu) = round_trip(*wait, raw, raw_kernel, &mut guests).await?;
                 if i >= warmup {
-                    s.latency_us.push(elapsed.as_secs_f64() * 1e6);
+                    s.latency_us.push(us(elapsed));
                     if let Some(cpu) = cpu {
-                        s.cpu_us.push(cpu.as_secs_f64() * 1e6);
+                        s.cpu_us.push(us(cpu));
                     }
                 }
             }
@@ -1055,7 +565,7 @@ async fn many_waiting(runtime: &GuestRuntime<CudaDriver>) -> BenchResult<Row> {
     let spin_arg = [ArgDescriptor::i64(SPIN_NS as i64)];
     let mut guests = Vec::with_capacity(MANY_GUESTS);
     for _ in 0..MANY_GUESTS {
-        let mut g = Guest::new(runtime).await?;
+        let mut g = Guest::compile_new(runtime).await?;
         let kernel = g.load(SPIN_PTX, "spin", GUEST_ARGS_SPIN, &spin_arg).await?;
         guests.push((g, kernel));
     }
@@ -1068,9 +578,7 @@ async fn many_waiting(runtime: &GuestRuntime<CudaDriver>) -> BenchResult<Row> {
             result?;
         }
         let wall = start.elapsed();
-        let cpu = cpu_before
-            .zip(process_cpu_time())
-            .map(|(a, b)| b.saturating_sub(a));
+        let cpu = cpu_time_since(cpu_before);
         if round > 0
             && let Some(cpu) = cpu
         {
@@ -1087,19 +595,12 @@ async fn many_waiting(runtime: &GuestRuntime<CudaDriver>) -> BenchResult<Row> {
     .target("< 1 core", met))
 }
 
-/// Random floats in [1, 2) (never zero), little-endian bytes.
-fn random_floats(rng: &mut SplitMix64, n: usize) -> Vec<u8> {
-    let mut out = vec![0u8; n * 4];
-    for chunk in out.chunks_exact_mut(4) {
-        let bits = 0x3f80_0000 | (rng.next() >> 41) as u32;
-        chunk.copy_from_slice(&bits.to_le_bytes());
-    }
-    out
-}
-
-fn f32_at(bytes: &[u8], i: usize) -> f32 {
-    let at = 4 * i;
-    f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+/// `n` random floats in [1, 2) (never zero), little-endian bytes: outputs
+/// `first..first + n` of SplitMix64 from `seed`.
+fn random_floats(seed: u64, first: usize, n: usize) -> Vec<u8> {
+    (first..first + n)
+        .flat_map(|i| one_to_two(splitmix64(seed, i as u64)).to_le_bytes())
+        .collect()
 }
 
 /// Checks `c[i] == a[i] + b[i]` for every element.
@@ -1121,9 +622,8 @@ async fn bandwidth(raw: &mut RawCuda, guest: &mut Guest, seed: u64) -> BenchResu
     let bytes = VADD_N * 4;
     let grid = VADD_N.div_ceil(VADD_BLOCK as usize) as u32;
     let gbps = |d: Duration| 12.0 * VADD_N as f64 * VADD_LAUNCHES as f64 / d.as_secs_f64() / 1e9;
-    let mut rng = SplitMix64(seed);
-    let a = random_floats(&mut rng, VADD_N);
-    let b = random_floats(&mut rng, VADD_N);
+    let a = random_floats(seed, 0, VADD_N);
+    let b = random_floats(seed, VADD_N, VADD_N);
 
     let vadd = raw.load(VADD_PTX, "vadd")?;
     let (da, db, dc) = (raw.alloc(bytes)?, raw.alloc(bytes)?, raw.alloc(bytes)?);
@@ -1147,7 +647,7 @@ async fn bandwidth(raw: &mut RawCuda, guest: &mut Guest, seed: u64) -> BenchResu
         ArgDescriptor::i32(VADD_N as i32),
     ];
     let guest_vadd = guest.load(VADD_PTX, "vadd", GUEST_ARGS_VADD, &args).await?;
-    guest.prefetch_to_device(ga, 3 * bytes).await?;
+    guest.prefetch(ga, 3 * bytes, PrefetchTo::Device).await?;
 
     // Warm-up: one launch each (the guest's also waits for the prefetch).
     guest.launch_many(guest_vadd, 1, grid, VADD_BLOCK).await?;
@@ -1204,131 +704,20 @@ async fn bandwidth(raw: &mut RawCuda, guest: &mut Guest, seed: u64) -> BenchResu
 }
 
 // ---------------------------------------------------------------------------
-// Statistics, rows, the table and the JSON record.
-
-fn sorted(samples: &[f64]) -> Vec<f64> {
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    s
-}
-
-fn median(samples: &[f64]) -> f64 {
-    let s = sorted(samples);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
-
-/// The nearest-rank percentile `q` (0..=100).
-fn percentile(samples: &[f64], q: f64) -> f64 {
-    let s = sorted(samples);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (q / 100.0 * s.len() as f64).ceil() as usize;
-    s[rank.clamp(1, s.len()) - 1]
-}
-
-/// A ratio of one row's median to another's.
-struct Ratio {
-    to: String,
-    value: f64,
-}
-
-/// One measurement: its samples and what is reported about them.
-struct Row {
-    id: String,
-    name: String,
-    unit: &'static str,
-    samples: Vec<f64>,
-    p99: bool,
-    cpu_percent: Option<f64>,
-    cpu_us: Vec<f64>,
-    ratio: Option<Ratio>,
-    targets: Vec<Target>,
-}
-
-impl Row {
-    fn new(
-        id: impl Into<String>,
-        name: impl Into<String>,
-        unit: &'static str,
-        samples: Vec<f64>,
-    ) -> Row {
-        Row {
-            id: id.into(),
-            name: name.into(),
-            unit,
-            samples,
-            p99: false,
-            cpu_percent: None,
-            cpu_us: Vec::new(),
-            ratio: None,
-            targets: Vec::new(),
-        }
-    }
-
-    fn with_p99(mut self) -> Row {
-        self.p99 = true;
-        self
-    }
-
-    fn with_cpu(mut self, percent: Option<f64>, cpu_us: Vec<f64>) -> Row {
-        self.cpu_percent = percent;
-        self.cpu_us = cpu_us;
-        self
-    }
-
-    fn ratio_to(mut self, to: &str, other_median: f64) -> Row {
-        self.ratio = Some(Ratio {
-            to: to.to_string(),
-            value: median(&self.samples) / other_median,
-        });
-        self
-    }
-
-    fn target(mut self, text: &'static str, met: bool) -> Row {
-        self.targets.push(Target { text, met });
-        self
-    }
-}
+// The table and the JSON record.
 
 fn table(rows: &[Row]) -> String {
-    let name_width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0);
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<name_width$}  {:>14}  {:>12}  {:>6}  {:>6}  target (met?)",
-        "measurement", "median", "p99", "CPU %", "ratio"
-    );
-    for r in rows {
-        let median = format!("{:.2} {}", median(&r.samples), r.unit);
-        let p99 = if r.p99 {
-            format!("{:.2} {}", percentile(&r.samples, 99.0), r.unit)
-        } else {
-            "-".into()
-        };
-        let cpu = r.cpu_percent.map_or("-".into(), |c| format!("{c:.1}"));
-        let ratio = r
-            .ratio
-            .as_ref()
-            .map_or("-".into(), |q| format!("{:.2}x", q.value));
-        let targets: Vec<String> = r
-            .targets
-            .iter()
-            .map(|t| format!("{} ({})", t.text, if t.met { "met" } else { "MISSED" }))
-            .collect();
-        let line = format!(
-            "{:<name_width$}  {median:>14}  {p99:>12}  {cpu:>6}  {ratio:>6}  {}",
-            r.name,
-            targets.join(", ")
-        );
-        let _ = writeln!(out, "{}", line.trim_end());
-    }
-    out.push_str("ratio: this row's median over the raw row it is compared with (see the JSON)\n");
-    out
+    let columns = [
+        Column::median(14),
+        Column::p99(12),
+        Column::cpu_percent(6),
+        Column::ratio(6),
+    ];
+    common::rows::table(
+        rows,
+        &columns,
+        "ratio: this row's median over the raw row it is compared with (see the JSON)\n",
+    )
 }
 
 /// The JSON record: every sample, and what produced it.
@@ -1361,28 +750,6 @@ struct Config {
     vadd_launches: usize,
     vadd_reps: usize,
     guest_memory_limit_bytes: usize,
-}
-
-/// One row in the record; numbers to 4 decimals, a non-finite one `null`.
-#[derive(Serialize)]
-struct RowRecord<'a> {
-    id: &'a str,
-    name: &'a str,
-    unit: &'static str,
-    median: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    p99: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cpu_percent: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ratio: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ratio_to: Option<&'a str>,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    targets: &'a [Target],
-    samples: Vec<f64>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    cpu_us: Vec<f64>,
 }
 
 impl<'a> Record<'a> {
@@ -1427,111 +794,10 @@ impl<'a> Record<'a> {
                 "raw modules are loaded with cuModuleLoadDataEx and no options: sys.rs has no \
                  cuModuleLoadData",
             ],
-            rows: rows.iter().map(RowRecord::new).collect(),
-        }
-    }
-}
-
-impl<'a> RowRecord<'a> {
-    fn new(r: &'a Row) -> RowRecord<'a> {
-        let four = |x: f64| common::round(x, 4);
-        RowRecord {
-            id: &r.id,
-            name: &r.name,
-            unit: r.unit,
-            median: four(median(&r.samples)),
-            p99: r.p99.then(|| four(percentile(&r.samples, 99.0))),
-            cpu_percent: r.cpu_percent.map(four),
-            ratio: r.ratio.as_ref().map(|q| four(q.value)),
-            ratio_to: r.ratio.as_ref().map(|q| q.to.as_str()),
-            targets: &r.targets,
-            samples: rounded(&r.samples, 4),
-            cpu_us: rounded(&r.cpu_us, 4),
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The process: CPU time, seed, command line, date.
-
-/// The process's CPU time, user + system, all threads (the driver's
-/// callback thread included): `getrusage(RUSAGE_SELF)`.
-#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-fn process_cpu_time() -> Option<Duration> {
-    use std::ffi::c_int;
-
-    /// `struct timeval` on 64-bit Linux.
-    #[repr(C)]
-    #[derive(Default)]
-    struct Timeval {
-        tv_sec: i64,
-        tv_usec: i64,
-    }
-
-    /// `struct rusage` on 64-bit Linux: two timevals, then 14 `long`s.
-    #[repr(C)]
-    #[derive(Default)]
-    struct Rusage {
-        ru_utime: Timeval,
-        ru_stime: Timeval,
-        counters: [i64; 14],
-    }
-
-    // The workspace gives this crate no `libc`; the C library std links
-    // against provides the symbol.
-    unsafe extern "C" {
-        fn getrusage(who: c_int, usage: *mut Rusage) -> c_int;
-    }
-    const RUSAGE_SELF: c_int = 0;
-
-    let mut usage = Rusage::default();
-    // SAFETY: `usage` is a writable `struct rusage` with the 64-bit Linux
-    // layout declared above; getrusage only writes it.
-    if unsafe { getrusage(RUSAGE_SELF, &mut usage) } != 0 {
-        return None;
-    }
-    let time = |tv: &Timeval| {
-        Duration::from_secs(tv.tv_sec.max(0) as u64)
-            + Duration::from_micros(tv.tv_usec.max(0) as u64)
-    };
-    Some(time(&usage.ru_utime) + time(&usage.ru_stime))
-}
-
-/// Not measured off 64-bit Linux: the CPU column stays empty.
-#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
-fn process_cpu_time() -> Option<Duration> {
-    None
-}
-
-/// SplitMix64: small, fast, and the same stream for the same seed.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
-/// `GUEST_OVERHEAD_SEED`, or one made from the clock and the process id.
-fn seed() -> BenchResult<u64> {
-    match std::env::var("GUEST_OVERHEAD_SEED") {
-        Ok(text) => {
-            let t = text.trim();
-            let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => t.parse(),
-            };
-            parsed.map_err(|e| format!("GUEST_OVERHEAD_SEED={text:?} is not a u64: {e}"))
-        }
-        Err(_) => {
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            Ok(SplitMix64(nanos ^ u64::from(std::process::id()) << 32).next())
+            rows: rows
+                .iter()
+                .map(|r| RowRecord::new(r, RowFields::Latency))
+                .collect(),
         }
     }
 }

@@ -53,34 +53,51 @@
 //! `TENSORWASM_LIBCUDA` (the driver library, for both sides),
 //! `CUDA_CACHE_DISABLE` (the driver's on-disk JIT cache; the bench sets it
 //! to 1 when it is unset, so that every first `kernel_get` really compiles).
+//!
+//! This file is what is measured; `wasm_kernels/` holds the bench's guest
+//! (`guest.rs`), its inputs and output checks (`check.rs`) and its table
+//! and record (`record.rs`); the harness is `common/`.
 
+#[path = "wasm_kernels/check.rs"]
+mod check;
 mod common;
+#[path = "wasm_kernels/guest.rs"]
+mod guest;
+#[path = "wasm_kernels/record.rs"]
+mod record;
 
-use common::{DeviceRecord, Target, command_line, driver_version, round, rounded, utc_timestamp};
-use serde::Serialize;
+use common::{
+    BenchResult, NoDevice,
+    baseline::{RawCuda, RawKernel},
+    command_line, driver_version,
+    guest::{GUEST_DATA, PrefetchTo, wasm_error},
+    inputs::seed,
+    main_on_device,
+    rows::Row,
+    stats::median,
+    timing::{ms, us},
+    utc_timestamp,
+};
 use std::{
-    ffi::{CStr, CString, c_char, c_void},
-    fmt::Write as _,
-    num::NonZero,
     process::ExitCode,
-    ptr,
-    sync::Arc,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
+use check::{check_outputs, fill_inputs};
+use guest::Guest;
+use record::{Record, TenantRecord, table};
 use tensorwasm_core::{
     DeviceInfo, GpuDriver,
-    abi::{ArgDescriptor, encode_args},
+    abi::ArgDescriptor,
     lower::{Lowerer, translate::translate_kernel},
-    quota::{QuotaLedger, TenantQuota},
+    quota::TenantQuota,
 };
-use tensorwasm_cuda::{CudaDriver, DEFAULT_LIBCUDA, JitCache, LIBCUDA_ENV, sys};
+use tensorwasm_cuda::{CudaDriver, JitCache, sys};
 use tensorwasm_embed::{
     kernel::{GuestModule, ptx_target},
-    runtime::{GuestRuntime, GuestState},
+    runtime::GuestRuntime,
     tenant::TenantConfig,
 };
-use wasmtime::{Memory, Store, TypedFunc};
 
 /// The bench guest: the Wasm kernels, the CPU loops, thin exports over the
 /// `wasi_cuda` imports.
@@ -139,54 +156,14 @@ const SMALL_GUEST_MEMORY_LIMIT: usize = 16 << 20;
 /// The device's JIT cache switch, read by the driver in `cuInit`.
 const JIT_CACHE_ENV: &str = "CUDA_CACHE_DISABLE";
 
-/// Guest memory layout (the guest keeps its out-slots below 64). Each
-/// kernel's argument descriptors get 256 bytes from `GUEST_ARGS` on
+/// Where the kernels' argument descriptors go in guest memory (between
+/// `common::guest`'s name and PTX): 256 bytes each from here on
 /// ([`args_at`]; 24 bytes a descriptor, the loop's six take 144).
-const GUEST_NAME: u32 = 512;
 const GUEST_ARGS: u32 = 1024;
-const GUEST_PTX: u32 = 4096;
-const GUEST_DATA: u32 = 65536;
-const WASM_PAGE: usize = 65536;
-
-/// Inputs at the start of both vectors, before the random ones: subnormals
-/// (the smallest, whose 1.5x rounds), a value whose sum overflows, the
-/// extremes, inexact fractions. Both vectors hold the same value at each
-/// index, so every sum and every SAXPY step keeps one sign: no inf - inf,
-/// hence no NaN, whose bits Wasm leaves open.
-const EDGE_VALUES: [f32; 10] = [
-    f32::from_bits(0x0000_0001),
-    f32::from_bits(0x8040_0000),
-    f32::MIN_POSITIVE,
-    -1.0,
-    3.0e38,
-    f32::MAX,
-    -f32::MAX,
-    1.0e-30,
-    0.1,
-    -7.5e-3,
-];
-
-type BenchResult<T> = Result<T, String>;
 
 fn main() -> ExitCode {
     let jit_cache = disable_jit_cache();
-    let driver = match CudaDriver::new(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!(
-                "wasm_kernels: needs a CUDA device, and none is usable here; nothing measured.\n\
-                 CudaDriver::new(0): {e}"
-            );
-            return ExitCode::from(2);
-        }
-    };
-    match run(driver, &jit_cache) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("wasm_kernels: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    main_on_device("wasm_kernels", NoDevice::Fail, |d| run(d, &jit_cache))
 }
 
 /// Turns the driver's on-disk JIT cache off unless the environment says
@@ -208,8 +185,8 @@ fn disable_jit_cache() -> String {
     }
 }
 
-fn run(driver: CudaDriver, jit_cache: &str) -> BenchResult<()> {
-    let seed = seed()?;
+fn run(driver: &CudaDriver, jit_cache: &str) -> BenchResult<()> {
+    let seed = seed("WASM_KERNELS_SEED")?;
     let info = driver.device().clone();
     let command = command_line();
     let date = utc_timestamp();
@@ -235,20 +212,16 @@ fn run(driver: CudaDriver, jit_cache: &str) -> BenchResult<()> {
              kernels)..."
         );
         let mut rows = {
-            let runtime = GuestRuntime::new(driver.clone(), GUEST_MEMORY_LIMIT)
-                .map_err(wasm_error("building the guest runtime"))?;
-            let module = runtime
-                .compile(GUEST_WAT)
-                .map_err(wasm_error("compiling wasm_kernels.wat"))?;
+            let (runtime, module) = guest_runtime(driver.clone(), GUEST_MEMORY_LIMIT)?;
             gpu_throughput(&mut raw, &runtime, &module, seed).await?
             // The guests (their memory, modules, streams) and the raw
             // buffers are gone here.
         };
         println!("measuring the vector add and SAXPY in wasmtime on one CPU core...");
-        let cpu = cpu_bandwidth(&driver, seed, &rows).await?;
+        let cpu = cpu_bandwidth(driver, seed, &rows).await?;
         rows.extend(cpu);
         println!("measuring kernel_get (translate, lower, load) and its cache...");
-        let (kernel_get_rows, lowered_ptx) = kernel_get_time(&mut raw, &driver).await?;
+        let (kernel_get_rows, lowered_ptx) = kernel_get_time(&mut raw, driver).await?;
         BenchResult::Ok((rows, kernel_get_rows, lowered_ptx))
     })?;
     drop(raw);
@@ -278,6 +251,20 @@ fn run(driver: CudaDriver, jit_cache: &str) -> BenchResult<()> {
     let path = common::write_record("wasm_kernels.json", &record)?;
     println!("raw numbers: {}", path.display());
     Ok(())
+}
+
+/// A runtime on `driver` whose guests' memory may grow to `limit`, and
+/// the bench guest compiled for it.
+fn guest_runtime(
+    driver: CudaDriver,
+    limit: usize,
+) -> BenchResult<(GuestRuntime<CudaDriver>, GuestModule)> {
+    let runtime =
+        GuestRuntime::new(driver, limit).map_err(wasm_error("building a guest runtime"))?;
+    let module = runtime
+        .compile(GUEST_WAT)
+        .map_err(wasm_error("compiling wasm_kernels.wat"))?;
+    Ok((runtime, module))
 }
 
 // ---------------------------------------------------------------------------
@@ -735,8 +722,6 @@ async fn kernel_get_time(
     driver: &CudaDriver,
 ) -> BenchResult<(Vec<Row>, Vec<(Op, String)>)> {
     let lowerer = ptx_target(driver.device()).map_err(|e| format!("the PTX target: {e}"))?;
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
     let mut rows = Vec::new();
     let mut lowered_ptx = Vec::new();
     // The first `kernel_get`s compile (no JIT cache); the warm ones load
@@ -749,11 +734,7 @@ async fn kernel_get_time(
         let index = op.kernel_index();
         let mut s = KernelGetSamples::default();
         for rep in 0..KERNEL_GET_WARMUP + KERNEL_GET_REPS {
-            let runtime = GuestRuntime::new(cold.clone(), SMALL_GUEST_MEMORY_LIMIT)
-                .map_err(wasm_error("building a guest runtime"))?;
-            let module = runtime
-                .compile(GUEST_WAT)
-                .map_err(wasm_error("compiling wasm_kernels.wat"))?;
+            let (runtime, module) = guest_runtime(cold.clone(), SMALL_GUEST_MEMORY_LIMIT)?;
             // Each store's first call sets up its fiber stack, and the first
             // touch of its memory (managed: a page fault the driver serves)
             // is the store's cost, not kernel_get's: neither is in the
@@ -761,12 +742,12 @@ async fn kernel_get_time(
             let mut first = Guest::new(&runtime, &module).await?;
             first.nop().await?;
             first.touch_out_slots()?;
-            let first_time = first.get_kernel_timed(index).await?;
+            let first_time = first.get_kernel(index).await?.1;
             let mut second = Guest::new(&runtime, &module).await?;
             second.nop().await?;
             let first_touch_time = second.touch_out_slots()?;
             let empty_call_time = second.nop().await?;
-            let cached_time = second.get_kernel_timed(index).await?;
+            let cached_time = second.get_kernel(index).await?.1;
             let lowerings = runtime.kernel_cache().lowerings();
             if lowerings != 1 {
                 return Err(format!(
@@ -775,15 +756,12 @@ async fn kernel_get_time(
                 ));
             }
 
-            let warm_runtime = GuestRuntime::new(warm.clone(), SMALL_GUEST_MEMORY_LIMIT)
-                .map_err(wasm_error("building a guest runtime"))?;
-            let warm_module = warm_runtime
-                .compile(GUEST_WAT)
-                .map_err(wasm_error("compiling wasm_kernels.wat"))?;
+            let (warm_runtime, warm_module) =
+                guest_runtime(warm.clone(), SMALL_GUEST_MEMORY_LIMIT)?;
             let mut fresh = Guest::new(&warm_runtime, &warm_module).await?;
             fresh.nop().await?;
             fresh.touch_out_slots()?;
-            let warm_jit_time = fresh.get_kernel_timed(index).await?;
+            let warm_jit_time = fresh.get_kernel(index).await?.1;
 
             let start = Instant::now();
             let translated = translate_kernel(module.source().wasm(), index)
@@ -869,1107 +847,4 @@ async fn kernel_get_time(
     }
     let _ = std::fs::remove_dir_all(&jit_dir);
     Ok((rows, lowered_ptx))
-}
-
-// ---------------------------------------------------------------------------
-// Inputs and checks.
-
-/// The SplitMix64 finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// SplitMix64's increment.
-const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
-
-/// Element `i` of input vector `vector` (0: a, also x; 1: b): an edge value
-/// at the start, then random floats in [1, 2) (never zero), the
-/// `vector * N + i`-th output of SplitMix64 from `seed`, so any element can
-/// be made again without the ones before it.
-fn input(seed: u64, vector: usize, i: usize) -> f32 {
-    if let Some(&edge) = EDGE_VALUES.get(i) {
-        return edge;
-    }
-    let step = (vector * N + i) as u64 + 1;
-    let z = mix(seed.wrapping_add(step.wrapping_mul(GOLDEN_GAMMA)));
-    f32::from_bits(0x3f80_0000 | (z >> 41) as u32)
-}
-
-/// Writes input vector `vector` as little-endian floats.
-fn fill_inputs(seed: u64, vector: usize, out: &mut [u8]) {
-    for (i, chunk) in out.chunks_exact_mut(4).enumerate() {
-        chunk.copy_from_slice(&input(seed, vector, i).to_le_bytes());
-    }
-}
-
-fn f32_at(bytes: &[u8], i: usize) -> f32 {
-    let at = 4 * i;
-    f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-}
-
-/// Elements `start..start + want.len()` of `op`'s output, computed in f32
-/// on the CPU: `a + b` for the vector add; for the SAXPY (which runs over
-/// the vector add's output), `applications` steps of `y = alpha * x + y`
-/// from `y = a + b`; for the loop, [`LOOP_ITERS`] steps of `x = x * a + b`
-/// from `x = a` (whatever `applications`: every launch starts again from
-/// `a`). Each step is a multiply then an add (Rust never contracts them
-/// into an fma). `x` is scratch of the same length.
-fn expected(op: Op, seed: u64, applications: usize, start: usize, want: &mut [f32], x: &mut [f32]) {
-    if op == Op::Loop {
-        for (j, w) in want.iter_mut().enumerate() {
-            *w = input(seed, 0, start + j);
-        }
-        // Step by step over the whole chunk, so the compiler can run the
-        // elements' independent chains side by side.
-        for _ in 0..LOOP_ITERS {
-            for w in want.iter_mut() {
-                let product = *w * LOOP_A;
-                *w = product + LOOP_B;
-            }
-        }
-        return;
-    }
-    for (j, (w, x)) in want.iter_mut().zip(x.iter_mut()).enumerate() {
-        let (a, b) = (input(seed, 0, start + j), input(seed, 1, start + j));
-        *w = a + b;
-        *x = a;
-    }
-    if op == Op::Saxpy {
-        for _ in 0..applications {
-            for (y, &x) in want.iter_mut().zip(x.iter()) {
-                let product = ALPHA * x;
-                *y += product;
-            }
-        }
-    }
-}
-
-/// The first element found wrong, and in which output.
-struct Wrong {
-    output: usize,
-    element: usize,
-    want: f32,
-    got: f32,
-}
-
-/// Elements made at once per thread by [`check_outputs`].
-const CHECK_CHUNK: usize = 16 << 10;
-
-/// Checks every element of each output (`op.elements()` little-endian
-/// floats) against [`expected`], bit for bit, on all cores.
-fn check_outputs(
-    op: Op,
-    seed: u64,
-    applications: usize,
-    outputs: &[(&str, &[u8])],
-) -> BenchResult<()> {
-    let n = op.elements();
-    if let Some((side, out)) = outputs.iter().find(|(_, out)| out.len() != n * 4) {
-        return Err(format!(
-            "{side}: {} bytes to check, not {}",
-            out.len(),
-            n * 4
-        ));
-    }
-    let threads = std::thread::available_parallelism().map_or(1, NonZero::get);
-    let per_thread = n.div_ceil(threads);
-    let found: Vec<Option<Wrong>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|t| {
-                scope.spawn(move || {
-                    let (mut at, end) = (t * per_thread, ((t + 1) * per_thread).min(n));
-                    let (mut want, mut x) = (vec![0f32; CHECK_CHUNK], vec![0f32; CHECK_CHUNK]);
-                    while at < end {
-                        let len = CHECK_CHUNK.min(end - at);
-                        let want = &mut want[..len];
-                        expected(op, seed, applications, at, want, &mut x[..len]);
-                        for (output, (_, out)) in outputs.iter().enumerate() {
-                            for (j, w) in want.iter().enumerate() {
-                                let got = f32_at(out, at + j);
-                                if got.to_bits() != w.to_bits() {
-                                    let (want, element) = (*w, at + j);
-                                    return Some(Wrong {
-                                        output,
-                                        element,
-                                        want,
-                                        got,
-                                    });
-                                }
-                            }
-                        }
-                        at += len;
-                    }
-                    None
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .map_err(|_| "a checking thread panicked".to_string())
-            })
-            .collect::<BenchResult<_>>()
-    })?;
-    match found.into_iter().flatten().min_by_key(|w| w.element) {
-        None => Ok(()),
-        Some(w) => {
-            let (x, y) = (input(seed, 0, w.element), input(seed, 1, w.element));
-            let inputs = match op {
-                Op::Vadd => format!("inputs {x:e} and {y:e}"),
-                Op::Saxpy => format!("inputs {x:e} and {y:e}, {applications} steps"),
-                Op::Loop => format!("input {x:e}, {LOOP_ITERS} steps"),
-            };
-            Err(format!(
-                "{} {} is wrong at element {} ({inputs}): want {:e} ({:#010x}), got {:e} \
-                 ({:#010x})",
-                outputs[w.output].0,
-                op.label(),
-                w.element,
-                w.want,
-                w.want.to_bits(),
-                w.got,
-                w.got.to_bits(),
-            ))
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The raw side.
-
-/// Device 0's primary context and one stream, driven through
-/// `tensorwasm_cuda::sys` with no layer in between.
-struct RawCuda {
-    lib: sys::CudaLib,
-    device: sys::CUdevice,
-    ctx: sys::CUcontext,
-    stream: sys::CUstream,
-    modules: Vec<sys::CUmodule>,
-}
-
-/// A kernel of the raw side and its parameters, packed as `cuLaunchKernel`
-/// reads them: one 8-byte slot per parameter, and an array of pointers to
-/// the slots.
-struct RawKernel {
-    function: sys::CUfunction,
-    _slots: Box<[u64]>,
-    ptrs: Box<[*mut c_void]>,
-}
-
-impl RawKernel {
-    fn new(function: sys::CUfunction, params: &[u64]) -> RawKernel {
-        let mut slots: Box<[u64]> = params.into();
-        // The slots live on the heap, so the pointers stay valid when the
-        // box moves into the struct. A 4-byte parameter is read from the low
-        // (first, little-endian) half of its slot.
-        let ptrs = slots
-            .iter_mut()
-            .map(|s| ptr::from_mut(s).cast::<c_void>())
-            .collect();
-        RawKernel {
-            function,
-            _slots: slots,
-            ptrs,
-        }
-    }
-}
-
-/// A `cuMemAlloc` buffer, freed on drop.
-struct RawBuffer<'a> {
-    raw: &'a RawCuda,
-    ptr: sys::CUdeviceptr,
-    bytes: usize,
-}
-
-impl Drop for RawBuffer<'_> {
-    fn drop(&mut self) {
-        // SAFETY: allocated by `RawCuda::alloc`, freed once; the stream was
-        // synchronized after the last kernel that used it.
-        let _ = unsafe { self.raw.lib.cuMemFree_v2(self.ptr) };
-    }
-}
-
-impl RawCuda {
-    /// Loads the driver library as `tensorwasm_cuda` does, retains device 0's
-    /// primary context (the one `CudaDriver::new(0)` uses), makes it current
-    /// and creates a stream (blocking, like the guest's).
-    fn open() -> BenchResult<RawCuda> {
-        let library = std::env::var(LIBCUDA_ENV).unwrap_or_else(|_| DEFAULT_LIBCUDA.to_string());
-        // SAFETY: loading libcuda runs its initialisers, which have no
-        // preconditions; symbols are resolved into Results (checked below).
-        let lib = unsafe { sys::CudaLib::new(&library) }
-            .map_err(|e| format!("loading {library}: {e}"))?;
-        let symbols = [
-            ("cuGetErrorName", lib.cuGetErrorName.is_ok()),
-            ("cuInit", lib.cuInit.is_ok()),
-            ("cuDeviceGet", lib.cuDeviceGet.is_ok()),
-            (
-                "cuDevicePrimaryCtxRetain",
-                lib.cuDevicePrimaryCtxRetain.is_ok(),
-            ),
-            (
-                "cuDevicePrimaryCtxRelease_v2",
-                lib.cuDevicePrimaryCtxRelease_v2.is_ok(),
-            ),
-            ("cuCtxSetCurrent", lib.cuCtxSetCurrent.is_ok()),
-            ("cuModuleLoadDataEx", lib.cuModuleLoadDataEx.is_ok()),
-            ("cuModuleGetFunction", lib.cuModuleGetFunction.is_ok()),
-            ("cuModuleUnload", lib.cuModuleUnload.is_ok()),
-            ("cuStreamCreate", lib.cuStreamCreate.is_ok()),
-            ("cuStreamSynchronize", lib.cuStreamSynchronize.is_ok()),
-            ("cuStreamDestroy_v2", lib.cuStreamDestroy_v2.is_ok()),
-            ("cuLaunchKernel", lib.cuLaunchKernel.is_ok()),
-            ("cuMemAlloc_v2", lib.cuMemAlloc_v2.is_ok()),
-            ("cuMemFree_v2", lib.cuMemFree_v2.is_ok()),
-            ("cuMemcpyHtoD_v2", lib.cuMemcpyHtoD_v2.is_ok()),
-            ("cuMemcpyDtoH_v2", lib.cuMemcpyDtoH_v2.is_ok()),
-        ];
-        let missing: Vec<&str> = symbols
-            .iter()
-            .filter(|(_, ok)| !ok)
-            .map(|(name, _)| *name)
-            .collect();
-        if !missing.is_empty() {
-            return Err(format!("{library} lacks {}", missing.join(", ")));
-        }
-        let mut raw = RawCuda {
-            lib,
-            device: 0,
-            ctx: ptr::null_mut(),
-            stream: ptr::null_mut(),
-            modules: Vec::new(),
-        };
-        // SAFETY: cuInit takes only its flags, which must be 0.
-        raw.check("cuInit", unsafe { raw.lib.cuInit(0) })?;
-        let mut device = 0;
-        // SAFETY: the out-pointer is a live local.
-        raw.check("cuDeviceGet", unsafe {
-            raw.lib.cuDeviceGet(&mut device, 0)
-        })?;
-        raw.device = device;
-        let mut ctx = ptr::null_mut();
-        // SAFETY: the out-pointer is a live local; `device` came from the driver.
-        let status = unsafe { raw.lib.cuDevicePrimaryCtxRetain(&mut ctx, device) };
-        raw.check("cuDevicePrimaryCtxRetain", status)?;
-        raw.ctx = ctx;
-        // SAFETY: `ctx` is retained until `raw` drops.
-        raw.check("cuCtxSetCurrent", unsafe { raw.lib.cuCtxSetCurrent(ctx) })?;
-        let mut stream = ptr::null_mut();
-        let flags = sys::CUstream_flags_enum::CU_STREAM_DEFAULT.0;
-        // SAFETY: the out-pointer is a live local; the context is current.
-        let status = unsafe { raw.lib.cuStreamCreate(&mut stream, flags) };
-        raw.check("cuStreamCreate", status)?;
-        raw.stream = stream;
-        Ok(raw)
-    }
-
-    /// `Ok` for `CUDA_SUCCESS`, else the call's name and the error's.
-    fn check(&self, call: &str, status: sys::CUresult) -> BenchResult<()> {
-        if status == sys::CUresult::CUDA_SUCCESS {
-            return Ok(());
-        }
-        let mut name: *const c_char = ptr::null();
-        // SAFETY: cuGetErrorName takes any code and writes a pointer to a
-        // static string, or fails and leaves `name` null.
-        let named = unsafe { self.lib.cuGetErrorName(status, &mut name) };
-        let name = if named == sys::CUresult::CUDA_SUCCESS && !name.is_null() {
-            // SAFETY: the driver's static, NUL-terminated error name.
-            unsafe { CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned()
-        } else {
-            "an unknown error".to_string()
-        };
-        Err(format!("{call} failed: {name} ({})", status.0))
-    }
-
-    /// Loads PTX text (the driver JIT-compiles it) and looks up one kernel
-    /// (`cuModuleLoadDataEx` without JIT options: `sys.rs` has no
-    /// `cuModuleLoadData`, and this is the same call with zero options).
-    fn load(&mut self, ptx: &str, name: &str) -> BenchResult<sys::CUfunction> {
-        let image = CString::new(ptx).map_err(|e| format!("PTX of `{name}`: {e}"))?;
-        let mut module = ptr::null_mut();
-        // SAFETY: `image` is NUL-terminated PTX text that outlives the call;
-        // no options are passed (count 0, null arrays).
-        let status = unsafe {
-            self.lib.cuModuleLoadDataEx(
-                &mut module,
-                image.as_ptr().cast(),
-                0,
-                ptr::null_mut(),
-                ptr::null_mut(),
-            )
-        };
-        self.check("cuModuleLoadDataEx", status)?;
-        self.modules.push(module);
-        let cname = CString::new(name).map_err(|e| format!("kernel name {name:?}: {e}"))?;
-        let mut function = ptr::null_mut();
-        // SAFETY: `module` was loaded above; `cname` is NUL-terminated.
-        let status = unsafe {
-            self.lib
-                .cuModuleGetFunction(&mut function, module, cname.as_ptr())
-        };
-        self.check("cuModuleGetFunction", status)?;
-        Ok(function)
-    }
-
-    /// Queues `kernel` on the stream, 1-D.
-    ///
-    /// # Safety
-    /// What the kernel's parameters point at must stay allocated until it
-    /// has finished.
-    #[inline]
-    unsafe fn launch(&self, kernel: &mut RawKernel, grid: u32, block: u32) -> BenchResult<()> {
-        // SAFETY: the stream and function are live; `ptrs` holds one
-        // pointer per kernel parameter to a slot that outlives the call (the
-        // driver copies them); what the kernel touches is the caller's.
-        let status = unsafe {
-            self.lib.cuLaunchKernel(
-                kernel.function,
-                grid,
-                1,
-                1,
-                block,
-                1,
-                1,
-                0,
-                self.stream,
-                kernel.ptrs.as_mut_ptr(),
-                ptr::null_mut(),
-            )
-        };
-        self.check("cuLaunchKernel", status)
-    }
-
-    /// Blocks until the stream is idle.
-    #[inline]
-    fn synchronize(&self) -> BenchResult<()> {
-        // SAFETY: the stream is live.
-        let status = unsafe { self.lib.cuStreamSynchronize(self.stream) };
-        self.check("cuStreamSynchronize", status)
-    }
-
-    fn alloc(&self, bytes: usize) -> BenchResult<RawBuffer<'_>> {
-        let mut dptr = 0;
-        // SAFETY: the out-pointer is a live local; the context is current.
-        let status = unsafe { self.lib.cuMemAlloc_v2(&mut dptr, bytes) };
-        self.check("cuMemAlloc_v2", status)?;
-        Ok(RawBuffer {
-            raw: self,
-            ptr: dptr,
-            bytes,
-        })
-    }
-
-    fn copy_to(&self, dst: &RawBuffer<'_>, src: &[u8]) -> BenchResult<()> {
-        if src.len() != dst.bytes {
-            return Err(format!("copying {} bytes into {}", src.len(), dst.bytes));
-        }
-        // SAFETY: `dst` is a live allocation of `src.len()` bytes; `src` is
-        // readable for that long.
-        let status = unsafe {
-            self.lib
-                .cuMemcpyHtoD_v2(dst.ptr, src.as_ptr().cast(), src.len())
-        };
-        self.check("cuMemcpyHtoD_v2", status)
-    }
-
-    fn copy_from(&self, dst: &mut [u8], src: &RawBuffer<'_>) -> BenchResult<()> {
-        if dst.len() != src.bytes {
-            return Err(format!("copying {} bytes out of {}", src.bytes, dst.len()));
-        }
-        // SAFETY: `src` is a live allocation of `dst.len()` bytes; `dst` is
-        // writable for that long.
-        let status = unsafe {
-            self.lib
-                .cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src.ptr, dst.len())
-        };
-        self.check("cuMemcpyDtoH_v2", status)
-    }
-}
-
-impl Drop for RawCuda {
-    fn drop(&mut self) {
-        if self.ctx.is_null() {
-            return;
-        }
-        // SAFETY: `ctx` is still retained (released last, below).
-        let _ = unsafe { self.lib.cuCtxSetCurrent(self.ctx) };
-        if !self.stream.is_null() {
-            // Nothing may still run when the modules go.
-            let _ = self.synchronize();
-            // SAFETY: created in `open`, destroyed once, idle.
-            let _ = unsafe { self.lib.cuStreamDestroy_v2(self.stream) };
-        }
-        for module in self.modules.drain(..) {
-            // SAFETY: loaded by `load`, unloaded once; no kernel is running.
-            let _ = unsafe { self.lib.cuModuleUnload(module) };
-        }
-        // SAFETY: retained once in `open`, released once.
-        let _ = unsafe { self.lib.cuDevicePrimaryCtxRelease_v2(self.device) };
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The guest side.
-
-/// A kernel of the guest side: its function handle and where its argument
-/// descriptors are in guest memory.
-#[derive(Clone, Copy)]
-struct GuestKernel {
-    function: i64,
-    args_ptr: u32,
-    args_count: u32,
-}
-
-/// Where the guest's `prefetch` sends memory.
-#[derive(Clone, Copy)]
-enum PrefetchTo {
-    Device = 0,
-    Host = 1,
-}
-
-/// One instance of `wasm_kernels.wat` and its exports.
-struct Guest {
-    store: Store<GuestState<CudaDriver>>,
-    memory: Memory,
-    nop: TypedFunc<(), ()>,
-    get_kernel: TypedFunc<i32, i64>,
-    load_function: TypedFunc<(i32, i32, i32, i32), i64>,
-    launch_many: TypedFunc<(i64, i32, i32, i32, i32, i32), i32>,
-    sync: TypedFunc<(), i32>,
-    prefetch: TypedFunc<(i32, i32, i32), i32>,
-    vadd_loop: TypedFunc<(i32, i32, i32, i32), ()>,
-    saxpy_loop: TypedFunc<(f32, i32, i32, i32), ()>,
-}
-
-fn wasm_error(what: &str) -> impl FnOnce(wasmtime::Error) -> String + '_ {
-    move |e| format!("{what}: {e:#}")
-}
-
-fn guest_i32(value: usize, what: &str) -> BenchResult<i32> {
-    i32::try_from(value).map_err(|_| format!("{what} {value} does not fit an i32"))
-}
-
-impl Guest {
-    /// A trusted guest: no quota, one physical block per virtual block.
-    async fn new(runtime: &GuestRuntime<CudaDriver>, module: &GuestModule) -> BenchResult<Guest> {
-        let store = runtime.store().map_err(wasm_error("creating the store"))?;
-        Guest::instantiate(runtime, module, store).await
-    }
-
-    /// A guest in the context of the tenant `config`, with a ledger of its
-    /// own, as `Tenant::new` makes it.
-    async fn tenant(
-        runtime: &GuestRuntime<CudaDriver>,
-        module: &GuestModule,
-        config: &TenantConfig,
-    ) -> BenchResult<Guest> {
-        let ledger = Arc::new(QuotaLedger::new(config.quota));
-        let store = runtime
-            .tenant_store(config, ledger)
-            .map_err(wasm_error("creating the tenant's store"))?;
-        Guest::instantiate(runtime, module, store).await
-    }
-
-    async fn instantiate(
-        runtime: &GuestRuntime<CudaDriver>,
-        module: &GuestModule,
-        mut store: Store<GuestState<CudaDriver>>,
-    ) -> BenchResult<Guest> {
-        let instance = runtime
-            .instantiate(&mut store, module)
-            .await
-            .map_err(wasm_error("instantiating wasm_kernels.wat"))?;
-        let memory = instance
-            .get_memory(&mut store, "memory")
-            .ok_or("the guest exports no memory")?;
-        macro_rules! export {
-            ($name:literal) => {
-                instance
-                    .get_typed_func(&mut store, $name)
-                    .map_err(wasm_error(concat!("guest export `", $name, "`")))?
-            };
-        }
-        Ok(Guest {
-            nop: export!("nop"),
-            get_kernel: export!("get_kernel"),
-            load_function: export!("load_function"),
-            launch_many: export!("launch_many"),
-            sync: export!("sync"),
-            prefetch: export!("prefetch"),
-            vadd_loop: export!("vadd_loop"),
-            saxpy_loop: export!("saxpy_loop"),
-            store,
-            memory,
-        })
-    }
-
-    /// An export's result: `Ok` for errno 0, else the guest's last error.
-    fn check(&self, call: &str, result: wasmtime::Result<i32>) -> BenchResult<()> {
-        match result {
-            Ok(0) => Ok(()),
-            Ok(errno) => Err(format!(
-                "guest `{call}` returned errno {errno}: {}",
-                self.store.data().cuda.last_error()
-            )),
-            Err(e) => Err(format!("guest `{call}` trapped: {e:#}")),
-        }
-    }
-
-    /// A handle-returning export's result: the handle, else the guest's
-    /// last error.
-    fn handle(&self, call: &str, result: wasmtime::Result<i64>) -> BenchResult<i64> {
-        match result {
-            Ok(handle) if handle >= 0 => Ok(handle),
-            Ok(errno) => Err(format!(
-                "guest `{call}` returned errno {}: {}",
-                -errno,
-                self.store.data().cuda.last_error()
-            )),
-            Err(e) => Err(format!("guest `{call}` trapped: {e:#}")),
-        }
-    }
-
-    fn write(&mut self, at: u32, bytes: &[u8]) -> BenchResult<()> {
-        self.memory
-            .write(&mut self.store, at as usize, bytes)
-            .map_err(|e| format!("writing {} bytes of guest memory at {at}: {e}", bytes.len()))
-    }
-
-    /// `len` bytes of guest memory at `at`.
-    fn bytes(&self, at: u32, len: usize) -> BenchResult<&[u8]> {
-        self.memory
-            .data(&self.store)
-            .get(at as usize..at as usize + len)
-            .ok_or_else(|| format!("guest memory has no {len} bytes at {at}"))
-    }
-
-    /// `len` bytes of guest memory at `at`, writable.
-    fn bytes_mut(&mut self, at: u32, len: usize) -> BenchResult<&mut [u8]> {
-        self.memory
-            .data_mut(&mut self.store)
-            .get_mut(at as usize..at as usize + len)
-            .ok_or_else(|| format!("guest memory has no {len} bytes at {at}"))
-    }
-
-    /// Grows the guest's memory to at least `bytes`.
-    fn ensure(&mut self, bytes: usize) -> BenchResult<()> {
-        let have = self.memory.data_size(&self.store);
-        if bytes > have {
-            let pages = (bytes - have).div_ceil(WASM_PAGE) as u64;
-            self.memory
-                .grow(&mut self.store, pages)
-                .map_err(wasm_error("growing guest memory"))?;
-        }
-        Ok(())
-    }
-
-    /// The Wasm kernel of the guest's function `index` (`kernel_get`), with
-    /// `args` for it written at `args_ptr`.
-    async fn kernel(
-        &mut self,
-        index: u32,
-        args_ptr: u32,
-        args: &[ArgDescriptor],
-    ) -> BenchResult<GuestKernel> {
-        self.write(args_ptr, &encode_args(args))?;
-        let result = self
-            .get_kernel
-            .call_async(&mut self.store, index as i32)
-            .await;
-        Ok(GuestKernel {
-            function: self.handle("get_kernel", result)?,
-            args_ptr,
-            args_count: args.len() as u32,
-        })
-    }
-
-    /// Writes zeros over the out-slots (the first 64 bytes), the first
-    /// touch of a new store's memory; the write's time.
-    fn touch_out_slots(&mut self) -> BenchResult<Duration> {
-        let start = Instant::now();
-        self.write(0, &[0; 64])?;
-        Ok(start.elapsed())
-    }
-
-    /// One call of the `nop` export; the call's time.
-    async fn nop(&mut self) -> BenchResult<Duration> {
-        let start = Instant::now();
-        let result = self.nop.call_async(&mut self.store, ()).await;
-        let elapsed = start.elapsed();
-        result.map_err(wasm_error("guest `nop`"))?;
-        Ok(elapsed)
-    }
-
-    /// One `get_kernel` export call of function `index` (the import and
-    /// nothing else); the call's time.
-    async fn get_kernel_timed(&mut self, index: u32) -> BenchResult<Duration> {
-        let start = Instant::now();
-        let result = self
-            .get_kernel
-            .call_async(&mut self.store, index as i32)
-            .await;
-        let elapsed = start.elapsed();
-        self.handle("get_kernel", result)?;
-        Ok(elapsed)
-    }
-
-    /// Loads `ptx` through the guest, looks up `name`, and writes `args` for
-    /// it at `args_ptr`.
-    async fn load(
-        &mut self,
-        ptx: &str,
-        name: &str,
-        args_ptr: u32,
-        args: &[ArgDescriptor],
-    ) -> BenchResult<GuestKernel> {
-        self.write(GUEST_PTX, ptx.as_bytes())?;
-        self.write(GUEST_NAME, name.as_bytes())?;
-        self.write(args_ptr, &encode_args(args))?;
-        let params = (
-            GUEST_PTX as i32,
-            guest_i32(ptx.len(), "PTX length")?,
-            GUEST_NAME as i32,
-            guest_i32(name.len(), "name length")?,
-        );
-        let result = self.load_function.call_async(&mut self.store, params).await;
-        Ok(GuestKernel {
-            function: self.handle("load_function", result)?,
-            args_ptr,
-            args_count: args.len() as u32,
-        })
-    }
-
-    /// `k` launches of `kernel` on `grid` blocks of [`BLOCK`] threads, in
-    /// one export call, none waited for.
-    async fn launch_many(&mut self, kernel: GuestKernel, k: usize, grid: u32) -> BenchResult<()> {
-        let params = (
-            kernel.function,
-            guest_i32(k, "launch count")?,
-            grid as i32,
-            BLOCK as i32,
-            kernel.args_ptr as i32,
-            kernel.args_count as i32,
-        );
-        let result = self.launch_many.call_async(&mut self.store, params).await;
-        self.check("launch_many", result)
-    }
-
-    /// `k` launches of `kernel` on `grid` blocks, then the guest's `sync`.
-    async fn run(&mut self, kernel: GuestKernel, k: usize, grid: u32) -> BenchResult<()> {
-        self.launch_many(kernel, k, grid).await?;
-        self.sync().await
-    }
-
-    async fn sync(&mut self) -> BenchResult<()> {
-        let result = self.sync.call_async(&mut self.store, ()).await;
-        self.check("sync", result)
-    }
-
-    async fn prefetch(&mut self, at: u32, len: usize, to: PrefetchTo) -> BenchResult<()> {
-        let params = (at as i32, guest_i32(len, "prefetch length")?, to as i32);
-        let result = self.prefetch.call_async(&mut self.store, params).await;
-        self.check("prefetch", result)
-    }
-
-    /// One pass of the CPU vector add, `c = a + b`; the call's time.
-    async fn vadd_loop(&mut self, a: u32, b: u32, c: u32) -> BenchResult<Duration> {
-        let params = (a as i32, b as i32, c as i32, N as i32);
-        let start = Instant::now();
-        let result = self.vadd_loop.call_async(&mut self.store, params).await;
-        let elapsed = start.elapsed();
-        result.map_err(wasm_error("guest `vadd_loop`"))?;
-        Ok(elapsed)
-    }
-
-    /// One pass of the CPU SAXPY, `y = alpha * x + y`; the call's time.
-    async fn saxpy_loop(&mut self, x: u32, y: u32) -> BenchResult<Duration> {
-        let params = (ALPHA, x as i32, y as i32, N as i32);
-        let start = Instant::now();
-        let result = self.saxpy_loop.call_async(&mut self.store, params).await;
-        let elapsed = start.elapsed();
-        result.map_err(wasm_error("guest `saxpy_loop`"))?;
-        Ok(elapsed)
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Statistics, rows, the table and the JSON record.
-
-fn sorted(samples: &[f64]) -> Vec<f64> {
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    s
-}
-
-fn median(samples: &[f64]) -> f64 {
-    let s = sorted(samples);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
-
-fn min(samples: &[f64]) -> f64 {
-    sorted(samples).first().copied().unwrap_or(f64::NAN)
-}
-
-fn max(samples: &[f64]) -> f64 {
-    sorted(samples).last().copied().unwrap_or(f64::NAN)
-}
-
-/// One row's median over another's: `of` over `over` (row ids).
-struct Ratio {
-    of: String,
-    over: String,
-    value: f64,
-}
-
-/// One measurement: its samples and what is reported about them. The table
-/// shows the first ratio; the JSON has them all.
-struct Row {
-    id: String,
-    name: String,
-    unit: &'static str,
-    samples: Vec<f64>,
-    ratios: Vec<Ratio>,
-    targets: Vec<Target>,
-}
-
-impl Row {
-    fn new(
-        id: impl Into<String>,
-        name: impl Into<String>,
-        unit: &'static str,
-        samples: Vec<f64>,
-    ) -> Row {
-        Row {
-            id: id.into(),
-            name: name.into(),
-            unit,
-            samples,
-            ratios: Vec::new(),
-            targets: Vec::new(),
-        }
-    }
-
-    /// This row's median over row `over`'s.
-    fn ratio_to(mut self, over: &str, over_median: f64) -> Row {
-        self.ratios.push(Ratio {
-            of: self.id.clone(),
-            over: over.to_string(),
-            value: median(&self.samples) / over_median,
-        });
-        self
-    }
-
-    /// Row `of`'s median over this row's: how many times faster `of` is.
-    fn speedup_of(mut self, of: &str, of_median: f64) -> Row {
-        self.ratios.push(Ratio {
-            of: of.to_string(),
-            over: self.id.clone(),
-            value: of_median / median(&self.samples),
-        });
-        self
-    }
-
-    fn target(mut self, text: &'static str, met: bool) -> Row {
-        self.targets.push(Target { text, met });
-        self
-    }
-}
-
-fn table(rows: &[Row]) -> String {
-    let name_width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0);
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<name_width$}  {:>16}  {:>16}  {:>16}  {:>8}  target (met?)",
-        "measurement", "median", "min", "max", "ratio"
-    );
-    for r in rows {
-        let value = |x: f64| format!("{x:.2} {}", r.unit);
-        let ratio = r
-            .ratios
-            .first()
-            .map_or("-".into(), |q| format!("{:.2}x", q.value));
-        let targets: Vec<String> = r
-            .targets
-            .iter()
-            .map(|t| format!("{} ({})", t.text, if t.met { "met" } else { "MISSED" }))
-            .collect();
-        let line = format!(
-            "{:<name_width$}  {:>16}  {:>16}  {:>16}  {ratio:>8}  {}",
-            r.name,
-            value(median(&r.samples)),
-            value(min(&r.samples)),
-            value(max(&r.samples)),
-            targets.join(", ")
-        );
-        let _ = writeln!(out, "{}", line.trim_end());
-    }
-    out.push_str(
-        "ratio: GPU rows, this row's median over the raw row's (the JSON also has the Wasm \
-         kernel over the guest's hand PTX);\n       tenant rows, over the trusted guest's Wasm \
-         kernel row (what the launch share costs);\n       wasmtime rows, the guest Wasm \
-         kernel's median over this row's (its speedup over one CPU core)\n",
-    );
-    out
-}
-
-/// How the tenant's launches were sized.
-struct TenantRecord {
-    /// Its `launch_share_percent`.
-    share: u64,
-    /// The device's thread slots.
-    slots: u64,
-    /// Physical blocks of [`BLOCK`] threads in each of its Wasm-kernel
-    /// launches.
-    blocks: u64,
-    /// Its `launch_time_ns`.
-    launch_time_ns: u64,
-}
-
-/// The JSON record: every sample, and what produced it.
-#[derive(Serialize)]
-struct Record<'a> {
-    benchmark: &'static str,
-    date_utc: String,
-    command: String,
-    seed: u64,
-    jit_cache: &'a str,
-    device: DeviceRecord,
-    config: Config,
-    notes: [&'static str; 10],
-    /// Each operation's lowered Wasm kernel, by [`Op::id`], in [`OPS`] order.
-    #[serde(serialize_with = "common::ordered_object")]
-    lowered_ptx: Vec<(&'static str, &'a str)>,
-    rows: Vec<RowRecord<'a>>,
-}
-
-/// The settings the record was measured with; f32 values as their bits.
-#[derive(Serialize)]
-struct Config {
-    n: usize,
-    block: u32,
-    launches: usize,
-    reps: usize,
-    cpu_reps: usize,
-    kernel_get_warmup: usize,
-    kernel_get_reps: usize,
-    alpha: f32,
-    bytes_per_element: f64,
-    loop_n: usize,
-    loop_iters: u32,
-    loop_a_bits: String,
-    loop_b_bits: String,
-    guest_memory_limit_bytes: usize,
-    kernel_get_guest_memory_limit_bytes: usize,
-    vadd_kernel_index: u32,
-    saxpy_kernel_index: u32,
-    loop_kernel_index: u32,
-    tenant_launch_share_percent: u64,
-    tenant_launch_time_ns: u64,
-    thread_slots: u64,
-    tenant_physical_blocks: u64,
-    edge_value_bits: Vec<String>,
-}
-
-/// One row in the record; numbers to 4 decimals, a non-finite one `null`.
-#[derive(Serialize)]
-struct RowRecord<'a> {
-    id: &'a str,
-    name: &'a str,
-    unit: &'static str,
-    median: f64,
-    min: f64,
-    max: f64,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    ratios: Vec<RatioRecord<'a>>,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    targets: &'a [Target],
-    samples: Vec<f64>,
-}
-
-/// A [`Ratio`] in the record.
-#[derive(Serialize)]
-struct RatioRecord<'a> {
-    of: &'a str,
-    over: &'a str,
-    value: f64,
-}
-
-/// An f32's bits as the record writes them, `0x` and eight hex digits.
-fn f32_bits(x: f32) -> String {
-    format!("{:#010x}", x.to_bits())
-}
-
-impl<'a> Record<'a> {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        rows: &'a [Row],
-        info: &DeviceInfo,
-        date_utc: String,
-        command: String,
-        seed: u64,
-        jit_cache: &'a str,
-        lowered_ptx: &'a [(Op, String)],
-        tenant: &TenantRecord,
-    ) -> Record<'a> {
-        Record {
-            benchmark: "wasm_kernels",
-            date_utc,
-            command,
-            seed,
-            jit_cache,
-            device: DeviceRecord::new(info),
-            config: Config {
-                n: N,
-                block: BLOCK,
-                launches: LAUNCHES,
-                reps: REPS,
-                cpu_reps: CPU_REPS,
-                kernel_get_warmup: KERNEL_GET_WARMUP,
-                kernel_get_reps: KERNEL_GET_REPS,
-                alpha: ALPHA,
-                bytes_per_element: BYTES_PER_ELEMENT,
-                loop_n: LOOP_N,
-                loop_iters: LOOP_ITERS,
-                loop_a_bits: f32_bits(LOOP_A),
-                loop_b_bits: f32_bits(LOOP_B),
-                guest_memory_limit_bytes: GUEST_MEMORY_LIMIT,
-                kernel_get_guest_memory_limit_bytes: SMALL_GUEST_MEMORY_LIMIT,
-                vadd_kernel_index: VADD_KERNEL,
-                saxpy_kernel_index: SAXPY_KERNEL,
-                loop_kernel_index: LOOP_KERNEL,
-                tenant_launch_share_percent: tenant.share,
-                tenant_launch_time_ns: tenant.launch_time_ns,
-                thread_slots: tenant.slots,
-                tenant_physical_blocks: tenant.blocks,
-                edge_value_bits: EDGE_VALUES.iter().map(|&e| f32_bits(e)).collect(),
-            },
-            notes: [
-                "GPU rows: one sample per repetition of launches launches, then one synchronize \
-                 (for a guest its `sync` export, whose completion callback is in the window); vadd \
-                 and saxpy in GB/s = bytes_per_element * n * launches / seconds, loop in Giter/s = \
-                 loop_iters * loop_n * launches / seconds (an iteration is one f32 multiply and one \
-                 f32 add, so GFLOP/s is twice it); the four methods take turns within a \
-                 repetition, the first rotating; one untimed launch each before",
-                "guest rows run over the guest's linear memory (managed memory, prefetched to the \
-                 device with the guest's `prefetch` import before the warm-up); raw rows over \
-                 cuMemAlloc buffers; `guest hand PTX` launches the raw row's PTX through the guest \
-                 (module_load_ptx, function_get, launch with guest pointers), so Wasm kernel over \
-                 guest hand PTX is the lowering alone",
-                "Wasm kernels: $vadd_kernel, $saxpy_kernel and $loop_kernel of wasm_kernels.wat \
-                 (function indices in config), made by the guest's kernel_get and launched with \
-                 eight hidden parameters (memory base and length, status word, fuel, time limit, \
-                 the guest's grid); the lowered code checks every access against the memory's \
-                 length, reads the SM's cycle counter when a thread starts, at each virtual \
-                 block's start and at each loop header (after spending fuel), trapping past the \
-                 launch's time limit (lowered_ptx below); the hand PTX does none of this",
-                "loop: y = x after loop_iters steps of x = x * a + b (a = loop_a_bits, b = \
-                 loop_b_bits as f32), x the first loop_n elements of vector a, y a vector of each \
-                 method's own; every launch starts again from x, so the output does not depend on \
-                 the launch count; the hand PTX (kernels/bench/mul_add_loop.ptx) has the Wasm \
-                 loop's shape with mul.rn.f32 and add.rn.f32, which ptxas may unroll, while the Wasm \
-                 kernel's loop header carries the fuel and clock check on every iteration, and its \
-                 body a NaN test and canonicalization after each f32 operation",
-                "tenant rows: the same Wasm kernels launched by a second guest of the same runtime \
-                 whose store is an untrusted tenant's (GuestRuntime::tenant_store with \
-                 TenantConfig::untrusted, the default TenantQuota but guest memory up to \
-                 guest_memory_limit_bytes), over its own copy of the inputs: each launch runs on \
-                 tenant_physical_blocks physical blocks (tenant_launch_share_percent of \
-                 thread_slots, over block threads), each running every tenant_physical_blocks-th \
-                 of the guest's blocks as virtual blocks, with a time limit of \
-                 tenant_launch_time_ns; the trusted guest's launches have one physical block per \
-                 virtual block and no time limit (the checks still run); the first ratio is the \
-                 tenant row over the trusted guest's Wasm kernel row",
-                "checks: every output element of every method (raw, guest Wasm kernel, guest hand \
-                 PTX, tenant Wasm kernel, wasmtime) is compared bit for bit with f32 arithmetic on \
-                 the CPU after the timed runs; a mismatch ends the run before this file is written",
-                "SAXPY runs over the vector add's output: x = a, y starts as a + b, alpha = 1.5; \
-                 after k launches y has taken k steps of y = alpha * x + y (k = 1 + reps * \
-                 launches on the GPU, 1 + cpu_reps on the CPU), which the check replays in f32 on \
-                 the CPU, mul then add",
-                "wasmtime rows (vadd and saxpy only: the loop's loop_n * loop_iters dependent \
-                 steps would take most of a minute on one core): one export call is one pass over \
-                 n elements on the calling thread (a scalar f32 loop), in a runtime with \
-                 wasmtime's own memory and default configuration \
-                 (GuestRuntime::with_host_memory: guard pages, no explicit bounds checks); one \
-                 untimed pass first; their ratio is the guest Wasm kernel's median over theirs",
-                "kernel_get rows: call_async of an export that calls kernel_get and loads the \
-                 handle; `first` in a fresh GuestRuntime (empty kernel cache: translate, lower, \
-                 cuModuleLoadData JIT, cuModuleGetFunction), `cached` from a second store of the \
-                 same runtime, `empty_call` an export that does nothing, in that store, \
-                 `first_touch` the host's first write to that store's memory (64 bytes at 0; \
-                 managed memory, so the driver serves a page fault); building the runtime, \
-                 compiling the module, instantiating, each store's first call (which sets up its \
-                 fiber stack) and first touch of its memory are not in the kernel_get times; `by \
-                 hand` rows time translate_kernel, PtxLowerer::lower and cuModuleLoadDataEx + \
-                 cuModuleGetFunction outside the guest, after the guest's calls, in the same \
-                 repetition",
-                "raw modules are loaded with cuModuleLoadDataEx and no options: sys.rs has no \
-                 cuModuleLoadData",
-            ],
-            lowered_ptx: lowered_ptx
-                .iter()
-                .map(|(op, text)| (op.id(), text.as_str()))
-                .collect(),
-            rows: rows.iter().map(RowRecord::new).collect(),
-        }
-    }
-}
-
-impl<'a> RowRecord<'a> {
-    fn new(r: &'a Row) -> RowRecord<'a> {
-        RowRecord {
-            id: &r.id,
-            name: &r.name,
-            unit: r.unit,
-            median: round(median(&r.samples), 4),
-            min: round(min(&r.samples), 4),
-            max: round(max(&r.samples), 4),
-            ratios: r
-                .ratios
-                .iter()
-                .map(|q| RatioRecord {
-                    of: &q.of,
-                    over: &q.over,
-                    value: round(q.value, 4),
-                })
-                .collect(),
-            targets: &r.targets,
-            samples: rounded(&r.samples, 4),
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The process: seed, command line, date.
-
-/// `WASM_KERNELS_SEED`, or one made from the clock and the process id.
-fn seed() -> BenchResult<u64> {
-    match std::env::var("WASM_KERNELS_SEED") {
-        Ok(text) => {
-            let t = text.trim();
-            let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => t.parse(),
-            };
-            parsed.map_err(|e| format!("WASM_KERNELS_SEED={text:?} is not a u64: {e}"))
-        }
-        Err(_) => {
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            Ok(mix(
-                (nanos ^ u64::from(std::process::id()) << 32).wrapping_add(GOLDEN_GAMMA)
-            ))
-        }
-    }
 }

@@ -8,6 +8,11 @@
 //!   time;
 //! - [`inputs`]: seeds and the seeded random inputs;
 //! - [`check`]: outputs checked, on all cores;
+//! - [`rows`]: measurement rows with ratios and goals, their table and
+//!   their form in a record;
+//! - [`baseline`]: the raw CUDA driver, the side a guest is compared with;
+//! - [`guest`]: an instance of a bench guest and its thin `wasi_cuda`
+//!   exports;
 //! - [`kernels`]: Wasm and built-in kernels launched with the raw driver;
 //!
 //! and [`main_on_device`], a bench's `main`. `launch_sequence.rs` and
@@ -17,10 +22,13 @@
 // Every bench includes this module and uses only part of it.
 #![allow(dead_code)]
 
+pub mod baseline;
 pub mod check;
+pub mod guest;
 pub mod inputs;
 pub mod kernels;
 pub mod record;
+pub mod rows;
 pub mod stats;
 pub mod timing;
 
