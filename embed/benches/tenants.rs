@@ -36,92 +36,40 @@
 //! `$OUT/tenants.json` (or `./tenants.json`) with the command line. Run with
 //! `cargo bench -p tensorwasm-embed --bench tenants`; exits 2 when no CUDA
 //! device is usable.
+//!
+//! This file is what is measured; `tenants/` holds the tenants' guests and
+//! the ops they run (`guests.rs`) and the tables and record (`record.rs`);
+//! the harness is `common/`.
 
 mod common;
 
+#[path = "tenants/guests.rs"]
+mod guests;
+#[path = "tenants/record.rs"]
+mod record;
+
 use common::{
-    DeviceRecord, command_line, driver_version, max_of, percentile, round, rounded, utc_timestamp,
+    BenchResult, NoDevice, command_line, driver_version,
+    guest::wasm_error,
+    main_on_device, max_of, percentile,
+    timing::{ms, us},
+    utc_timestamp,
 };
-use serde::Serialize;
 use std::{
     collections::VecDeque,
-    fmt::Write as _,
     process::ExitCode,
     sync::atomic::{AtomicBool, AtomicUsize, Ordering},
     time::{Duration, Instant},
 };
 
-use tensorwasm_core::{
-    GpuDriver,
-    abi::{
-        Errno, Handle,
-        tensor::{DType, OperandDescriptor, TensorHeader, TensorOpKind, encode_tensor_op},
-    },
-    quota::TenantQuota,
+use guests::{
+    BenchGuest, GUEST_WAT, HOSTILE_WAT, HostileGuest, gemm_tenant, hostile_quota, relu_tenant,
 };
+use record::{Record, hostile_table, table};
+use tensorwasm_core::{GpuDriver, abi::Errno};
 use tensorwasm_cuda::CudaDriver;
-use tensorwasm_embed::{
-    kernel::GuestModule,
-    runtime::GuestRuntime,
-    tenant::{Tenant, TenantConfig},
-    wasi_cuda::WasiCudaLimits,
-};
+use tensorwasm_embed::{kernel::GuestModule, runtime::GuestRuntime, wasi_cuda::WasiCudaLimits};
 use tensorwasm_kernels::oracle;
-use wasmtime::{Memory, TypedFunc};
-
-/// The bench guest: thin exports over the imports it needs, and
-/// `launch_wait`, a launch and its wait in one guest call.
-const GUEST_WAT: &str = r#"(module
-  (import "wasi_cuda" "buffer_alloc" (func $buffer_alloc (param i64 i32) (result i32)))
-  (import "wasi_cuda" "copy_to_buffer" (func $copy_to_buffer (param i64 i64 i32 i32) (result i32)))
-  (import "wasi_cuda" "copy_from_buffer" (func $copy_from_buffer (param i32 i64 i64 i32) (result i32)))
-  (import "wasi_cuda" "tensor_op" (func $tensor_op (param i32 i32 i32) (result i32)))
-  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
-  (import "wasi_cuda" "sync" (func $sync (result i32)))
-  (memory (export "memory") 1)
-  (func (export "buffer_alloc") (param i64 i32) (result i32)
-    (call $buffer_alloc (local.get 0) (local.get 1)))
-  (func (export "copy_to_buffer") (param i64 i32 i32) (result i32)
-    (call $copy_to_buffer (local.get 0) (i64.const 0) (local.get 1) (local.get 2)))
-  (func (export "copy_from_buffer") (param i32 i64 i32) (result i32)
-    (call $copy_from_buffer (local.get 0) (local.get 1) (i64.const 0) (local.get 2)))
-  (func (export "launch") (param i32 i32 i32) (result i32)
-    (call $tensor_op (local.get 0) (local.get 1) (local.get 2)))
-  (func (export "wait") (param i64) (result i32) (call $wait (local.get 0)))
-  (func (export "sync") (result i32) (call $sync))
-  (func (export "launch_wait") (param $desc i32) (param $len i32) (result i32)
-    (local $e i32)
-    (local.set $e (call $tensor_op (local.get $desc) (local.get $len) (i32.const 64)))
-    (if (local.get $e) (then (return (local.get $e))))
-    (call $wait (i64.load (i32.const 64))))
-)
-"#;
-
-/// The hostile tenant's guest: `$spin`, function 4 (after the four
-/// imports), a kernel that never ends; `get` makes it a kernel (handle at
-/// 64), `launch(grid, block)` queues it over `grid` x `block` threads (x
-/// only; handle at 72) and `wait_last` waits for that launch. The
-/// intrinsic gives the loop work of its own; the loop could not be dropped
-/// anyway, since its header checks fuel and the clock.
-const HOSTILE_WAT: &str = r#"(module
-  (import "wasi_cuda" "kernel_get" (func $kernel_get (param i32 i32) (result i32)))
-  (import "wasi_cuda" "launch" (func $launch (param i64 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
-  (import "wasi_cuda" "wait" (func $wait (param i64) (result i32)))
-  (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
-  (memory (export "memory") 1)
-  (func $spin (local $acc i32)
-    (loop $forever
-      (local.set $acc (i32.add (local.get $acc) (call $tid)))
-      (br $forever)))
-  (func (export "get") (result i32) (call $kernel_get (i32.const 4) (i32.const 64)))
-  (func (export "launch") (param $grid i32) (param $block i32) (result i32)
-    (call $launch (i64.load (i32.const 64))
-      (local.get $grid) (i32.const 1) (i32.const 1)
-      (local.get $block) (i32.const 1) (i32.const 1)
-      (i32.const 0) (i32.const 128) (i32.const 0) (i32.const 72)))
-  (func (export "wait_last") (result i32) (call $wait (i64.load (i32.const 72))))
-)
-"#;
 
 /// The environment variable the CUDA driver reads in `cuInit`: how many
 /// hardware work queues the streams of a context spread over.
@@ -167,12 +115,11 @@ const HOSTILE_BLOCK: u32 = 256;
 /// launch times (alone and under the flood alike).
 const HOSTILE_SPAN: u32 = 10;
 
-/// Guest memory layout.
+/// Guest memory layout: where exports put a handle, where the tensor op's
+/// descriptor goes, where data goes.
 const OUT: u32 = 64;
 const DESC: u32 = 256;
 const DATA: u32 = 65536;
-
-type BenchResult<T> = Result<T, String>;
 
 fn main() -> ExitCode {
     let child = std::env::args().any(|a| a == CHILD_FLAG);
@@ -193,28 +140,13 @@ fn main() -> ExitCode {
         unsafe { std::env::set_var(CONNECTIONS_ENV, CONNECTIONS) };
         format!("{CONNECTIONS_ENV}={CONNECTIONS} (set by the bench)")
     };
-    let driver = match CudaDriver::new(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!(
-                "tenants: needs a CUDA device, and none is usable here; nothing measured.\n\
-                 CudaDriver::new(0): {e}"
-            );
-            return ExitCode::from(2);
+    main_on_device("tenants", NoDevice::Fail, |d| {
+        if child {
+            run_child(d.clone())
+        } else {
+            run(d.clone(), &connections, hostile_ms)
         }
-    };
-    let result = if child {
-        run_child(driver)
-    } else {
-        run(driver, &connections, hostile_ms)
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tenants: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 /// The hostile tenant's launch time: `--hostile-launch-ms N` (or `=N`),
@@ -240,249 +172,6 @@ fn hostile_launch_ms() -> BenchResult<u64> {
             .filter(|&ms| ms >= 1)
             .ok_or_else(|| format!("{HOSTILE_FLAG} wants milliseconds, at least 1; got {v:?}")),
     }
-}
-
-fn wasm_error(what: &'static str) -> impl Fn(wasmtime::Error) -> String {
-    move |e| format!("{what}: {e:#}")
-}
-
-// ---------------------------------------------------------------------------
-// One tenant's guest.
-
-struct BenchGuest {
-    tenant: Tenant<CudaDriver>,
-    memory: Memory,
-    buffer_alloc: TypedFunc<(i64, i32), i32>,
-    copy_to_buffer: TypedFunc<(i64, i32, i32), i32>,
-    copy_from_buffer: TypedFunc<(i32, i64, i32), i32>,
-    launch: TypedFunc<(i32, i32, i32), i32>,
-    wait: TypedFunc<i64, i32>,
-    sync: TypedFunc<(), i32>,
-    launch_wait: TypedFunc<(i32, i32), i32>,
-    /// The descriptor's length at [`DESC`].
-    desc_len: i32,
-}
-
-impl BenchGuest {
-    fn new(
-        runtime: &GuestRuntime<CudaDriver>,
-        module: &GuestModule,
-        name: &str,
-    ) -> BenchResult<Self> {
-        let config = TenantConfig::untrusted(name);
-        let mut tenant = Tenant::new(runtime, &config).map_err(wasm_error("a tenant"))?;
-        let instance = futures::executor::block_on(tenant.instantiate(runtime, module))
-            .map_err(wasm_error("instantiating the bench guest"))?;
-        let store = tenant.store_mut();
-        let memory = instance
-            .get_memory(&mut *store, "memory")
-            .ok_or("the bench guest exports no memory")?;
-        macro_rules! typed {
-            ($name:literal) => {
-                instance
-                    .get_typed_func(&mut *store, $name)
-                    .map_err(wasm_error(concat!("the export ", $name)))?
-            };
-        }
-        Ok(BenchGuest {
-            buffer_alloc: typed!("buffer_alloc"),
-            copy_to_buffer: typed!("copy_to_buffer"),
-            copy_from_buffer: typed!("copy_from_buffer"),
-            launch: typed!("launch"),
-            wait: typed!("wait"),
-            sync: typed!("sync"),
-            launch_wait: typed!("launch_wait"),
-            tenant,
-            memory,
-            desc_len: 0,
-        })
-    }
-
-    fn last_error(&self) -> String {
-        self.tenant.store().data().cuda.last_error().to_string()
-    }
-
-    fn ok(&self, what: &str, errno: i32) -> BenchResult<()> {
-        if errno == 0 {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} {what}: errno {errno}: {}",
-                self.tenant.name(),
-                self.last_error()
-            ))
-        }
-    }
-
-    fn write(&mut self, at: u32, bytes: &[u8]) -> BenchResult<()> {
-        let end = at as usize + bytes.len();
-        let size = self.memory.data_size(self.tenant.store());
-        if end > size {
-            let pages = (end - size).div_ceil(65536) as u64;
-            self.memory
-                .grow(self.tenant.store_mut(), pages)
-                .map_err(wasm_error("growing the guest's memory"))?;
-        }
-        self.memory.data_mut(self.tenant.store_mut())[at as usize..end].copy_from_slice(bytes);
-        Ok(())
-    }
-
-    fn read(&self, at: u32, len: usize) -> &[u8] {
-        &self.memory.data(self.tenant.store())[at as usize..at as usize + len]
-    }
-
-    /// A device buffer of `len` bytes, holding `bytes` at its start.
-    fn buffer(&mut self, len: u64, bytes: &[u8]) -> BenchResult<Handle> {
-        let e = block(
-            self.buffer_alloc
-                .call_async(self.tenant.store_mut(), (len as i64, OUT as i32)),
-        )?;
-        self.ok("buffer_alloc", e)?;
-        let handle = u64::from_le_bytes(self.read(OUT, 8).try_into().expect("8 bytes"));
-        if !bytes.is_empty() {
-            self.write(DATA, bytes)?;
-            let args = (handle as i64, DATA as i32, bytes.len() as i32);
-            let e = block(
-                self.copy_to_buffer
-                    .call_async(self.tenant.store_mut(), args),
-            )?;
-            self.ok("copy_to_buffer", e)?;
-        }
-        Ok(Handle(handle))
-    }
-
-    /// `n` floats of `buffer`.
-    fn read_buffer(&mut self, buffer: Handle, n: usize) -> BenchResult<Vec<f32>> {
-        self.write(DATA, &vec![0; n * 4])?;
-        let args = (DATA as i32, buffer.0 as i64, (n * 4) as i32);
-        let e = block(
-            self.copy_from_buffer
-                .call_async(self.tenant.store_mut(), args),
-        )?;
-        self.ok("copy_from_buffer", e)?;
-        Ok(self
-            .read(DATA, n * 4)
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect())
-    }
-
-    /// Puts the op's descriptor at [`DESC`]: every launch runs it.
-    fn set_op(&mut self, header: &TensorHeader, operands: &[OperandDescriptor]) -> BenchResult<()> {
-        let desc = encode_tensor_op(header, operands);
-        self.desc_len = desc.len() as i32;
-        self.write(DESC, &desc)
-    }
-
-    /// Queues the op: the errno; the handle at [`OUT`].
-    fn launch(&mut self) -> BenchResult<i32> {
-        let args = (DESC as i32, self.desc_len, OUT as i32);
-        block(self.launch.call_async(self.tenant.store_mut(), args))
-    }
-
-    fn handle(&self) -> u64 {
-        u64::from_le_bytes(self.read(OUT, 8).try_into().expect("8 bytes"))
-    }
-
-    fn wait(&mut self, launch: u64) -> BenchResult<()> {
-        let e = block(self.wait.call_async(self.tenant.store_mut(), launch as i64))?;
-        self.ok("wait", e)
-    }
-
-    fn sync(&mut self) -> BenchResult<()> {
-        let e = block(self.sync.call_async(self.tenant.store_mut(), ()))?;
-        self.ok("sync", e)
-    }
-
-    /// Queues the op and waits for it, in one guest call.
-    fn launch_wait(&mut self) -> BenchResult<()> {
-        let args = (DESC as i32, self.desc_len);
-        let e = block(self.launch_wait.call_async(self.tenant.store_mut(), args))?;
-        self.ok("launch_wait", e)
-    }
-}
-
-fn block<T>(f: impl Future<Output = wasmtime::Result<T>>) -> BenchResult<T> {
-    futures::executor::block_on(f).map_err(|e| format!("the guest trapped: {e:#}"))
-}
-
-/// xorshift64* floats of magnitude in [1, 2), either sign.
-struct Floats(u64);
-
-impl Floats {
-    fn take(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                let mut x = self.0;
-                x ^= x >> 12;
-                x ^= x << 25;
-                x ^= x >> 27;
-                self.0 = x;
-                let x = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
-                f32::from_bits(((x >> 63) as u32) << 31 | 0x3f80_0000 | (x as u32 & 0x7f_ffff))
-            })
-            .collect()
-    }
-}
-
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// A ReLU over `n` floats in buffers, set as the guest's op; its input.
-fn relu_tenant(guest: &mut BenchGuest, n: u64, seed: u64) -> BenchResult<(Vec<f32>, Handle)> {
-    let x = Floats(seed | 1).take(n as usize);
-    let xb = guest.buffer(n * 4, &f32_bytes(&x))?;
-    let yb = guest.buffer(n * 4, &[])?;
-    guest.set_op(
-        &TensorHeader::new(TensorOpKind::Relu),
-        &[
-            OperandDescriptor::buffer(xb, 0, DType::F32, &[n]),
-            OperandDescriptor::buffer(yb, 0, DType::F32, &[n]),
-        ],
-    )?;
-    Ok((x, yb))
-}
-
-/// The heavy GEMM (bf16 inputs, f32 output, alpha 1, beta 0) in buffers,
-/// set as the guest's op; the first one is run and 64 of its elements
-/// checked.
-fn gemm_tenant(guest: &mut BenchGuest, seed: u64) -> BenchResult<()> {
-    let n = HEAVY as usize;
-    let mut floats = Floats(seed | 1);
-    let to_bf16 = |v: Vec<f32>| -> Vec<u16> { v.iter().map(|&x| oracle::f32_to_bf16(x)).collect() };
-    let a = to_bf16(floats.take(n * n));
-    let b = to_bf16(floats.take(n * n));
-    let bytes = |v: &[u16]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
-    let ab = guest.buffer((n * n * 2) as u64, &bytes(&a))?;
-    let bb = guest.buffer((n * n * 2) as u64, &bytes(&b))?;
-    let cb = guest.buffer((n * n * 4) as u64, &[])?;
-    let mut header = TensorHeader::new(TensorOpKind::Gemm);
-    header.alpha = 1.0;
-    guest.set_op(
-        &header,
-        &[
-            OperandDescriptor::buffer(ab, 0, DType::Bf16, &[HEAVY, HEAVY]),
-            OperandDescriptor::buffer(bb, 0, DType::Bf16, &[HEAVY, HEAVY]),
-            OperandDescriptor::buffer(cb, 0, DType::F32, &[HEAVY, HEAVY]),
-        ],
-    )?;
-    guest.launch_wait()?;
-    let c = guest.read_buffer(cb, n * n)?;
-    let value = |bits: u16| f64::from(oracle::bf16_to_f32(bits));
-    let mut picks = Floats(seed ^ 0x5eed);
-    let (mut got, mut want, mut scale) = (Vec::new(), Vec::new(), Vec::new());
-    for p in picks.take(64) {
-        let at = (p.to_bits() as usize) % (n * n);
-        let (i, j) = (at / n, at % n);
-        let terms = (0..n).map(|k| value(a[i * n + k]) * value(b[k * n + j]));
-        want.push(terms.clone().sum::<f64>());
-        scale.push(terms.map(f64::abs).sum::<f64>());
-        got.push(c[at]);
-    }
-    let rtol = oracle::gemm_rtol(oracle::GemmPrecision::Bf16, n);
-    oracle::check_close_scaled(&got, &want, &scale, rtol)
-        .map_err(|e| format!("the heavy GEMM's sampled elements: {e}"))
 }
 
 // ---------------------------------------------------------------------------
@@ -589,7 +278,7 @@ fn scenario(
             for _ in 0..QUIET_LAUNCHES {
                 let t = Instant::now();
                 guest.launch_wait()?;
-                latencies_us.push(t.elapsed().as_secs_f64() * 1e6);
+                latencies_us.push(us(t.elapsed()));
             }
             let y = guest.read_buffer(yb, x.len())?;
             oracle::check_close(&y, &oracle::relu(&oracle::widen(&x)), 0.0, 0.0)
@@ -683,68 +372,6 @@ fn aggregate(
 // ---------------------------------------------------------------------------
 // The hostile tenant.
 
-/// The hostile tenant's quota: the untrusted defaults (launches in flight,
-/// the device share of one launch, ...), except fuel that never runs out,
-/// so that only `launch_time` ends its kernel.
-fn hostile_quota(launch_time: Duration) -> TenantQuota {
-    TenantQuota::default()
-        .with_kernel_fuel(u64::MAX)
-        .with_launch_time_ns(u64::try_from(launch_time.as_nanos()).unwrap_or(u64::MAX))
-}
-
-/// The hostile tenant's guest ([`HOSTILE_WAT`]).
-struct HostileGuest {
-    tenant: Tenant<CudaDriver>,
-    get: TypedFunc<(), i32>,
-    launch: TypedFunc<(i32, i32), i32>,
-    wait_last: TypedFunc<(), i32>,
-}
-
-impl HostileGuest {
-    fn new(
-        runtime: &GuestRuntime<CudaDriver>,
-        module: &GuestModule,
-        launch_time: Duration,
-    ) -> BenchResult<Self> {
-        let config = TenantConfig {
-            quota: hostile_quota(launch_time),
-            ..TenantConfig::untrusted("hostile")
-        };
-        let mut tenant = Tenant::new(runtime, &config).map_err(wasm_error("the hostile tenant"))?;
-        let instance = futures::executor::block_on(tenant.instantiate(runtime, module))
-            .map_err(wasm_error("instantiating the hostile guest"))?;
-        let store = tenant.store_mut();
-        macro_rules! typed {
-            ($name:literal) => {
-                instance
-                    .get_typed_func(&mut *store, $name)
-                    .map_err(wasm_error(concat!("the hostile export ", $name)))?
-            };
-        }
-        Ok(HostileGuest {
-            get: typed!("get"),
-            launch: typed!("launch"),
-            wait_last: typed!("wait_last"),
-            tenant,
-        })
-    }
-
-    fn last_error(&self) -> String {
-        self.tenant.store().data().cuda.last_error().to_string()
-    }
-
-    fn ok(&self, what: &str, errno: i32) -> BenchResult<()> {
-        if errno == 0 {
-            Ok(())
-        } else {
-            Err(format!(
-                "hostile {what}: errno {errno}: {}",
-                self.last_error()
-            ))
-        }
-    }
-}
-
 /// How the hostile tenant's launches ended.
 #[derive(Default)]
 struct HostileLaunches {
@@ -771,8 +398,7 @@ fn hostile_flood(
 ) -> BenchResult<HostileLaunches> {
     let prepared = (|| {
         let mut guest = HostileGuest::new(runtime, module, launch_time)?;
-        let e = block(guest.get.call_async(guest.tenant.store_mut(), ()))?;
-        guest.ok("kernel_get", e)?;
+        guest.kernel_get()?;
         BenchResult::Ok(guest)
     })();
     // Said even when it failed: the quiet tenant waits for it.
@@ -785,15 +411,12 @@ fn hostile_flood(
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    // The grid's bits: the ABI reads geometry as u32.
-    let args = (grid as i32, HOSTILE_BLOCK as i32);
     while !stop.load(Ordering::SeqCst) {
         let t = Instant::now();
-        let e = block(guest.launch.call_async(guest.tenant.store_mut(), args))?;
-        guest.ok("launch", e)?;
+        guest.launch(grid, HOSTILE_BLOCK)?;
         flooding.store(true, Ordering::SeqCst);
-        let e = block(guest.wait_last.call_async(guest.tenant.store_mut(), ()))?;
-        out.durations_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let e = guest.wait_last()?;
+        out.durations_ms.push(ms(t.elapsed()));
         let text = guest.last_error();
         if e == Errno::ETRAP.code() && text.contains("time limit") {
             out.time_limit_traps += 1;
@@ -821,7 +444,7 @@ fn paced_latencies(guest: &mut BenchGuest, interval: Duration) -> BenchResult<Ve
         }
         let t = Instant::now();
         guest.launch_wait()?;
-        latencies_us.push(t.elapsed().as_secs_f64() * 1e6);
+        latencies_us.push(us(t.elapsed()));
     }
     Ok(latencies_us)
 }
@@ -1044,295 +667,4 @@ fn run(driver: CudaDriver, connections: &str, hostile_ms: u64) -> BenchResult<()
     hostile
         .map(drop)
         .map_err(|e| format!("the hostile scenario: {e}"))
-}
-
-// ---------------------------------------------------------------------------
-// Output.
-
-fn table(scenarios: &[Scenario], aggregates: &[Aggregate]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Quiet tenant: ReLU over {QUIET_ELEMS} floats, launch + wait, {QUIET_LAUNCHES} timed; \
-         noisy tenants: bf16 GEMM {HEAVY}^3, up to 256 in flight each.\n"
-    );
-    out.push_str(
-        "| noisy tenants | CUDA_DEVICE_MAX_CONNECTIONS | quiet p50 (us) | quiet p99 (us) | quiet \
-         max (us) | noisy launches/s (all) | noisy launches |\n\
-         | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n",
-    );
-    for s in scenarios {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
-            s.noisy,
-            s.connections,
-            s.percentile(50.0),
-            s.percentile(99.0),
-            s.max(),
-            s.noisy_rate(),
-            s.noisy_launches
-        );
-    }
-    let _ = writeln!(
-        out,
-        "\nSmall launches: ReLU over {SMALL_ELEMS} floats, {AGGREGATE_LAUNCHES} per tenant, \
-         {AGGREGATE_WINDOW} queued per sync.\n"
-    );
-    out.push_str(
-        "| tenants | launches | seconds | launches/s (all) |\n| ---: | ---: | ---: | ---: |\n",
-    );
-    for a in aggregates {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.3} | {:.0} |",
-            a.tenants,
-            a.launches,
-            a.secs,
-            a.launches as f64 / a.secs
-        );
-    }
-    out
-}
-
-/// The hostile scenario's tables.
-fn hostile_table(h: &Hostile) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "\nHostile tenant: a Wasm kernel that never ends, grid {} x {HOSTILE_BLOCK} threads, \
-         unlimited kernel fuel, launch time {} ms, at most {}% of the device's thread slots at \
-         once (the untrusted default); each launch waited. The quiet tenant's {QUIET_LAUNCHES} \
-         timed launches start {:.0} us apart ({HOSTILE_SPAN} hostile launch times).\n",
-        h.grid,
-        h.launch_ms,
-        h.share_percent,
-        h.interval.as_secs_f64() * 1e6
-    );
-    out.push_str(
-        "| quiet tenant | p50 (us) | p99 (us) | max (us) |\n| --- | ---: | ---: | ---: |\n",
-    );
-    for (what, xs) in [
-        ("alone", &h.alone_us),
-        ("under the hostile tenant", &h.flooded_us),
-    ] {
-        let _ = writeln!(
-            out,
-            "| {what} | {:.1} | {:.1} | {:.1} |",
-            percentile(xs, 50.0),
-            percentile(xs, 99.0),
-            max_of(xs)
-        );
-    }
-    let l = &h.launches;
-    let ended = if h.all_time_limit() {
-        format!("all {}", l.time_limit_traps)
-    } else {
-        format!(
-            "{} of {} (first other: {})",
-            l.time_limit_traps,
-            l.durations_ms.len(),
-            l.other.as_deref().unwrap_or("none")
-        )
-    };
-    let _ = writeln!(
-        out,
-        "\n| hostile launches | ended by the time-limit trap | median (ms) | max (ms) |\n\
-         | ---: | --- | ---: | ---: |\n| {} | {ended} | {:.1} | {:.1} |",
-        l.durations_ms.len(),
-        percentile(&l.durations_ms, 50.0),
-        max_of(&l.durations_ms)
-    );
-    out
-}
-
-/// The JSON record: every latency, and what produced it. Latencies and
-/// percentiles to 2 decimals; a non-finite number (a percentile of no
-/// samples) is `null`.
-#[derive(Serialize)]
-struct Record<'a> {
-    benchmark: &'static str,
-    date_utc: String,
-    command: String,
-    device: DeviceRecord,
-    config: Config,
-    notes: [&'static str; 4],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    child_error: Option<&'a str>,
-    scenarios: Vec<ScenarioRecord<'a>>,
-    aggregates: Vec<AggregateRecord>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    hostile: Option<HostileRecord<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    hostile_error: Option<&'a str>,
-}
-
-/// The settings the record was measured with.
-#[derive(Serialize)]
-struct Config {
-    quiet_elems: u64,
-    quiet_launches: usize,
-    quiet_warmup: usize,
-    heavy_gemm_bf16_mnk: u64,
-    small_elems: u64,
-    aggregate_launches_per_tenant: usize,
-    aggregate_window: usize,
-    launches_in_flight_quota: u32,
-    connections: u32,
-}
-
-/// One fairness scenario in the record.
-#[derive(Serialize)]
-struct ScenarioRecord<'a> {
-    noisy_tenants: usize,
-    connections: &'a str,
-    quiet_p50_us: f64,
-    quiet_p99_us: f64,
-    quiet_max_us: f64,
-    noisy_launches: u64,
-    noisy_seconds: f64,
-    noisy_launches_per_s: f64,
-    quiet_latencies_us: Vec<f64>,
-}
-
-/// One aggregate run in the record.
-#[derive(Serialize)]
-struct AggregateRecord {
-    tenants: usize,
-    launches: u64,
-    seconds: f64,
-    launches_per_s: f64,
-}
-
-/// The hostile scenario in the record.
-#[derive(Serialize)]
-struct HostileRecord<'a> {
-    launch_time_ms: u64,
-    grid_x: u32,
-    block_x: u32,
-    kernel_fuel: &'static str,
-    launch_share_percent: u64,
-    quiet_interval_us: f64,
-    quiet_alone_p50_us: f64,
-    quiet_alone_p99_us: f64,
-    quiet_alone_max_us: f64,
-    quiet_hostile_p50_us: f64,
-    quiet_hostile_p99_us: f64,
-    quiet_hostile_max_us: f64,
-    hostile_launches: usize,
-    hostile_time_limit_traps: usize,
-    hostile_all_time_limit: bool,
-    hostile_median_ms: f64,
-    hostile_max_ms: f64,
-    hostile_other_outcome: Option<&'a str>,
-    hostile_durations_ms: Vec<f64>,
-    quiet_alone_latencies_us: Vec<f64>,
-    quiet_hostile_latencies_us: Vec<f64>,
-}
-
-impl<'a> Record<'a> {
-    fn new(
-        info: &tensorwasm_core::DeviceInfo,
-        date_utc: String,
-        command: String,
-        child_error: Option<&'a str>,
-        scenarios: &'a [Scenario],
-        aggregates: &[Aggregate],
-        hostile: Result<&'a Hostile, &'a String>,
-    ) -> Record<'a> {
-        Record {
-            benchmark: "tenants",
-            date_utc,
-            command,
-            device: DeviceRecord::new(info),
-            config: Config {
-                quiet_elems: QUIET_ELEMS,
-                quiet_launches: QUIET_LAUNCHES,
-                quiet_warmup: QUIET_WARMUP,
-                heavy_gemm_bf16_mnk: HEAVY,
-                small_elems: SMALL_ELEMS,
-                aggregate_launches_per_tenant: AGGREGATE_LAUNCHES,
-                aggregate_window: AGGREGATE_WINDOW,
-                launches_in_flight_quota: 256,
-                connections: CONNECTIONS.parse().expect("CONNECTIONS is a number"),
-            },
-            notes: [
-                "quiet latency: host time around one call of the guest's launch_wait export \
-                 (tensor_op, then wait on its handle), so it includes wasmtime's call_async and \
-                 the fiber switch; the first 100 launches are untimed",
-                "noisy tenants queue the GEMM until EQUOTA, then wait the oldest handle (wait \
-                 waits for the tenant's whole stream) and the rest (finished by then), and fill \
-                 again; their rate is launches completed over the time from their first launch \
-                 to the end of their final sync",
-                "the unset row is a child process of this binary with CUDA_DEVICE_MAX_CONNECTIONS \
-                 removed from its environment",
-                "hostile: the quiet tenant's launches are paced (started quiet_interval_us apart, \
-                 spinning in between, alone and under the hostile tenant alike, after 100 \
-                 unpaced untimed ones); each hostile launch's duration is host time from its \
-                 launch call to the return of its wait; a launch counts as ended by the time \
-                 limit when wait returned ETRAP and the last error says time limit",
-            ],
-            child_error,
-            scenarios: scenarios.iter().map(ScenarioRecord::new).collect(),
-            aggregates: aggregates.iter().map(AggregateRecord::new).collect(),
-            hostile: hostile.ok().map(HostileRecord::new),
-            hostile_error: hostile.err().map(String::as_str),
-        }
-    }
-}
-
-impl<'a> ScenarioRecord<'a> {
-    fn new(s: &'a Scenario) -> ScenarioRecord<'a> {
-        ScenarioRecord {
-            noisy_tenants: s.noisy,
-            connections: &s.connections,
-            quiet_p50_us: round(s.percentile(50.0), 2),
-            quiet_p99_us: round(s.percentile(99.0), 2),
-            quiet_max_us: round(s.max(), 2),
-            noisy_launches: s.noisy_launches,
-            noisy_seconds: round(s.noisy_secs, 4),
-            noisy_launches_per_s: round(s.noisy_rate(), 2),
-            quiet_latencies_us: rounded(&s.latencies_us, 2),
-        }
-    }
-}
-
-impl AggregateRecord {
-    fn new(a: &Aggregate) -> AggregateRecord {
-        AggregateRecord {
-            tenants: a.tenants,
-            launches: a.launches,
-            seconds: round(a.secs, 4),
-            launches_per_s: round(a.launches as f64 / a.secs, 1),
-        }
-    }
-}
-
-impl<'a> HostileRecord<'a> {
-    fn new(h: &'a Hostile) -> HostileRecord<'a> {
-        let l = &h.launches;
-        HostileRecord {
-            launch_time_ms: h.launch_ms,
-            grid_x: h.grid,
-            block_x: HOSTILE_BLOCK,
-            kernel_fuel: "unlimited",
-            launch_share_percent: h.share_percent,
-            quiet_interval_us: round(h.interval.as_secs_f64() * 1e6, 1),
-            quiet_alone_p50_us: round(percentile(&h.alone_us, 50.0), 2),
-            quiet_alone_p99_us: round(percentile(&h.alone_us, 99.0), 2),
-            quiet_alone_max_us: round(max_of(&h.alone_us), 2),
-            quiet_hostile_p50_us: round(percentile(&h.flooded_us, 50.0), 2),
-            quiet_hostile_p99_us: round(percentile(&h.flooded_us, 99.0), 2),
-            quiet_hostile_max_us: round(max_of(&h.flooded_us), 2),
-            hostile_launches: l.durations_ms.len(),
-            hostile_time_limit_traps: l.time_limit_traps,
-            hostile_all_time_limit: h.all_time_limit(),
-            hostile_median_ms: round(percentile(&l.durations_ms, 50.0), 2),
-            hostile_max_ms: round(max_of(&l.durations_ms), 2),
-            hostile_other_outcome: l.other.as_deref(),
-            hostile_durations_ms: rounded(&l.durations_ms, 2),
-            quiet_alone_latencies_us: rounded(&h.alone_us, 2),
-            quiet_hostile_latencies_us: rounded(&h.flooded_us, 2),
-        }
-    }
 }
