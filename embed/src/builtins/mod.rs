@@ -2,7 +2,9 @@
 //! that loads each kernel file once per driver and hands out its entry
 //! points, and the CPU driver's host kernels (`cpu`). Checking a guest's
 //! descriptor is `tensorwasm_core::abi::tensor`'s job; choosing the kernel
-//! and its geometry is `tensorwasm_kernels::table`'s.
+//! and its geometry is `tensorwasm_kernels::table`'s. It sits below
+//! `wasi_cuda`, whose `tensor_op` launches what it hands out
+//! (`BuiltinFunction`), and must not reach up into it.
 
 pub(crate) mod cpu;
 
@@ -14,16 +16,21 @@ use std::{
 use tensorwasm_core::GpuDriver;
 use tensorwasm_kernels::{ptx::PtxFile, table::BuiltinKernel};
 
-use crate::{
-    kernel::{KernelError, KernelTarget},
-    wasi_cuda::FunctionEntry,
-};
+use crate::kernel::{KernelError, KernelTarget};
 
 /// The built-in kernels loaded on one driver: each kernel file's module is
 /// loaded on first use and kept; each entry point is looked up once.
 pub struct BuiltinCache<D: GpuDriver> {
     modules: Mutex<HashMap<PtxFile, Arc<D::Module>>>,
-    functions: Mutex<HashMap<&'static str, Arc<FunctionEntry<D>>>>,
+    functions: Mutex<HashMap<&'static str, Arc<BuiltinFunction<D>>>>,
+}
+
+/// A built-in kernel's entry point, with its file's module kept loaded for
+/// as long as anything (the cache, a launch in flight) holds it.
+pub(crate) struct BuiltinFunction<D: GpuDriver> {
+    /// The entry point.
+    pub(crate) function: D::Function,
+    _module: Arc<D::Module>,
 }
 
 impl<D: GpuDriver> Default for BuiltinCache<D> {
@@ -52,7 +59,7 @@ impl<D: KernelTarget> BuiltinCache<D> {
         &self,
         driver: &D,
         kernel: &'static BuiltinKernel,
-    ) -> Result<Arc<FunctionEntry<D>>, KernelError> {
+    ) -> Result<Arc<BuiltinFunction<D>>, KernelError> {
         let mut functions = self
             .functions
             .lock()
@@ -77,7 +84,10 @@ impl<D: KernelTarget> BuiltinCache<D> {
                 kind: tensorwasm_core::DriverError::kind(&e),
                 message: format!("built-in kernel {}: {e}", kernel.entry),
             })?;
-        let entry = Arc::new(FunctionEntry::builtin(function, module));
+        let entry = Arc::new(BuiltinFunction {
+            function,
+            _module: module,
+        });
         functions.insert(kernel.entry, Arc::clone(&entry));
         Ok(entry)
     }

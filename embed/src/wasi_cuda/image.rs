@@ -16,9 +16,11 @@ use tensorwasm_core::{
     quota::Resource,
 };
 
-use super::ctx::{
-    Charged, FunctionEntry, FunctionOrigin, ModuleEntry, ModuleSource, WasiCudaCtx, driver_error,
-    kernel_entry, kernel_error,
+use super::{
+    buffers::Charged,
+    ctx::WasiCudaCtx,
+    errors::{driver_error, kernel_error},
+    modules::{FunctionEntry, FunctionOrigin, ModuleEntry, ModuleSource, kernel_entry},
 };
 use crate::kernel::KernelTarget;
 
@@ -193,21 +195,15 @@ impl<D: KernelTarget + Clone + 'static> WasiCudaCtx<D> {
             .map(record)
             .collect();
         let mut functions = Vec::new();
-        for slot in self.functions.image(|h, f| (h, Arc::clone(f))) {
+        for slot in self.functions.image(|_, f| Arc::clone(f)) {
             let generation = slot.generation;
             let state = match slot.state {
-                SlotState::Live((handle, entry)) => SlotState::Live(match &entry.origin {
+                SlotState::Live(entry) => SlotState::Live(match &entry.origin {
                     FunctionOrigin::Raw(module, name) => FunctionRecord::Raw {
                         module: source_of(module, blobs),
                         name: name.clone(),
                     },
                     FunctionOrigin::Kernel(index) => FunctionRecord::Kernel { index: *index },
-                    FunctionOrigin::Builtin => {
-                        return Err(AbiError::new(
-                            Errno::ENOTSUP,
-                            format!("function {handle} is a built-in, not the guest's"),
-                        ));
-                    }
                 }),
                 SlotState::Free => SlotState::Free,
                 SlotState::Retired => SlotState::Retired,

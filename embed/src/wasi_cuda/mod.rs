@@ -3,26 +3,34 @@
 //! guest's memory and context, call the matching [`WasiCudaCtx`] method
 //! (which decodes with `tensorwasm_core::abi` and calls the driver), turn the
 //! result into an errno. `wait`, `sync` and the copies are async: they
-//! suspend the guest until the driver's completion callback fires.
+//! suspend the guest until the driver's completion callback fires. The
+//! context is split by resource: `ctx` (the context itself), `buffers`,
+//! `modules` (modules, functions, Wasm kernels), `launch`, `wait`, `device`
+//! and `errors`.
 
 mod atomics;
+mod buffers;
 mod ctx;
+mod device;
+mod errors;
 mod gpu_time;
 mod image;
 mod kernel_names;
+mod launch;
+mod modules;
 mod stats;
 mod tick;
+mod wait;
 
-pub(crate) use ctx::FunctionEntry;
-pub use ctx::{
-    DEFAULT_WAIT_SPIN, PROBE_EVERY, TenantPolicy, WaitPolicy, WasiCudaCtx, WasiCudaLimits,
-};
+pub use ctx::{TenantPolicy, WasiCudaCtx, WasiCudaLimits};
 pub use image::{CudaImage, FunctionRecord, SlotRecord, SourceRecord};
 pub use stats::{Count, GuestStats, Seconds};
+pub use wait::{DEFAULT_WAIT_SPIN, PROBE_EVERY, WaitPolicy};
 
-use ctx::{GuestMem, KernelGet};
+use ctx::GuestMem;
 use futures::future::Either;
 use kernel_names::KernelName;
+use modules::KernelGet;
 use tensorwasm_core::{
     Dim3, GpuDriver,
     abi::Handle,

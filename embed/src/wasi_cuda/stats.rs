@@ -42,7 +42,7 @@ impl Seconds {
     /// Adds `s` seconds (negative or NaN amounts are ignored: the sum only
     /// grows).
     pub fn inc_by(&self, s: f64) {
-        if !(s > 0.0) {
+        if s.is_nan() || s <= 0.0 {
             return;
         }
         // A failed exchange means another clone added meanwhile: retry on

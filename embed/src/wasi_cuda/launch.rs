@@ -1,0 +1,555 @@
+//! Launches: `launch` and `tensor_op` check their work, queue it on the
+//! guest's stream and keep what it touches alive ([`LaunchEntry`]) until it
+//! is waited for; a Wasm kernel's grid, arguments and status word (its
+//! trap) are handled here. Waiting is `wait`'s.
+
+use std::sync::Arc;
+
+use tensorwasm_core::{
+    DeviceMemory, DevicePtr, Dim3, GpuDriver, KernelParam, LaunchConfig,
+    abi::{self, AbiError, Errno, Handle, LaunchArg},
+    lower::{
+        KernelAbi, KernelTrap, status,
+        translate::{KernelGlobal, WasmType},
+    },
+    quota::{OwnedCharge, Resource},
+};
+
+use crate::{builtins::BuiltinFunction, kernel::KernelTarget, memory::GuestRegionInfo};
+
+use super::{
+    buffers::GuestBuffer,
+    ctx::{GuestMem, WasiCudaCtx, check_out_u64},
+    errors::{driver_error, kernel_error},
+    modules::{FunctionEntry, KernelInfo},
+};
+
+/// A launch not yet waited for: everything the kernel may touch, kept alive
+/// until the guest has seen it finish (`wait` or `sync`) or the context
+/// synchronizes its stream on drop.
+pub(crate) struct LaunchEntry<D: GpuDriver> {
+    /// A Wasm kernel's status slot (the launch handle's slot) and name.
+    pub(crate) kernel: Option<(usize, String)>,
+    _buffers: Vec<GuestBuffer<D>>,
+    _function: Launched<D>,
+    _memory: Option<GuestRegionInfo>,
+    /// The tenant's launches-in-flight charge, released with the handle.
+    _charge: OwnedCharge,
+}
+
+/// What a launch runs, kept loaded until the launch has finished.
+enum Launched<D: GpuDriver> {
+    /// A function handle's target: a raw module's entry point or a Wasm
+    /// kernel (`launch`).
+    Handle { _entry: Arc<FunctionEntry<D>> },
+    /// A built-in tensor kernel, the runtime's (`tensor_op`).
+    Builtin { _entry: Arc<BuiltinFunction<D>> },
+}
+
+impl<D: GpuDriver> WasiCudaCtx<D> {
+    /// The mutable globals whose launch values a launch of `function`
+    /// needs (none for a bad handle or a function that is not a Wasm
+    /// kernel; `launch` reports those). Shared, not copied: it is asked
+    /// on every launch.
+    pub(crate) fn launch_globals(&self, function: u64) -> Option<Arc<[KernelGlobal]>> {
+        self.functions
+            .get(Handle(function))
+            .ok()
+            .and_then(|f| f.kernel.as_ref())
+            .filter(|k| !k.globals.is_empty())
+            .map(|k| Arc::clone(&k.globals))
+    }
+
+    /// Decodes, checks and queues a launch, and writes its handle.
+    /// `globals` are the launch values of a Wasm kernel's globals
+    /// ([`launch_globals`](Self::launch_globals)).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch(
+        &mut self,
+        mem: GuestMem<'_>,
+        function: u64,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem_bytes: u32,
+        args_ptr: u32,
+        args_count: u32,
+        out: u32,
+        globals: Vec<KernelParam>,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        let function = Arc::clone(self.functions.get(Handle(function))?);
+        let (guest, region) = self.guest_ref(&mem);
+        let args = abi::decode_launch_args(mem.bytes, &guest, args_ptr, args_count)?;
+        let uses_guest_memory = args
+            .iter()
+            .any(|a| matches!(a, LaunchArg::Param(KernelParam::Ptr(_))));
+        let mut params = Vec::with_capacity(args.len() + KernelAbi::INTRINSICS);
+        let mut buffers = Vec::new();
+        for arg in args {
+            match arg {
+                LaunchArg::Param(p) => params.push(p),
+                LaunchArg::Buffer { handle, offset } => {
+                    let buf = Arc::clone(self.buffers.get(handle)?);
+                    params.push(abi::resolve_buffer_pointer(
+                        buf.device_ptr(),
+                        buf.len(),
+                        offset,
+                    )?);
+                    buffers.push(buf);
+                }
+            }
+        }
+        // Geometry and parameter count are checked by the driver against
+        // the device's limits before it runs anything (`EINVAL`); a Wasm
+        // kernel's grid is checked here, since it runs as virtual blocks.
+        let mut config = LaunchConfig {
+            grid,
+            block,
+            shared_mem_bytes,
+        };
+        if let Some(kernel) = &function.kernel {
+            check_kernel_args(kernel, &params, &buffers)?;
+            if globals.len() != kernel.globals.len() {
+                return Err(AbiError::new(
+                    Errno::EINVAL,
+                    format!(
+                        "kernel `{}` uses {} global(s); the launch read {}",
+                        kernel.name,
+                        kernel.globals.len(),
+                        globals.len()
+                    ),
+                ));
+            }
+            check_stack_window(kernel, &globals, guest.len as u64)?;
+            params.extend(globals);
+            if !guest.device_addressable {
+                return Err(AbiError::new(
+                    Errno::ENOTADDR,
+                    "a Wasm kernel runs over the guest's memory, which the device cannot address",
+                ));
+            }
+            // Accesses the translator proved aligned are aligned in the
+            // guest's memory (`docs/kernels.md`, "The launch"); a device
+            // allocation always starts on a 256-byte boundary, so this
+            // never fails unless the memory was not allocated as one.
+            if !guest.base.0.is_multiple_of(16) {
+                return Err(AbiError::new(
+                    Errno::EINVAL,
+                    "a Wasm kernel needs the guest's memory 16-byte aligned",
+                ));
+            }
+            self.status_words()?;
+            config.grid = self.physical_grid(grid, block)?;
+            // A block zeroes its shared memory 16 bytes at a time
+            // (`docs/kernels.md`, "Shared memory"): the kernel sees the
+            // launch's bytes rounded up to a multiple of 16 (the driver
+            // checks the result against the device's limit).
+            config.shared_mem_bytes =
+                shared_mem_bytes
+                    .checked_next_multiple_of(16)
+                    .ok_or_else(|| {
+                        AbiError::new(
+                            Errno::EINVAL,
+                            format!("{shared_mem_bytes} bytes of shared memory per block"),
+                        )
+                    })?;
+        }
+        let kernel = function.kernel.as_ref().map(|k| k.name.clone());
+        let is_kernel = kernel.is_some();
+        let charge = self.charge(Resource::LaunchesInFlight, 1)?;
+        let handle = self.launches.insert(LaunchEntry {
+            kernel: None,
+            _buffers: buffers,
+            _function: Launched::Handle {
+                _entry: Arc::clone(&function),
+            },
+            _memory: if uses_guest_memory || is_kernel {
+                region
+            } else {
+                None
+            },
+            _charge: charge,
+        })?;
+        if let Some(name) = kernel {
+            let slot = usize::from(handle.slot());
+            let status = match self.status_word(slot) {
+                Ok(status) => status,
+                Err(e) => {
+                    let _ = self.launches.remove(handle);
+                    return Err(e);
+                }
+            };
+            if let Ok(entry) = self.launches.get_mut(handle) {
+                entry.kernel = Some((slot, name));
+            }
+            params.extend([
+                KernelParam::Ptr(guest.base),
+                KernelParam::I64(guest.len as i64),
+                KernelParam::Ptr(status),
+                KernelParam::I64(self.kernel_fuel as i64),
+                // Its bits: the kernel reads it as a u64.
+                KernelParam::I64(self.launch_time_ticks() as i64),
+                KernelParam::I64(i64::from(grid.x)),
+                KernelParam::I64(i64::from(grid.y)),
+                KernelParam::I64(i64::from(grid.z)),
+            ]);
+        }
+        self.clock_before_launch();
+        // SAFETY: every pointer parameter was produced by the decoder inside
+        // the guest's memory (device-addressable, checked) or by
+        // `resolve_buffer_pointer` inside a live buffer; the launch entry
+        // keeps both alive until the launch has finished, and the context
+        // synchronizes its stream before it is dropped. The parameter count
+        // (and, on CUDA, each size) is checked against the kernel by the
+        // driver. A Wasm kernel gets the guest memory's base and current
+        // length (every access it makes is checked against that length by
+        // the translated code) and its own status word. What raw PTX or a
+        // cubin does is the loaded module's responsibility: they are
+        // trusted code.
+        let queued = unsafe {
+            self.driver
+                .launch(&self.stream, &function.function, &config, &params)
+        };
+        self.clock_after_launch();
+        if let Err(e) = queued {
+            let _ = self.launches.remove(handle);
+            return Err(driver_error("launch", e));
+        }
+        self.count_launch();
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// The launch time limit in the ticks of the kernel's clock (the
+    /// device's cycle counter, at its peak clock rate: at a lower clock the
+    /// limit lasts longer in proportion). `u64::MAX` stays "no limit".
+    fn launch_time_ticks(&self) -> u64 {
+        if self.launch_time_ns == u64::MAX {
+            return u64::MAX;
+        }
+        let khz = u128::from(self.driver.device().clock_rate_khz.max(1));
+        let ticks = u128::from(self.launch_time_ns) * khz / 1_000_000;
+        u64::try_from(ticks).unwrap_or(u64::MAX)
+    }
+
+    /// The physical grid of a Wasm kernel launch of `grid` x `block`: a 1-D
+    /// grid of at most as many blocks as fit in the tenant's share of the
+    /// device's thread slots (and the device's largest grid x), over which
+    /// the kernel runs `grid` as virtual blocks (`docs/kernels.md`,
+    /// "Virtual blocks"). The rest of the device stays free for other
+    /// tenants however long the launch runs. `EINVAL` for a grid or block
+    /// outside the device's limits.
+    fn physical_grid(&self, grid: Dim3, block: Dim3) -> Result<Dim3, AbiError> {
+        let device = self.driver.device();
+        let (gx, gy, gz) = device.max_grid_dim;
+        let dims = [(grid.x, gx), (grid.y, gy), (grid.z, gz)];
+        if dims.iter().any(|&(g, max)| g == 0 || g > max) {
+            return Err(AbiError::new(
+                Errno::EINVAL,
+                format!(
+                    "grid ({}, {}, {}) is outside 1 ..= ({gx}, {gy}, {gz})",
+                    grid.x, grid.y, grid.z
+                ),
+            ));
+        }
+        let threads = u64::from(block.x) * u64::from(block.y) * u64::from(block.z);
+        if threads == 0 || threads > u64::from(device.max_threads_per_block) {
+            return Err(AbiError::new(
+                Errno::EINVAL,
+                format!(
+                    "block ({}, {}, {}) has {threads} threads; 1 ..= {} allowed",
+                    block.x, block.y, block.z, device.max_threads_per_block
+                ),
+            ));
+        }
+        let blocks = u64::from(grid.x) * u64::from(grid.y) * u64::from(grid.z);
+        let slots = u64::from(device.multiprocessor_count)
+            * u64::from(device.max_threads_per_multiprocessor);
+        // At least one block, or a launch could never run.
+        let share = (slots * self.launch_share_percent / 100 / threads).max(1);
+        // Each thread's clock starts when its physical block does, so the
+        // time limit bounds the launch only while every physical block is
+        // resident at once: with a limit, the grid is capped at the share
+        // (100% is one wave of the device) even for a full share.
+        let cap = if self.launch_share_percent >= 100 && self.launch_time_ns == u64::MAX {
+            u64::MAX
+        } else {
+            share
+        };
+        let x = blocks.min(cap).min(u64::from(gx));
+        Ok(Dim3 {
+            x: u32::try_from(x).unwrap_or(gx),
+            y: 1,
+            z: 1,
+        })
+    }
+
+    /// The status words of kernel launches, made (and zeroed) on first use.
+    fn status_words(&mut self) -> Result<&D::ManagedBuffer, AbiError> {
+        if self.status.is_none() {
+            let words = self
+                .driver
+                .alloc_managed(STATUS_WORDS * STATUS_BYTES)
+                .map_err(|e| driver_error("alloc_managed (kernel status words)", e))?;
+            self.driver
+                .memset(words.full(), 0)
+                .map_err(|e| driver_error("memset (kernel status words)", e))?;
+            self.status = Some(words);
+        }
+        self.status
+            .as_ref()
+            .ok_or_else(|| AbiError::new(Errno::EDRIVER, "no status words"))
+    }
+
+    /// The address of launch slot `slot`'s status word.
+    fn status_word(&mut self, slot: usize) -> Result<DevicePtr, AbiError> {
+        let words = self.status_words()?;
+        words
+            .range(slot * STATUS_BYTES, STATUS_BYTES)
+            .map(|r| r.ptr())
+            .ok_or_else(|| AbiError::new(Errno::ELIMIT, format!("no status word for slot {slot}")))
+    }
+
+    /// After a kernel launch finished: the trap it recorded, if any, with
+    /// the whole slot cleared for the next launch, every time (a launch
+    /// that did not trap may still have set the CPU target's stop flag and
+    /// launch start).
+    pub(crate) fn take_trap(&mut self, slot: usize, name: &str) -> Result<(), AbiError> {
+        let Some(words) = &self.status else {
+            return Ok(());
+        };
+        let Some(word) = words.range(slot * STATUS_BYTES, STATUS_BYTES) else {
+            return Ok(());
+        };
+        let at = word.ptr().0 as usize;
+        // SAFETY: the word lies in a live managed allocation of this context
+        // (checked by `range`), which the host may read and write at the
+        // same address; the launch that used it has finished (its stream
+        // reached the completion callback or was idle), and no other launch
+        // uses this slot until the launch handle is released. Each field is
+        // aligned: the allocation is, and words are STATUS_BYTES (a multiple
+        // of 8) apart.
+        let (code, offset) = unsafe {
+            let code = std::ptr::with_exposed_provenance::<u32>(at + status::CODE).read_volatile();
+            let offset =
+                std::ptr::with_exposed_provenance::<u64>(at + status::OFFSET).read_volatile();
+            std::ptr::with_exposed_provenance_mut::<u32>(at + status::CODE).write_volatile(0);
+            std::ptr::with_exposed_provenance_mut::<u32>(at + status::STOP).write_volatile(0);
+            std::ptr::with_exposed_provenance_mut::<u64>(at + status::OFFSET).write_volatile(0);
+            std::ptr::with_exposed_provenance_mut::<u64>(at + status::RESERVED).write_volatile(0);
+            std::ptr::with_exposed_provenance_mut::<u64>(at + status::RESERVED + 8)
+                .write_volatile(0);
+            (code, offset)
+        };
+        if code == 0 {
+            return Ok(());
+        }
+        let what = KernelTrap::from_code(code).map_or("unknown trap", KernelTrap::description);
+        Err(AbiError::new(
+            Errno::ETRAP,
+            format!("kernel `{name}` trapped: {what} (code {code}) at offset {offset:#x}"),
+        ))
+    }
+
+    fn clock_before_launch(&mut self) {
+        if let Some(clock) = &mut self.gpu_clock {
+            clock.before_launch(&self.driver, &self.stream);
+        }
+    }
+
+    fn clock_after_launch(&mut self) {
+        if let Some(clock) = &mut self.gpu_clock {
+            clock.after_launch(&self.driver, &self.stream);
+        }
+    }
+
+    fn count_launch(&self) {
+        if let Some(stats) = &self.stats {
+            stats.launches.inc();
+        }
+    }
+}
+
+impl<D: KernelTarget> WasiCudaCtx<D> {
+    /// Checks a built-in tensor op's descriptor, queues its kernel and
+    /// writes the launch handle.
+    pub(crate) fn tensor_op(
+        &mut self,
+        mem: GuestMem<'_>,
+        desc_ptr: u32,
+        desc_len: u32,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        self.allowed(self.policy.builtins, "built-in tensor kernels")?;
+        let (guest, region) = self.guest_ref(&mem);
+        let mut held = Vec::new();
+        let buffers = &self.buffers;
+        let op =
+            abi::tensor::decode_tensor_op(mem.bytes, &guest, desc_ptr, desc_len, &mut |handle| {
+                let buf = Arc::clone(buffers.get(handle)?);
+                let at = (buf.device_ptr(), buf.len() as u64);
+                held.push(buf);
+                Ok(at)
+            })?;
+        let (work, limit) = (op.work(), self.ledger.quota().tensor_work());
+        if work > limit {
+            return Err(AbiError::new(
+                Errno::EQUOTA,
+                format!(
+                    "tensor-op work quota exceeded: the op asks for {work} multiply-adds or \
+                     element operations, this tenant's limit is {limit} per op"
+                ),
+            ));
+        }
+        let device = self.driver.device();
+        let sm = device
+            .compute_capability
+            .map(|(major, minor)| major * 10 + minor);
+        let plan = tensorwasm_kernels::table::plan_on(&op, sm, device.multiprocessor_count)?;
+        let function = self
+            .builtins
+            .function(&self.driver, plan.kernel)
+            .map_err(|e| kernel_error(&e))?;
+        let config = LaunchConfig {
+            grid: plan.grid,
+            block: plan.block,
+            shared_mem_bytes: plan.shared_bytes,
+        };
+        let charge = self.charge(Resource::LaunchesInFlight, 1)?;
+        let handle = self.launches.insert(LaunchEntry {
+            kernel: None,
+            _buffers: held,
+            _function: Launched::Builtin {
+                _entry: Arc::clone(&function),
+            },
+            _memory: region,
+            _charge: charge,
+        })?;
+        self.clock_before_launch();
+        // SAFETY: every pointer parameter is an operand that
+        // `decode_tensor_op` checked to lie, with the whole extent its shape
+        // and strides give, inside the guest's device-addressable memory or
+        // a live buffer; `plan` derives the kernel's sizes from the same
+        // checked shapes, and the kernels touch nothing outside those
+        // extents (docs/tensor-ops.md). The launch entry keeps the buffers
+        // and the memory alive until the launch has finished.
+        let queued = unsafe {
+            self.driver
+                .launch(&self.stream, &function.function, &config, &plan.params)
+        };
+        self.clock_after_launch();
+        if let Err(e) = queued {
+            let _ = self.launches.remove(handle);
+            return Err(driver_error("launch (built-in kernel)", e));
+        }
+        self.count_launch();
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+}
+
+/// Launch slots with a status word (one per possible launch handle).
+const STATUS_WORDS: usize = abi::handle::MAX_TABLE_CAPACITY;
+/// A status word: `u32` trap code, `u32` stop, `u64` offset, two `u64`s
+/// reserved (`docs/kernels.md`).
+const STATUS_BYTES: usize = status::BYTES;
+
+/// A kernel with a stack window runs only when the window lies in the
+/// guest's memory: its stack pointer's launch value is at least the
+/// window's size and at most the memory's (`docs/kernels.md`, "Globals and
+/// the shadow stack"; the translator relies on it to place frames at
+/// constant offsets with no bounds check).
+fn check_stack_window(
+    kernel: &KernelInfo,
+    globals: &[KernelParam],
+    mem_len: u64,
+) -> Result<(), AbiError> {
+    let Some(window) = kernel.stack_window else {
+        return Ok(());
+    };
+    let sp = kernel
+        .globals
+        .iter()
+        .position(|g| g.index == window.global)
+        .and_then(|at| globals.get(at));
+    match sp {
+        Some(KernelParam::I32(sp))
+            if (window.bytes..=mem_len).contains(&u64::from(sp.cast_unsigned())) =>
+        {
+            Ok(())
+        }
+        Some(KernelParam::I32(sp)) if u64::from(sp.cast_unsigned()) > mem_len => {
+            Err(AbiError::new(
+                Errno::EINVAL,
+                format!(
+                    "kernel `{}` has a stack window below its stack pointer, which is {} at \
+                     launch: past the end of the guest's memory ({mem_len} bytes)",
+                    kernel.name,
+                    sp.cast_unsigned()
+                ),
+            ))
+        }
+        Some(KernelParam::I32(sp)) => Err(AbiError::new(
+            Errno::EINVAL,
+            format!(
+                "kernel `{}` needs a stack window of {} bytes below the stack pointer, which is \
+                 {} at launch: the window would reach below address 0",
+                kernel.name,
+                window.bytes,
+                sp.cast_unsigned()
+            ),
+        )),
+        _ => Err(AbiError::new(
+            Errno::EINVAL,
+            format!(
+                "kernel `{}`: its stack pointer was not read at launch",
+                kernel.name
+            ),
+        )),
+    }
+}
+
+/// A Wasm kernel's arguments are values of its Wasm parameter types (guest
+/// offsets are `i32` values, not pointer descriptors).
+fn check_kernel_args<B>(
+    kernel: &KernelInfo,
+    params: &[KernelParam],
+    buffers: &[B],
+) -> Result<(), AbiError> {
+    if !buffers.is_empty() || params.len() != kernel.params.len() {
+        return Err(AbiError::new(
+            Errno::EINVAL,
+            format!(
+                "kernel `{}` takes {} value argument(s) ({:?}); {} given{}",
+                kernel.name,
+                kernel.params.len(),
+                kernel.params,
+                params.len() + buffers.len(),
+                if buffers.is_empty() {
+                    ""
+                } else {
+                    ", and buffer pointers are not values"
+                }
+            ),
+        ));
+    }
+    for (i, (p, ty)) in params.iter().zip(&kernel.params).enumerate() {
+        let ok = matches!(
+            (p, ty),
+            (KernelParam::I32(_), WasmType::I32)
+                | (KernelParam::I64(_), WasmType::I64)
+                | (KernelParam::F32(_), WasmType::F32)
+                | (KernelParam::F64(_), WasmType::F64)
+        );
+        if !ok {
+            return Err(AbiError::new(
+                Errno::EINVAL,
+                format!(
+                    "argument {i} of kernel `{}` must be {ty:?}, got {p:?} (guest offsets are \
+                     passed as i32 values)",
+                    kernel.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,271 @@
+//! Modules and functions: raw PTX and cubin modules, `function_get`, and
+//! the Wasm kernels `kernel_get` makes through the kernel cache; what a
+//! function handle names ([`FunctionEntry`]). Launching one is `launch`'s.
+
+use std::{sync::Arc, time::Duration};
+
+use tensorwasm_core::{
+    GpuDriver,
+    abi::{self, AbiError, Errno, Handle},
+    dispatch::DispatchFuture,
+    lower::translate::{KernelGlobal, StackWindow, WasmType},
+    quota::{OwnedCharge, Resource},
+};
+
+use crate::kernel::{CompileBounds, KernelError, KernelTarget, LoadedKernel, compile_bounded};
+
+use super::{
+    ctx::{GuestMem, WasiCudaCtx, check_out_u64},
+    errors::{driver_error, kernel_error},
+    kernel_names::KernelName,
+};
+
+/// What a guest-loaded module was loaded from, kept so that the module can
+/// be loaded again after a device reset ([`image`](super::image)).
+#[derive(Clone)]
+pub(crate) enum ModuleSource {
+    /// `module_load_ptx`'s text.
+    Ptx(Arc<str>),
+    /// `module_load_cubin`'s image.
+    Cubin(Arc<[u8]>),
+}
+
+/// A guest-loaded module with its source and the charge that pays for it.
+pub(crate) struct ModuleEntry<D: GpuDriver> {
+    pub(crate) module: Arc<D::Module>,
+    pub(crate) source: ModuleSource,
+    _charge: OwnedCharge,
+}
+
+/// Where a function handle's target came from.
+pub(crate) enum FunctionOrigin<D: GpuDriver> {
+    /// `function_get` on a guest-loaded module (kept loaded while the
+    /// function lives), by entry-point name.
+    Raw(Arc<ModuleEntry<D>>, String),
+    /// `kernel_get`: function `index` of the guest's module.
+    Kernel(u32),
+}
+
+/// A function handle's target, with its module kept loaded. (A built-in
+/// kernel is never a handle: `tensor_op` launches the runtime's shared
+/// [`BuiltinFunction`](crate::builtins::BuiltinFunction) directly.)
+pub(crate) struct FunctionEntry<D: GpuDriver> {
+    pub(super) function: D::Function,
+    _module: Arc<D::Module>,
+    pub(crate) origin: FunctionOrigin<D>,
+    /// The tenant's charge for the function handle.
+    _charge: OwnedCharge,
+    /// For a Wasm kernel: its name and Wasm parameter types.
+    pub(super) kernel: Option<KernelInfo>,
+}
+
+/// What a launch of a Wasm kernel checks its arguments against.
+pub(crate) struct KernelInfo {
+    pub(super) name: String,
+    pub(super) params: Vec<WasmType>,
+    /// The mutable globals it uses, whose launch values follow the
+    /// arguments.
+    pub(super) globals: Arc<[KernelGlobal]>,
+    /// Its threads' shadow-stack window.
+    pub(super) stack_window: Option<StackWindow>,
+}
+
+impl<D: GpuDriver> WasiCudaCtx<D> {
+    pub(crate) fn module_load_ptx(
+        &mut self,
+        mem: GuestMem<'_>,
+        ptr: u32,
+        len: u32,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        self.allowed(self.policy.raw_modules, "raw PTX modules (not sandboxed)")?;
+        let text = abi::read_str(mem.bytes, ptr, len)?;
+        let entry = self.load_module(ModuleSource::Ptx(text.into()))?;
+        let handle = self.modules.insert(entry)?;
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    pub(crate) fn module_load_cubin(
+        &mut self,
+        mem: GuestMem<'_>,
+        ptr: u32,
+        len: u32,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        self.allowed(self.policy.raw_modules, "cubin modules (not sandboxed)")?;
+        let range = abi::guest_range(mem.bytes.len(), ptr, u64::from(len))?;
+        let image = &mem.bytes[range];
+        // The image's own tables are checked here, whatever the driver.
+        tensorwasm_core::image::check_module_image(image).map_err(|e| {
+            AbiError::new(Errno::EIMAGE, format!("malformed cubin/fatbin image: {e}"))
+        })?;
+        let entry = self.load_module(ModuleSource::Cubin(image.into()))?;
+        let handle = self.modules.insert(entry)?;
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// Charges and loads a guest's module.
+    pub(crate) fn load_module(
+        &self,
+        source: ModuleSource,
+    ) -> Result<Arc<ModuleEntry<D>>, AbiError> {
+        let charge = self.charge(Resource::Modules, 1)?;
+        let module = match &source {
+            ModuleSource::Ptx(text) => self
+                .driver
+                .load_ptx(text)
+                .map_err(|e| driver_error("load_ptx", e))?,
+            ModuleSource::Cubin(image) => self
+                .driver
+                .load_cubin(image)
+                .map_err(|e| driver_error("load_cubin", e))?,
+        };
+        Ok(Arc::new(ModuleEntry {
+            module: Arc::new(module),
+            source,
+            _charge: charge,
+        }))
+    }
+
+    /// Charges and looks up entry point `name` of a guest-loaded module.
+    pub(crate) fn raw_function(
+        &self,
+        loaded: Arc<ModuleEntry<D>>,
+        name: &str,
+    ) -> Result<Arc<FunctionEntry<D>>, AbiError> {
+        let charge = self.charge(Resource::Functions, 1)?;
+        let function = self
+            .driver
+            .function(&loaded.module, name)
+            .map_err(|e| driver_error("function", e))?;
+        Ok(Arc::new(FunctionEntry {
+            function,
+            _module: Arc::clone(&loaded.module),
+            origin: FunctionOrigin::Raw(loaded, name.to_owned()),
+            _charge: charge,
+            kernel: None,
+        }))
+    }
+
+    pub(crate) fn module_unload(&mut self, module: u64) -> Result<(), AbiError> {
+        self.modules.remove(Handle(module)).map(drop)
+    }
+
+    pub(crate) fn function_get(
+        &mut self,
+        mem: GuestMem<'_>,
+        module: u64,
+        name_ptr: u32,
+        name_len: u32,
+        out: u32,
+    ) -> Result<(), AbiError> {
+        check_out_u64(mem.bytes, out)?;
+        let loaded = Arc::clone(self.modules.get(Handle(module))?);
+        let name = abi::read_str(mem.bytes, name_ptr, name_len)?;
+        let entry = self.raw_function(loaded, name)?;
+        let handle = self.functions.insert(entry)?;
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    pub(crate) fn function_release(&mut self, function: u64) -> Result<(), AbiError> {
+        // Launches in flight hold their own reference to the function.
+        self.functions.remove(Handle(function)).map(drop)
+    }
+}
+
+impl<D: KernelTarget> WasiCudaCtx<D> {
+    /// The first half of `kernel_get` (and of `kernel_get_export` and
+    /// `kernel_get_table`, which name the function otherwise): checks the
+    /// call, resolves `name` to a function index of the guest's own module,
+    /// then finds that function's kernel in the cache or starts its compile
+    /// on a worker ([`compile_bounded`]); the guest awaits the second
+    /// (`KernelGet::Compiling`), then
+    /// [`kernel_get_finish`](Self::kernel_get_finish) writes the handle.
+    pub(crate) fn kernel_get_start(
+        &mut self,
+        mem: GuestMem<'_>,
+        name: KernelName,
+        out: u32,
+    ) -> Result<KernelGet<D>, AbiError>
+    where
+        D: Clone + 'static,
+    {
+        check_out_u64(mem.bytes, out)?;
+        self.allowed(self.policy.wasm_kernels, "Wasm kernels")?;
+        let Some(source) = &self.kernel_source else {
+            return Err(AbiError::new(
+                Errno::ENOTSUP,
+                "the host did not register this guest's module for Wasm kernels",
+            ));
+        };
+        let index = self.kernel_names.resolve(mem.bytes, source.wasm(), name)?;
+        let charge = self.charge(Resource::Functions, 1)?;
+        let bounds = self.compile_bounds;
+        if let Some(hit) = self.kernels.lookup(source, index, bounds.limits) {
+            return Ok(KernelGet::Ready(hit.map_err(|e| kernel_error(&e))?, charge));
+        }
+        // A compile costs the tenant time: refuse once its budget is spent,
+        // and wait no longer than what is left of it.
+        let left = self.ledger.compile_time_left()?;
+        let slot = self.charge(Resource::Compiles, 1)?;
+        let bounds = CompileBounds {
+            wait: bounds.wait.min(Duration::from_nanos(left)),
+            ..bounds
+        };
+        let compiling = compile_bounded(
+            &self.driver,
+            &self.kernels,
+            source,
+            index,
+            bounds,
+            Arc::clone(&self.ledger),
+            slot,
+        );
+        Ok(KernelGet::Compiling(compiling, charge))
+    }
+
+    /// The second half of `kernel_get`: the kernel is made (or failed);
+    /// writes its function handle.
+    pub(crate) fn kernel_get_finish(
+        &mut self,
+        mem: GuestMem<'_>,
+        out: u32,
+        loaded: Result<Arc<LoadedKernel<D>>, KernelError>,
+        charge: OwnedCharge,
+    ) -> Result<(), AbiError> {
+        let loaded = loaded.map_err(|e| kernel_error(&e))?;
+        let handle = self.functions.insert(kernel_entry(&loaded, charge))?;
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+}
+
+/// A function handle's entry for a made Wasm kernel, paid by `charge`.
+pub(crate) fn kernel_entry<D: GpuDriver>(
+    loaded: &LoadedKernel<D>,
+    charge: OwnedCharge,
+) -> Arc<FunctionEntry<D>> {
+    Arc::new(FunctionEntry {
+        function: loaded.function.clone(),
+        _module: Arc::clone(&loaded.module),
+        origin: FunctionOrigin::Kernel(loaded.index),
+        _charge: charge,
+        kernel: Some(KernelInfo {
+            name: loaded.name.clone(),
+            params: loaded.params.clone(),
+            globals: loaded.globals.clone().into(),
+            stack_window: loaded.stack_window,
+        }),
+    })
+}
+
+/// Where a `kernel_get` stands after its checks: the kernel (a cache hit),
+/// or its compile under way; each with the function handle's charge.
+pub(crate) enum KernelGet<D: GpuDriver> {
+    Ready(Arc<LoadedKernel<D>>, OwnedCharge),
+    Compiling(
+        DispatchFuture<Result<Arc<LoadedKernel<D>>, KernelError>>,
+        OwnedCharge,
+    ),
+}

@@ -1,0 +1,189 @@
+//! Waiting for the guest's stream: how `wait`, `sync` and the copies wait
+//! ([`WaitPolicy`]: spin, suspend, or adapt between them), the completion
+//! callback they suspend on, and whether the work failed. The suspension
+//! itself is the parent module's (`quiesce`).
+
+use std::time::{Duration, Instant};
+
+use tensorwasm_core::{
+    GpuDriver,
+    abi::AbiError,
+    dispatch::{DispatchFuture, dispatch},
+};
+
+use super::{ctx::WasiCudaCtx, errors::launch_failed};
+
+/// How a guest's `wait` (and every call that waits for its stream) waits
+/// for the work it queued: asking the driver (`stream_query`) in a loop
+/// holds the executor thread and a core but answers within a microsecond
+/// of the work's end; suspending the guest on the driver's completion
+/// callback costs no CPU but ~20 µs of latency (`docs/benchmarks/`,
+/// `guest_overhead`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitPolicy {
+    /// One non-blocking query, then the completion callback.
+    Suspend,
+    /// Ask for up to this long, every wait, then the callback.
+    Spin(Duration),
+    /// Ask for up to this long while the stream's waits end within it;
+    /// after a wait that outlasted it, suspend at once until a wait ends
+    /// within it again (one that suspends still notes when it ended), but
+    /// spin every [`PROBE_EVERY`]-th wait. A stream of short kernels gets
+    /// the spin's latency; a stream of long ones costs one budget of CPU
+    /// when it turns long, then one per [`PROBE_EVERY`] waits.
+    Adaptive(Duration),
+}
+
+/// [`WaitPolicy::Adaptive`]: after this many waits in a row that did not
+/// spin, one spins again (a probe: at most one budget of CPU per this many
+/// waits on a stream of long kernels).
+pub const PROBE_EVERY: u32 = 16;
+
+/// [`WaitPolicy::Adaptive`]'s default budget: a little more than an empty
+/// kernel's launch-to-completion time on an H100 (~10 µs), so short
+/// kernels end within it.
+pub const DEFAULT_WAIT_SPIN: Duration = Duration::from_micros(50);
+
+impl Default for WaitPolicy {
+    /// [`WaitPolicy::Adaptive`] with [`DEFAULT_WAIT_SPIN`].
+    fn default() -> Self {
+        WaitPolicy::Adaptive(DEFAULT_WAIT_SPIN)
+    }
+}
+
+impl<D: GpuDriver> WasiCudaCtx<D> {
+    /// Where the guest's stream stands at the start of a wait: `Ok(true)`
+    /// when every piece of work queued so far has finished, `Ok(false)`
+    /// while some still runs (the caller then suspends on
+    /// [`Self::completion`] and calls [`Self::launch_status`]), `Err`
+    /// (`ELAUNCH`) once work on it has failed. Keeps asking for as long as
+    /// the [`WaitPolicy`] lets it spin before answering "still running".
+    pub(crate) fn settle(&mut self) -> Result<bool, AbiError> {
+        let start = Instant::now();
+        self.wait_began = Some(start);
+        let budget = match self.wait_policy {
+            WaitPolicy::Suspend => Duration::ZERO,
+            WaitPolicy::Spin(spin) => spin,
+            WaitPolicy::Adaptive(spin) if self.spin_pays || self.unspun >= PROBE_EVERY => {
+                self.unspun = 0;
+                spin
+            }
+            WaitPolicy::Adaptive(_) => {
+                self.unspun += 1;
+                Duration::ZERO
+            }
+        };
+        loop {
+            match self.driver.stream_query(&self.stream) {
+                Ok(true) => {
+                    self.wait_ended(Instant::now());
+                    return Ok(true);
+                }
+                Ok(false) => {}
+                Err(e) => return Err(launch_failed(e)),
+            }
+            if budget.is_zero() || start.elapsed() >= budget {
+                return Ok(false);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Notes when the wait that began in [`Self::settle`] saw its work
+    /// done (`done`: the query that said so, or the completion callback's
+    /// call): under [`WaitPolicy::Adaptive`], the next wait spins only if
+    /// this one ended within the budget (and every [`PROBE_EVERY`]-th
+    /// after that anyway, to find the stream's kernels short again when
+    /// the callback's own latency keeps its waits past the budget).
+    fn wait_ended(&mut self, done: Instant) {
+        if let Some(clock) = &mut self.gpu_clock {
+            clock.collect(&self.driver);
+        }
+        let began = self.wait_began.take();
+        if let (Some(stats), Some(began)) = (&self.stats, began) {
+            stats.waits.inc();
+            stats
+                .wait_seconds
+                .inc_by(done.saturating_duration_since(began).as_secs_f64());
+        }
+        if let (WaitPolicy::Adaptive(spin), Some(began)) = (self.wait_policy, began) {
+            self.spin_pays = done.saturating_duration_since(began) <= spin;
+        }
+    }
+
+    /// A future that completes from the driver's completion callback once
+    /// the work queued so far has finished, with the time of the call.
+    /// Should queueing the callback fail, waits here instead, so a waiter
+    /// is never left hanging.
+    pub(crate) fn completion(&self) -> DispatchFuture<Instant> {
+        let (completer, done) = dispatch();
+        let on_done = completer.clone();
+        let queued = self.driver.on_complete(
+            &self.stream,
+            Box::new(move || {
+                let _ = on_done.complete(Instant::now());
+            }),
+        );
+        if queued.is_err() {
+            let _ = self.driver.stream_synchronize(&self.stream);
+            let _ = completer.complete(Instant::now());
+        }
+        done
+    }
+
+    /// While a wait is suspended on its callback: has the stream's work
+    /// finished (`Ok(true)`), or failed (`Err`, `EDEVLOST` for a lost
+    /// device)?
+    pub(crate) fn poll_stream(&self) -> Result<bool, AbiError> {
+        self.driver
+            .stream_query(&self.stream)
+            .map_err(launch_failed)
+    }
+
+    /// After a completion callback fired (at `done`): did the work fail?
+    /// (`Ok(false)` is success here: the callback itself counts as stream
+    /// work until it has returned.)
+    pub(crate) fn launch_status(&mut self, done: Instant) -> Result<(), AbiError> {
+        self.wait_ended(done);
+        self.driver
+            .stream_query(&self.stream)
+            .map(drop)
+            .map_err(launch_failed)
+    }
+
+    /// Lets `wait` keep asking the driver for up to `spin` before it
+    /// suspends the guest on a completion callback, every time
+    /// ([`WaitPolicy::Spin`]; zero: [`WaitPolicy::Suspend`]).
+    pub fn set_wait_spin(&mut self, spin: Duration) {
+        self.set_wait_policy(if spin.is_zero() {
+            WaitPolicy::Suspend
+        } else {
+            WaitPolicy::Spin(spin)
+        });
+    }
+
+    /// How `wait` waits from now on ([`WaitPolicy`]).
+    pub fn set_wait_policy(&mut self, policy: WaitPolicy) {
+        self.wait_policy = policy;
+        self.spin_pays = true;
+        self.unspun = 0;
+    }
+
+    /// How `wait` waits.
+    pub fn wait_policy(&self) -> WaitPolicy {
+        self.wait_policy
+    }
+
+    /// Whether the next wait asks the driver in a loop before it suspends
+    /// (under [`WaitPolicy::Adaptive`]: whether the last wait ended within
+    /// the budget, or the next is a probe).
+    pub fn spins_before_next_wait(&self) -> bool {
+        match self.wait_policy {
+            WaitPolicy::Suspend => false,
+            WaitPolicy::Spin(spin) => !spin.is_zero(),
+            WaitPolicy::Adaptive(spin) => {
+                (self.spin_pays || self.unspun >= PROBE_EVERY) && !spin.is_zero()
+            }
+        }
+    }
+}
