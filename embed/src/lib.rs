@@ -26,6 +26,7 @@ pub mod runtime;
 pub mod snapshot;
 pub mod supervise;
 pub mod tenant;
+mod tenant_config;
 pub mod twins;
 pub mod wasi;
 pub mod wasi_cuda;

@@ -13,7 +13,7 @@ use crate::{
     builtins::BuiltinCache,
     kernel::{GuestModule, KernelCache, KernelTarget},
     memory::{ManagedMemoryCreator, configure_engine},
-    tenant::{TenantConfig, TenantLimiter},
+    tenant_config::{TenantConfig, TenantLimiter},
     wasi::{self, GuestOutput, WasiP1Ctx},
     wasi_cuda::{WasiCudaCtx, WasiCudaLimits},
 };
