@@ -1845,15 +1845,15 @@ fn vector_add_on_the_cpu_driver() -> (
     (rt, module)
 }
 
-/// The default wait is adaptive ([`WaitPolicy::Adaptive`]): it spins first
-/// while waits end within its budget, stops after one that outlasts it (a
-/// 4M-element vector add on the CPU driver, against a 2 ms budget here),
-/// probes again after [`PROBE_EVERY`] waits that did not spin, and spins
-/// again after a short wait; results are right throughout.
+/// The adaptive wait policy through a guest's waits: the default, the first
+/// wait spins, results are right whatever the waits take, and `Suspend`
+/// never spins. (Which waits spin is a function of how long earlier waits
+/// took, which depends on the machine's load: `wait.rs`'s unit tests check
+/// those decisions on given durations.)
 #[test]
-fn the_adaptive_wait_spins_only_while_waits_are_short() {
+fn the_adaptive_wait_gives_the_same_results_and_suspend_never_spins() {
     use std::time::Duration;
-    use tensorwasm_embed::wasi_cuda::{DEFAULT_WAIT_SPIN, PROBE_EVERY, WaitPolicy};
+    use tensorwasm_embed::wasi_cuda::{DEFAULT_WAIT_SPIN, WaitPolicy};
     let (rt, module) = vector_add_on_the_cpu_driver();
     let mut store = rt.store().unwrap();
     assert_eq!(
@@ -1866,37 +1866,23 @@ fn the_adaptive_wait_spins_only_while_waits_are_short() {
         .data_mut()
         .cuda
         .set_wait_policy(WaitPolicy::Adaptive(budget));
-    assert!(store.data().cuda.spins_before_next_wait());
+    assert!(
+        store.data().cuda.spins_before_next_wait(),
+        "a new stream spins first"
+    );
     let instance = futures::executor::block_on(rt.instantiate(&mut store, &module)).unwrap();
     let run = instance
         .get_typed_func::<i32, i32>(&mut store, "run")
         .unwrap();
-    let run = |store: &mut wasmtime::Store<_>, n: i32| {
-        let started = std::time::Instant::now();
-        let status = futures::executor::block_on(run.call_async(&mut *store, n)).unwrap();
-        assert_eq!(status, 0, "n {n}");
-        started.elapsed()
-    };
-    let spins = |store: &wasmtime::Store<tensorwasm_embed::runtime::GuestState<_>>| {
-        store.data().cuda.spins_before_next_wait()
-    };
-    let long = 4 << 20;
-    let took = run(&mut store, long);
-    assert!(took > budget * 3, "the long run took only {took:?}");
-    assert!(!spins(&store), "a wait past the budget stops the spinning");
-    for i in 1..PROBE_EVERY {
-        run(&mut store, long);
-        assert!(!spins(&store), "long run {i}");
+    for n in [4 << 20, 1, 4 << 20, 4097, 1] {
+        let status = futures::executor::block_on(run.call_async(&mut store, n)).unwrap();
+        assert_eq!(status, 0, "n {n}: {}", store.data().cuda.last_error());
     }
-    run(&mut store, long);
-    assert!(spins(&store), "after {PROBE_EVERY} waits without, a probe");
-    run(&mut store, long);
-    assert!(!spins(&store), "the probe found the kernel still long");
-    run(&mut store, 1);
-    assert!(spins(&store), "a short wait brings the spinning back");
     store.data_mut().cuda.set_wait_policy(WaitPolicy::Suspend);
-    assert!(!spins(&store));
-    run(&mut store, 4097);
+    assert!(!store.data().cuda.spins_before_next_wait());
+    let status = futures::executor::block_on(run.call_async(&mut store, 4097)).unwrap();
+    assert_eq!(status, 0);
+    assert!(!store.data().cuda.spins_before_next_wait());
 }
 
 /// With a spin budget, `wait` keeps asking the driver for a while before it

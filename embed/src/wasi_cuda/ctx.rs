@@ -30,7 +30,7 @@ use super::{
     launch::LaunchEntry,
     modules::{FunctionEntry, ModuleEntry},
     stats::GuestStats,
-    wait::WaitPolicy,
+    wait::{SpinState, WaitPolicy},
 };
 
 /// How many objects of each kind one guest may hold at once.
@@ -138,14 +138,8 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     pub(crate) modules: HandleTable<Arc<ModuleEntry<D>>>,
     pub(crate) functions: HandleTable<Arc<FunctionEntry<D>>>,
     pub(crate) launches: HandleTable<LaunchEntry<D>>,
-    /// How `wait` waits.
-    pub(super) wait_policy: WaitPolicy,
-    /// [`WaitPolicy::Adaptive`]: whether the stream's last wait ended
-    /// within the spin budget (so this one spins first).
-    pub(super) spin_pays: bool,
-    /// [`WaitPolicy::Adaptive`]: waits that suspended at once since the
-    /// last that spun.
-    pub(super) unspun: u32,
+    /// How `wait` waits, and what the adaptive policy has learnt.
+    pub(super) waits: SpinState,
     /// When the current wait began.
     pub(super) wait_began: Option<Instant>,
     /// The guest module's Wasm, for `kernel_get`.
@@ -258,9 +252,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             modules: HandleTable::new(owner, HandleKind::Module, limits.modules),
             functions: HandleTable::new(owner, HandleKind::Function, limits.functions),
             launches: HandleTable::new(owner, HandleKind::Launch, limits.launches),
-            wait_policy: WaitPolicy::default(),
-            spin_pays: true,
-            unspun: 0,
+            waits: SpinState::new(WaitPolicy::default()),
             wait_began: None,
             kernel_source: None,
             kernel_names: ResolvedNames::default(),

@@ -101,7 +101,38 @@ pub(super) fn launch_failed<E: DriverError>(e: E) -> AbiError {
     AbiError::new(errno, format!("work on the guest's stream failed: {e}"))
 }
 
-/// A driver failure as the guest sees it.
+/// A driver failure as the guest sees it: `call: error`, the call named
+/// once (the CPU driver's errors already open with their call's name).
 pub(crate) fn driver_error<E: DriverError>(call: &str, e: E) -> AbiError {
-    AbiError::new(Errno::from(e.kind()), format!("{call}: {e}"))
+    AbiError::new(Errno::from(e.kind()), named_once(call, &e.to_string()))
+}
+
+/// `text` prefixed with `call: ` unless it already opens with it.
+fn named_once(call: &str, text: &str) -> String {
+    match text.strip_prefix(call) {
+        Some(rest) if rest.starts_with(": ") => text.to_string(),
+        _ => format!("{call}: {text}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named_once;
+
+    #[test]
+    fn the_call_is_named_once() {
+        assert_eq!(
+            named_once("load_ptx", "load_ptx: not supported: needs CUDA"),
+            "load_ptx: not supported: needs CUDA"
+        );
+        assert_eq!(
+            named_once("load_ptx", "CUDA_ERROR_INVALID_PTX (218): bad"),
+            "load_ptx: CUDA_ERROR_INVALID_PTX (218): bad"
+        );
+        // Another call whose name starts with this one's.
+        assert_eq!(
+            named_once("load", "load_ptx: not supported"),
+            "load: load_ptx: not supported"
+        );
+    }
 }

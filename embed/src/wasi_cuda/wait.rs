@@ -51,17 +51,40 @@ impl Default for WaitPolicy {
     }
 }
 
-impl<D: GpuDriver> WasiCudaCtx<D> {
-    /// Where the guest's stream stands at the start of a wait: `Ok(true)`
-    /// when every piece of work queued so far has finished, `Ok(false)`
-    /// while some still runs (the caller then suspends on
-    /// [`Self::completion`] and calls [`Self::launch_status`]), `Err`
-    /// (`ELAUNCH`) once work on it has failed. Keeps asking for as long as
-    /// the [`WaitPolicy`] lets it spin before answering "still running".
-    pub(crate) fn settle(&mut self) -> Result<bool, AbiError> {
-        let start = Instant::now();
-        self.wait_began = Some(start);
-        let budget = match self.wait_policy {
+/// A stream's [`WaitPolicy`] and what its adaptive form has learnt from the
+/// waits so far: a state machine of wait durations alone (no clock of its
+/// own), so its decisions are tested without timing anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SpinState {
+    policy: WaitPolicy,
+    /// [`WaitPolicy::Adaptive`]: whether the last wait ended within the
+    /// spin budget (so the next one spins first).
+    spin_pays: bool,
+    /// [`WaitPolicy::Adaptive`]: waits that suspended at once since the
+    /// last that spun.
+    unspun: u32,
+}
+
+impl SpinState {
+    /// A stream that has not waited yet: its first wait spins (if the
+    /// policy spins at all).
+    pub(crate) fn new(policy: WaitPolicy) -> Self {
+        SpinState {
+            policy,
+            spin_pays: true,
+            unspun: 0,
+        }
+    }
+
+    /// The policy.
+    pub(crate) fn policy(&self) -> WaitPolicy {
+        self.policy
+    }
+
+    /// How long the wait that begins now asks the driver before it
+    /// suspends (zero: one query), counting it as a probe or an unspun wait.
+    pub(crate) fn begin(&mut self) -> Duration {
+        match self.policy {
             WaitPolicy::Suspend => Duration::ZERO,
             WaitPolicy::Spin(spin) => spin,
             WaitPolicy::Adaptive(spin) if self.spin_pays || self.unspun >= PROBE_EVERY => {
@@ -72,7 +95,43 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 self.unspun += 1;
                 Duration::ZERO
             }
-        };
+        }
+    }
+
+    /// A wait ended after `waited`: under [`WaitPolicy::Adaptive`] the next
+    /// spins only if this one ended within the budget (and every
+    /// [`PROBE_EVERY`]-th after that anyway, to find the stream's kernels
+    /// short again when the callback's own latency keeps its waits past
+    /// the budget).
+    pub(crate) fn ended(&mut self, waited: Duration) {
+        if let WaitPolicy::Adaptive(spin) = self.policy {
+            self.spin_pays = waited <= spin;
+        }
+    }
+
+    /// Whether the next wait asks the driver in a loop before it suspends.
+    pub(crate) fn spins_next(&self) -> bool {
+        match self.policy {
+            WaitPolicy::Suspend => false,
+            WaitPolicy::Spin(spin) => !spin.is_zero(),
+            WaitPolicy::Adaptive(spin) => {
+                (self.spin_pays || self.unspun >= PROBE_EVERY) && !spin.is_zero()
+            }
+        }
+    }
+}
+
+impl<D: GpuDriver> WasiCudaCtx<D> {
+    /// Where the guest's stream stands at the start of a wait: `Ok(true)`
+    /// when every piece of work queued so far has finished, `Ok(false)`
+    /// while some still runs (the caller then suspends on
+    /// [`Self::completion`] and calls [`Self::launch_status`]), `Err`
+    /// (`ELAUNCH`) once work on it has failed. Keeps asking for as long as
+    /// the [`WaitPolicy`] lets it spin before answering "still running".
+    pub(crate) fn settle(&mut self) -> Result<bool, AbiError> {
+        let start = Instant::now();
+        self.wait_began = Some(start);
+        let budget = self.waits.begin();
         loop {
             match self.driver.stream_query(&self.stream) {
                 Ok(true) => {
@@ -106,8 +165,8 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 .wait_seconds
                 .inc_by(done.saturating_duration_since(began).as_secs_f64());
         }
-        if let (WaitPolicy::Adaptive(spin), Some(began)) = (self.wait_policy, began) {
-            self.spin_pays = done.saturating_duration_since(began) <= spin;
+        if let Some(began) = began {
+            self.waits.ended(done.saturating_duration_since(began));
         }
     }
 
@@ -164,26 +223,73 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
 
     /// How `wait` waits from now on ([`WaitPolicy`]).
     pub fn set_wait_policy(&mut self, policy: WaitPolicy) {
-        self.wait_policy = policy;
-        self.spin_pays = true;
-        self.unspun = 0;
+        self.waits = SpinState::new(policy);
     }
 
     /// How `wait` waits.
     pub fn wait_policy(&self) -> WaitPolicy {
-        self.wait_policy
+        self.waits.policy()
     }
 
     /// Whether the next wait asks the driver in a loop before it suspends
     /// (under [`WaitPolicy::Adaptive`]: whether the last wait ended within
     /// the budget, or the next is a probe).
     pub fn spins_before_next_wait(&self) -> bool {
-        match self.wait_policy {
-            WaitPolicy::Suspend => false,
-            WaitPolicy::Spin(spin) => !spin.is_zero(),
-            WaitPolicy::Adaptive(spin) => {
-                (self.spin_pays || self.unspun >= PROBE_EVERY) && !spin.is_zero()
-            }
+        self.waits.spins_next()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wait as `settle` and `wait_ended` make it: the budget it got,
+    /// then how long it took.
+    fn wait(state: &mut SpinState, took: Duration) -> Duration {
+        let budget = state.begin();
+        state.ended(took);
+        budget
+    }
+
+    #[test]
+    fn the_adaptive_policy_spins_only_while_waits_are_short() {
+        let budget = Duration::from_millis(2);
+        let (short, long) = (budget / 2, budget * 3);
+        let mut s = SpinState::new(WaitPolicy::Adaptive(budget));
+        assert!(s.spins_next(), "a new stream spins first");
+        assert_eq!(wait(&mut s, short), budget);
+        assert!(s.spins_next(), "a short wait keeps the spinning");
+        assert_eq!(wait(&mut s, budget), budget, "the budget itself is short");
+        assert!(s.spins_next());
+        assert_eq!(wait(&mut s, long), budget);
+        assert!(!s.spins_next(), "a wait past the budget stops the spinning");
+        for i in 1..PROBE_EVERY {
+            assert_eq!(wait(&mut s, long), Duration::ZERO, "long wait {i}");
+            assert!(!s.spins_next(), "long wait {i}");
         }
+        assert_eq!(wait(&mut s, long), Duration::ZERO);
+        assert!(s.spins_next(), "after {PROBE_EVERY} waits without, a probe");
+        assert_eq!(wait(&mut s, long), budget, "the probe spins");
+        assert!(!s.spins_next(), "the probe found the kernels still long");
+        assert_eq!(wait(&mut s, short), Duration::ZERO);
+        assert!(s.spins_next(), "a short wait brings the spinning back");
+        assert_eq!(wait(&mut s, short), budget);
+    }
+
+    #[test]
+    fn spin_and_suspend_ignore_how_long_waits_take() {
+        let spin = Duration::from_micros(5);
+        let mut s = SpinState::new(WaitPolicy::Spin(spin));
+        for took in [Duration::ZERO, spin * 1000] {
+            assert_eq!(wait(&mut s, took), spin);
+            assert!(s.spins_next());
+        }
+        let mut s = SpinState::new(WaitPolicy::Suspend);
+        for took in [Duration::ZERO, spin * 1000] {
+            assert_eq!(wait(&mut s, took), Duration::ZERO);
+            assert!(!s.spins_next());
+        }
+        let s = SpinState::new(WaitPolicy::Adaptive(Duration::ZERO));
+        assert!(!s.spins_next(), "a zero budget never spins");
     }
 }
