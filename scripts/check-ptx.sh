@@ -10,7 +10,8 @@
 # and embed's `kernel_ops` test lowers one Wasm kernel per operator (each
 # target with its oldest ISA) into target/ptx-out/kernel_ops.<op>.sm_XX.ptx,
 # core's `simd` test one kernel per family of SIMD operators into
-# target/ptx-out/simd.<family>.sm_XX.ptx,
+# target/ptx-out/simd.<family>.sm_XX.ptx, embed's `simd_guest` the kernels
+# of the SIMD-built Rust guest into target/ptx-out/simd_guest.<kernel>.sm_XX.ptx,
 # and `kernel_atomics` every atomic kernel (the SDK's intrinsics among them)
 # into target/ptx-out/kernel_atomics.<export>.sm_XX.ptx;
 # each file is assembled for the target its `.target` line names.
@@ -68,6 +69,7 @@ cargo test -q -p tensorwasm-core --features lower --lib -- lower::table lower::p
 rm -rf target/ptx-out
 cargo test -q -p tensorwasm-core --features lower --test ptx
 cargo test -q -p tensorwasm-core --features lower --test simd -- every_family_lowers_to_ptx
+cargo test -q -p tensorwasm-embed --test simd_guest -- the_kernels_are_built_of_v128_operators
 cargo test -q -p tensorwasm-embed --test kernel_ops -- ptx_for_every_kernel
 cargo test -q -p tensorwasm-embed --test kernel_atomics -- ptx_for_every_atomic_kernel
 lowered=0
