@@ -25,7 +25,10 @@ step "setup: the pinned Rust toolchain, its components and targets"
 # the components and targets it lists, but not those targets when the
 # toolchain was already there: add them every time (a no-op when present).
 toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
-rustup toolchain install "$toolchain" --profile minimal
+# Installed only when missing: reinstalling a toolchain in use would pull
+# rustc from under builds that run beside this one.
+rustup run "$toolchain" rustc --version >/dev/null 2>&1 ||
+    rustup toolchain install "$toolchain" --profile minimal
 rustup component add --toolchain "$toolchain" rustfmt clippy
 rustup target add --toolchain "$toolchain" thumbv7em-none-eabihf wasm32-unknown-unknown wasm32-wasip1
 
