@@ -40,6 +40,7 @@ pub fn smith_config(
     // exercised.
     let mut kinds = vec![
         K::Numeric,
+        K::Vector,
         K::Parametric,
         K::Variable,
         K::Memory,
@@ -72,7 +73,10 @@ pub fn smith_config(
         gc_enabled: false,
         custom_descriptors_enabled: false,
         exceptions_enabled: false,
-        simd_enabled: false,
+        // SIMD (docs/kernels.md, "SIMD"): `v128` values, operators, loads
+        // and stores. Relaxed SIMD, which kernels refuse, is left out: its
+        // results are wasmtime's choice.
+        simd_enabled: true,
         relaxed_simd_enabled: false,
         // The threads proposal's atomics (docs/kernels.md, "Atomics");
         // `wait`/`notify`, which kernels refuse, keep the refusal covered.
