@@ -22,9 +22,10 @@
 //! says why):
 //! - wasm-smith with bulk memory (`memory.copy`, `memory.fill`), a table
 //!   of up to 64 `funcref`s and up to 4 element segments (`call_indirect`),
-//!   mutable globals (`global.set`); no reference types (wasmtime without
-//!   its GC refuses the `externref` they bring), SIMD, threads,
-//!   multi-memory, memory64, tail calls, exceptions, GC or start function.
+//!   mutable globals (`global.set`), SIMD (`v128` operators, loads and
+//!   stores; not relaxed SIMD); no reference types (wasmtime without its
+//!   GC refuses the `externref` they bring), multi-memory, memory64, tail
+//!   calls, exceptions, GC or start function.
 //!   Table operators (`table.copy`, `table.init`, `elem.drop`: refused,
 //!   tables must be fixed) only in a quarter of the cases. Its only imports
 //!   are some of the `tensorwasm_kernel` intrinsics: the position ones, and
