@@ -1,9 +1,11 @@
 //! The virtual-block loop's block indices (`docs/kernels.md`, "Virtual
 //! blocks"): a thread runs virtual blocks `first`, `first + stride`, ...
 //! below `gx * gy * gz`, each with index `(v % gx, v / gx % gy, v / (gx *
-//! gy))`. Grids of at most 2^32 blocks divide in 32 bits, larger ones in
-//! 64; these launches, which the reference (wasmtime) cannot express, check
-//! both sides of that line through the interpreter.
+//! gy))`, computed without 64-bit division: the first by 32-bit divisions
+//! (`ctaid.x` is 32-bit), each later one as the last plus the stride's
+//! index with carries. These launches, which the reference (wasmtime)
+//! cannot express, check grids on both sides of 2^32 blocks and threads
+//! that run many virtual blocks, through the interpreter.
 
 #[allow(dead_code)] // the shared harness; this suite uses a part of it
 mod harness;
@@ -60,18 +62,22 @@ fn expected(grid: [i64; 3], first: u32, stride: u32) -> Vec<[u32; 3]> {
 #[test]
 fn block_indices_on_both_sides_of_two_to_the_32_blocks() {
     for (grid, first, stride) in [
-        // A 2-D grid of 2^32 blocks exactly: the 32-bit division, up to
-        // the last block.
+        // A 2-D grid of 2^32 blocks exactly, up to the last block; carries
+        // into y and z.
         ([65_536, 65_536, 1], u32::MAX, 1),
         ([65_536, 65_536, 1], 65_535 * 65_536 + 17, 3_000),
         // 3-D, below 2^32: several virtual blocks a thread.
         ([1_000, 3_000, 7], 1_234_567, 5_000_000),
+        ([7, 5, 300], 3, 34),
+        ([3, 1, 5_000], 2, 7),
         // More than 2^32 blocks: a thread's later virtual blocks lie past
-        // 2^32, where 32 bits would wrap (the 64-bit division).
+        // 2^32, where a 32-bit division of `vb` would wrap.
         ([70_000, 65_535, 1], 4_000_000_000, 200_000_000),
         ([2_147_483_647, 3, 2], 4_294_967_295, 4_294_967_295),
-        // 1-D: no division at all.
-        ([5_000_000_000, 1, 1], 4_294_967_000, 4_294_967_295),
+        // 1-D: no division at all (the host's extents are u32, so a 1-D
+        // grid has fewer than 2^32 blocks).
+        ([4_294_967_295, 1, 1], 4_294_967_000, 100),
+        ([4_294_967_295, 1, 1], 7, 2_147_483_647),
     ] {
         let want = expected(grid, first, stride);
         assert!(!want.is_empty());

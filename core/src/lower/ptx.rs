@@ -32,7 +32,9 @@
 //!   `.branchtargets` list (PTX ISA 6.0); an empty table is a `bra` to the
 //!   default.
 //! - **Traps.** Each `trap` / `trapz` / `trapnz` branches to a stub of its
-//!   own (`TRAPk`, after the last block): a thread that reads a code
+//!   own (`TRAPk`, after the last block) that sets `%trapcode` and
+//!   `%trapoffset` and branches to the kernel's one `TRAP` (sites with the
+//!   same code and offset share a stub): a thread that reads a code
 //!   already there returns at once; else `atom.global.cas.b32` puts the
 //!   [`KernelTrap`] code into the status word if it was still 0; the thread
 //!   whose CAS won writes the instruction's source location (the Wasm byte
@@ -268,6 +270,7 @@ impl PtxLowerer {
             scratch: [0; 4],
             preds: 0,
             traps: Vec::new(),
+            has_traps: false,
         };
         emitter.prologue(abi)?;
         // Cold blocks (the translator's rarely taken paths) go last, out of
@@ -534,6 +537,8 @@ struct Emitter<'a> {
     /// Scratch predicates to declare.
     preds: u32,
     traps: Vec<TrapSite>,
+    /// Whether the kernel has trap sites (and so the trap registers).
+    has_traps: bool,
 }
 
 /// The scratch `.b64` register that holds a global access's address in a
@@ -1137,22 +1142,45 @@ impl Emitter<'_> {
         }
     }
 
+    /// Each trap site's stub sets the trap's code and offset and branches
+    /// to the one [`TRAP_SITE`] of the kernel; sites with the same trap at
+    /// the same offset (a copy of the body for aligned arguments, a
+    /// versioned loop) share a stub.
     fn trap_sites(&mut self) -> Result<(), LowerError> {
         let sites = core::mem::take(&mut self.traps);
-        for (k, site) in sites.iter().enumerate() {
+        if sites.is_empty() {
+            return Ok(());
+        }
+        let mut stubs: Vec<(KernelTrap, u32, &str)> = Vec::new();
+        for site in &sites {
+            if let Some((_, _, first)) = stubs
+                .iter()
+                .find(|(trap, offset, _)| *trap == site.trap && *offset == site.offset)
+            {
+                // Same code and offset: the first site's stub does.
+                let _ = writeln!(self.body, "{}:", site.label);
+                let _ = writeln!(self.body, "    bra {first};");
+                continue;
+            }
+            stubs.push((site.trap, site.offset, &site.label));
             let _ = writeln!(self.body, "{}:", site.label);
             let _ = writeln!(
                 self.body,
                 "    // {} at offset {:#x}",
                 site.trap, site.offset
             );
-            let slots = [
-                ("status", String::from("%status")),
-                ("code", site.trap.code().to_string()),
-                ("offset", site.offset.to_string()),
-            ];
-            self.expand(TRAP_SITE, &slots, &format!("T{k}"))?;
+            let _ = writeln!(self.body, "    mov.b32 %trapcode, {};", site.trap.code());
+            let _ = writeln!(self.body, "    mov.b64 %trapoffset, {};", site.offset);
+            let _ = writeln!(self.body, "    bra TRAP;");
         }
+        let _ = writeln!(self.body, "TRAP:");
+        let slots = [
+            ("status", String::from("%status")),
+            ("code", String::from("%trapcode")),
+            ("offset", String::from("%trapoffset")),
+        ];
+        self.expand(TRAP_SITE, &slots, "T")?;
+        self.has_traps = true;
         Ok(())
     }
 
@@ -1279,7 +1307,11 @@ impl Emitter<'_> {
                 );
             }
         }
-        out.push_str("    .reg .b64   %status;\n\n");
+        out.push_str("    .reg .b64   %status;\n");
+        if self.has_traps {
+            out.push_str("    .reg .b32   %trapcode;\n    .reg .b64   %trapoffset;\n");
+        }
+        out.push('\n');
         out.push_str(&self.body);
         out.push_str("}\n");
         out

@@ -155,7 +155,10 @@ impl Rule {
 /// H100: 2^28 threads) one atomic per thread on one address costs more
 /// than the kernel's work, while the warp's loads are one transaction.
 /// `{status}` is the status word's (global) address, `{code}` the
-/// [`KernelTrap`](super::KernelTrap) code, `{offset}` the offset.
+/// [`KernelTrap`](super::KernelTrap) code (a `.b32` register), `{offset}`
+/// the offset (a `.b64` register): one copy of this stub serves every trap
+/// site of a kernel, each site setting the two registers and branching
+/// here (the PTX stays small, and so does the driver's JIT time).
 pub const TRAP_SITE: &[&str] = &[
     "ld.volatile.global.u32 {r0}, [{status}];",
     "setp.ne.b32 {p0}, {r0}, 0;",
@@ -163,8 +166,7 @@ pub const TRAP_SITE: &[&str] = &[
     "atom.global.cas.b32 {r0}, [{status}], 0, {code};",
     "setp.ne.b32 {p0}, {r0}, 0;",
     "@{p0} ret;",
-    "mov.b64 {rd0}, {offset};",
-    "st.global.u64 [{status}+8], {rd0};",
+    "st.global.u64 [{status}+8], {offset};",
     "ret;",
 ];
 

@@ -507,12 +507,17 @@ impl<'m> Translator<'m, '_, '_> {
         // the latch the next one, then checks the thread's time (no time
         // has passed before the first): a thread of one virtual block, the
         // usual launch, reads no clock but at its start.
-        let header = self.builder.create_block();
-        let vb = self.builder.append_block_param(header, I64);
-        let flat = self.builder.create_block();
-        let deep = self.builder.create_block();
+        //
+        // No 64-bit division anywhere (a GPU divides 64 bits in a long
+        // subroutine, which cost a small kernel more than its body and the
+        // driver's JIT a third of its time): the host passes extents below
+        // 2^32 (CUDA's own limits), and `ctaid.x` and `nctaid.x` are
+        // 32-bit, so the first block's index and the stride's take two
+        // 32-bit divisions each; each later block's index is the last one
+        // plus the stride's, with carries, as `vb` itself advances.
         let start = self.builder.create_block();
-        let [bx, by, bz] = [(); 3].map(|()| self.builder.append_block_param(start, I64));
+        let vb = self.builder.append_block_param(start, I64);
+        let [bx, by, bz] = [(); 3].map(|()| self.builder.append_block_param(start, I32));
         let exit = self.builder.create_block();
         // The entry block ends in a jump (the copy for aligned arguments,
         // `specialize`, replaces it).
@@ -520,65 +525,26 @@ impl<'m> Translator<'m, '_, '_> {
         self.builder.ins().jump(enter, &[]);
         self.builder.seal_block(enter);
         self.builder.switch_to_block(enter);
+        let [gx32, gy32] = [gx, gy].map(|v| self.builder.ins().ireduce(I32, v));
         let any = self
             .builder
             .ins()
             .icmp(IntCC::UnsignedLessThan, first, total);
+        let first_block = self.builder.create_block();
+        self.builder.ins().brif(any, first_block, &[], exit, &[]);
+        self.builder.seal_block(first_block);
+        self.builder.switch_to_block(first_block);
+        let first32 = self.builder.ins().ireduce(I32, first);
+        let deep = self.flat_or_deep(one_d, start, first, first32);
+        let [x, y, z] = self.block_index(first32, gx32, gy32);
         self.builder
             .ins()
-            .brif(any, header, &[first.into()], exit, &[]);
-
-        self.builder.switch_to_block(header);
-        self.builder.ins().brif(one_d, flat, &[], deep, &[]);
-        self.builder.seal_block(flat);
+            .jump(start, &[first.into(), x.into(), y.into(), z.into()]);
         self.builder.seal_block(deep);
-        // A 1-D grid needs no division.
-        self.builder.switch_to_block(flat);
-        let zero = self.builder.ins().iconst(I64, 0);
-        self.builder
-            .ins()
-            .jump(start, &[vb.into(), zero.into(), zero.into()]);
-        // `vb < total` here, so gx and gy are at least 1. A GPU divides 64
-        // bits in a long subroutine (four of them cost a small kernel more
-        // than its body): for a grid of at most 2^32 blocks, `vb` (below
-        // `total`), `gx` and `gy` (at most `total / 2`: here `gy * gz >= 2`)
-        // fit in 32 bits, and two 32-bit divisions do, the remainders by
-        // multiply and subtract.
-        self.builder.switch_to_block(deep);
-        let deep32 = self.builder.create_block();
-        let deep64 = self.builder.create_block();
-        let narrow = self
-            .builder
-            .ins()
-            .icmp_imm_u(IntCC::UnsignedLessThanOrEqual, total, 1 << 32);
-        self.builder.ins().brif(narrow, deep32, &[], deep64, &[]);
-        self.builder.seal_block(deep32);
-        self.builder.seal_block(deep64);
-        self.builder.switch_to_block(deep32);
-        let [v32, gx32, gy32] = [vb, gx, gy].map(|v| self.builder.ins().ireduce(I32, v));
-        let rest = self.builder.ins().udiv(v32, gx32);
-        let rest_gx = self.builder.ins().imul(rest, gx32);
-        let x = self.builder.ins().isub(v32, rest_gx);
-        let z = self.builder.ins().udiv(rest, gy32);
-        let z_gy = self.builder.ins().imul(z, gy32);
-        let y = self.builder.ins().isub(rest, z_gy);
-        let [x, y, z] = [x, y, z].map(|v| self.builder.ins().uextend(I64, v));
-        self.builder
-            .ins()
-            .jump(start, &[x.into(), y.into(), z.into()]);
-        self.builder.switch_to_block(deep64);
-        let x = self.builder.ins().urem(vb, gx);
-        let rest = self.builder.ins().udiv(vb, gx);
-        let y = self.builder.ins().urem(rest, gy);
-        let z = self.builder.ins().udiv(rest, gy);
-        self.builder
-            .ins()
-            .jump(start, &[x.into(), y.into(), z.into()]);
-        self.builder.seal_block(start);
 
         self.builder.switch_to_block(start);
         let narrow = |v: Value, t: &mut Self| t.builder.ins().ireduce(I32, v);
-        let block_idx = [bx, by, bz].map(|v| narrow(v, self));
+        let block_idx = [bx, by, bz];
         let grid_dim = [gx, gy, gz].map(|v| narrow(v, self));
         for (which, v) in [
             Intrinsic::BlockIdxX,
@@ -618,13 +584,71 @@ impl<'m> Translator<'m, '_, '_> {
             // A trap here records the kernel function body's offset.
             self.builder.set_srcloc(body_srcloc);
             self.time_check();
-            self.builder.ins().jump(header, &[next.into()]);
+            // A 1-D grid's index is `next` itself (`gx` is then the total,
+            // below 2^32). Else `next < total`: its index is this one's
+            // plus the stride's, each digit carried once (a digit and the
+            // stride's are below their extent, so their sum is below twice
+            // it).
+            let next32 = self.builder.ins().ireduce(I32, next);
+            let deep = self.flat_or_deep(one_d, start, next, next32);
+            let stride32 = self.builder.ins().ireduce(I32, stride);
+            let [sx, sy, sz] = self.block_index(stride32, gx32, gy32);
+            let add_carry = |t: &mut Self, a: Value, b: Value, extent: Value| {
+                let sum = t.builder.ins().iadd(a, b);
+                let carry = t
+                    .builder
+                    .ins()
+                    .icmp(IntCC::UnsignedGreaterThanOrEqual, sum, extent);
+                let wrapped = t.builder.ins().isub(sum, extent);
+                let digit = t.builder.ins().select(carry, wrapped, sum);
+                (digit, t.builder.ins().uextend(I32, carry))
+            };
+            let (x, carry) = add_carry(self, bx, sx, gx32);
+            let by = self.builder.ins().iadd(by, carry);
+            let (y, carry) = add_carry(self, by, sy, gy32);
+            let z = self.builder.ins().iadd(bz, sz);
+            let z = self.builder.ins().iadd(z, carry);
+            self.builder
+                .ins()
+                .jump(start, &[next.into(), x.into(), y.into(), z.into()]);
+            self.builder.seal_block(deep);
         }
-        self.builder.seal_block(header);
+        self.builder.seal_block(start);
         self.builder.seal_block(exit);
         self.builder.switch_to_block(exit);
         self.builder.ins().return_(&[]);
         Ok(())
+    }
+
+    /// Ends the current block in a branch on `one_d`: a 1-D grid's block
+    /// `v` (`v32` its low bits) jumps to `start` as index `(v, 0, 0)`; the
+    /// returned block (switched to, not sealed) is the other grids' path.
+    fn flat_or_deep(&mut self, one_d: Value, start: Block, v: Value, v32: Value) -> Block {
+        let b = &mut self.builder;
+        let flat = b.create_block();
+        let deep = b.create_block();
+        b.ins().brif(one_d, flat, &[], deep, &[]);
+        b.seal_block(flat);
+        b.switch_to_block(flat);
+        let zero = b.ins().iconst(I32, 0);
+        b.ins()
+            .jump(start, &[v.into(), v32.into(), zero.into(), zero.into()]);
+        b.switch_to_block(deep);
+        deep
+    }
+
+    /// The 3-D index `(v % gx, v / gx % gy, v / (gx * gy))` of block `v`
+    /// of a grid of `gx` x `gy` x ... (all `u32`, extents at least 1): two
+    /// 32-bit divisions, the remainders by multiply and subtract.
+    fn block_index(&mut self, v: Value, gx: Value, gy: Value) -> [Value; 3] {
+        let b = &mut self.builder;
+        let rest = b.ins().udiv(v, gx);
+        let rest_gx = b.ins().imul(rest, gx);
+        let x = b.ins().isub(v, rest_gx);
+        let z = b.ins().udiv(rest, gy);
+        let z_gy = b.ins().imul(z, gy);
+        let y = b.ins().isub(rest, z_gy);
+        [x, y, z]
     }
 
     /// The launch's time check (`docs/kernels.md`, "Time limit"): traps
