@@ -2,9 +2,9 @@
 //! bench guest (`guest_overhead.wat`, `wasm_kernels.wat`) and the thin
 //! exports over `wasi_cuda` that both guests have (`load_function`,
 //! `launch_many`, `sync`, `prefetch`), with the guest's own exports
-//! ([`OwnExports`]) beside them. The host writes PTX text, kernel names, argument
-//! descriptors and data into the guest's memory itself; the guest keeps
-//! its out-slots in the first 64 bytes.
+//! ([`OwnExports`]) beside them. The host writes PTX text, kernel names,
+//! argument descriptors and data into the guest's memory itself; the guest
+//! keeps its out-slots in the first 64 bytes.
 
 use std::{
     sync::Arc,
