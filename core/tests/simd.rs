@@ -610,3 +610,80 @@ fn vectors_nan_free(rng: &mut harness::Rng) -> [u32; 3] {
     let pick = |rng: &mut harness::Rng| (VECTORS + 16 * rng.below(16) as usize) as u32;
     [pick(rng), pick(rng), rng.below(200) as u32]
 }
+
+/// `v128` loads and stores in the shadow stack's window (`docs/kernels.md`,
+/// "Globals and the shadow stack"): frame accesses at constant offsets (a
+/// window in registers), a frame array indexed at run time (a window in
+/// the slot), and accesses at guest addresses that may fall in the window,
+/// against wasmtime; memory outside the window must match.
+#[test]
+fn v128_in_the_stack_window() {
+    let frame = |index: &str| {
+        format!(
+            r#"(module (memory (export "memory") 1)
+          (global $__stack_pointer (export "g0") (mut i32) (i32.const 8192))
+          (func (export "kernel") (param $a i32) (param $b i32) (param $c i32) (local $sp i32)
+            (global.set $__stack_pointer
+              (local.tee $sp (i32.sub (global.get $__stack_pointer) (i32.const 64))))
+            (v128.store (local.get $sp) (v128.load (local.get $a)))
+            (v128.store offset=16 (local.get $sp) (v128.load (local.get $b)))
+            (v128.store offset=32 (local.get $sp) (i32x4.add (v128.load (local.get $sp))
+              (v128.load offset=16 (local.get $sp))))
+            (v128.store64_lane offset=40 1 (local.get $sp) (v128.load (local.get $a)))
+            (v128.store (i32.const 0) (v128.load {index}))
+            (v128.store (i32.const 16) (v128.load offset=32 (local.get $sp)))
+            (v128.store (local.get $c) (v128.load32_splat offset=4 (local.get $sp)))
+            (global.set $__stack_pointer (i32.add (local.get $sp) (i32.const 64)))))"#
+        )
+    };
+    let near_window = |rng: &mut harness::Rng| {
+        let v = |rng: &mut harness::Rng| (VECTORS + 16 * rng.below(COUNT as u64) as usize) as u32;
+        // 8-byte aligned: each half of a `v128` access lies wholly in the
+        // window or wholly outside (a half across its edge goes to the
+        // guest's memory, where wasmtime has the frame).
+        [v(rng), v(rng), (8192 - 80 + 8 * rng.below(12)) as u32]
+    };
+    for (name, index) in [
+        ("frame at constant offsets", "(local.get $sp)".to_string()),
+        (
+            "frame indexed at run time",
+            "(i32.add (local.get $sp) (i32.and (local.get $c) (i32.const 48)))".to_string(),
+        ),
+        (
+            "a guest address near the window",
+            "(local.get $c)".to_string(),
+        ),
+    ] {
+        let wat = frame(&index);
+        let wasm = wat::parse_str(&wat).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let kernel = translate(&wasm);
+        let window = kernel.stack_window.expect("a stack window");
+        // Frame accesses alone keep the window in registers.
+        assert_eq!(
+            window.registers,
+            name != "frame indexed at run time",
+            "{name}: the window's place"
+        );
+        let mut reference = Reference::new(&wasm);
+        let mut rng = rng(name);
+        let start = inputs(&mut rng);
+        for _ in 0..RUNS {
+            let a = near_window(&mut rng);
+            let argv: Vec<Arg> = a.iter().map(|&x| Arg(Ty::I32, u64::from(x))).collect();
+            let mut input = start.clone();
+            let low = 8192 - window.bytes as usize;
+            input[low..8192].fill(0);
+            let (mut want, mut got) = (input.clone(), input);
+            let expected = reference.run(&argv, &mut want);
+            let mut launch = harness::Launch::unlimited();
+            launch.globals = vec![reference.global(0)];
+            let outcome = harness::interpret_launch(&kernel, &argv, &mut got, PLENTY, &mut launch);
+            assert_eq!(outcome, expected, "{name}, args {a:?}");
+            want[low..8192].fill(0);
+            got[low..8192].fill(0);
+            if let Some(at) = (0..PAGE).find(|&i| want[i] != got[i]) {
+                panic!("{name}, args {a:?}: memory differs at byte {at}");
+            }
+        }
+    }
+}
