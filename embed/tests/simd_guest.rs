@@ -56,7 +56,13 @@ fn the_kernels_are_built_of_v128_operators() {
             _ => {}
         }
     }
-    for kernel in ["saxpy_rows", "growth_rows", "xorshift_rows", "byte_sums"] {
+    for kernel in [
+        "saxpy_rows",
+        "growth_rows",
+        "xorshift_rows",
+        "byte_sums",
+        "row_sums",
+    ] {
         // `simd_kernels::kernels::<kernel>`, mangled.
         let mangled = format!("7kernels{}{kernel}", kernel.len());
         let index = names
@@ -82,6 +88,10 @@ fn the_kernels_are_built_of_v128_operators() {
         );
         let translated = translate_kernel(&wasm, index)
             .unwrap_or_else(|e| panic!("kernels::{kernel} is not translated: {e}"));
+        if kernel == "row_sums" {
+            // Its array of partial sums is in the thread's stack frame.
+            assert!(translated.stack_window.is_some(), "row_sums has a frame");
+        }
         let Some(dir) = ptx_out::ptx_out_dir() else {
             continue;
         };

@@ -162,3 +162,43 @@ pub extern "C" fn byte_sums(x: *const u8, rows: u32, cols: u32, out: *mut u32) {
 pub fn byte_sum(row: &[u8]) -> u32 {
     row.iter().map(|&b| u32::from(b)).sum()
 }
+
+/// Partial sums per row in [`row_sums`].
+pub const LANES: usize = 8;
+
+/// The launch's type of [`row_sums`].
+pub type RowSums = extern "C" fn(*const f32, u32, u32, *mut f32);
+
+/// `out[r]` = the sum of row `r`, into [`LANES`] partial sums in a local
+/// array indexed by a value known only at run time (so the array lives in
+/// the thread's stack frame), then added pairwise: the array is cleared
+/// and the halves added with `v128` loads and stores in the frame.
+#[target_feature(enable = "simd128")]
+pub extern "C" fn row_sums(x: *const f32, rows: u32, cols: u32, out: *mut f32) {
+    let r = kernel::global_id_x();
+    if r >= rows {
+        return;
+    }
+    // SAFETY: the launch passes `x` (rows * cols) from a shared slice and
+    // `out` (rows) from an exclusive one; thread `r` alone writes out[r].
+    let (x, out) = unsafe { (input(x, rows * cols), output(out, rows, r as usize, 1)) };
+    out[0] = row_sum_at(r as usize, x, cols as usize);
+}
+
+/// One row of [`row_sums`]: element `j` goes to lane `(j + r) % LANES`.
+#[inline(always)]
+pub fn row_sum_at(r: usize, x: &[f32], cols: usize) -> f32 {
+    let row = &x[r * cols..(r + 1) * cols];
+    let mut lanes = [0.0f32; LANES];
+    for (j, v) in row.iter().enumerate() {
+        lanes[(j + r) % LANES] += v;
+    }
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            lanes[l] += lanes[l + width];
+        }
+    }
+    lanes[0]
+}

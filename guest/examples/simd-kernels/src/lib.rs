@@ -6,7 +6,7 @@
 //!
 //! | export | kernel | SIMD it is made of |
 //! | --- | --- | --- |
-//! | `run_simd_kernels` | `saxpy_rows`, `growth_rows`, `xorshift_rows`, `byte_sums` | `f32x4` mul/add, `f64x2` mul/add/div, `i32x4` shifts and xors, byte lanes widened and added; v128 loads and stores |
+//! | `run_simd_kernels` | `saxpy_rows`, `growth_rows`, `xorshift_rows`, `byte_sums`, `row_sums` | `f32x4` mul/add, `f64x2` mul/add/div, `i32x4` shifts and xors, byte lanes widened and added; v128 loads and stores, in the thread's stack frame too (`row_sums`' array of partial sums) |
 //!
 //! It returns 0 when every element matched bit for bit, `1_000_000 * k +
 //! i + 1` for the first element `i` of kernel `k` that did not, or minus
@@ -66,7 +66,7 @@ type Check = fn(u32) -> Result<Option<usize>, Error>;
 /// Every kernel of `kernels`, checked in turn.
 #[unsafe(no_mangle)]
 pub extern "C" fn run_simd_kernels() -> i32 {
-    let checks: [Check; 4] = [saxpy, growth, xorshift, byte_sums];
+    let checks: [Check; 5] = [saxpy, growth, xorshift, byte_sums, row_sums];
     for (k, check) in checks.into_iter().enumerate() {
         match check(0x5eed_0100 + k as u32) {
             Ok(None) => {}
@@ -152,4 +152,19 @@ fn byte_sums(seed: u32) -> Result<Option<usize>, Error> {
     k.launch(grid(rows), BLOCK, (&x, rows, cols, &mut out))
         .run()?;
     Ok(first_mismatch(&out, &want, u64::from))
+}
+
+/// Row sums of `[45, 77]` on a stack array of partial sums.
+fn row_sums(seed: u32) -> Result<Option<usize>, Error> {
+    let (rows, cols) = (45u32, 77u32);
+    let mut rng = Xorshift32(seed);
+    let x: Vec<f32> = (0..rows * cols).map(|_| rng.next_f32()).collect();
+    let want: Vec<f32> = (0..rows as usize)
+        .map(|r| kernels::row_sum_at(r, &x, cols as usize))
+        .collect();
+    let mut out = alloc::vec![f32::NAN; rows as usize];
+    let k = Kernel::<kernels::RowSums>::from_fn(kernels::row_sums)?;
+    k.launch(grid(rows), BLOCK, (&x, rows, cols, &mut out))
+        .run()?;
+    Ok(first_mismatch(&out, &want, |v| u64::from(v.to_bits())))
 }
