@@ -438,18 +438,49 @@ impl<'a> ModuleInfo<'a> {
     /// whose name section names no globals, global 0 when it is a defined,
     /// mutable `i32` (where wasm-ld always puts the stack pointer).
     pub fn stack_pointer(&self) -> Option<u32> {
-        let candidate = match &self.global_names {
-            Some(names) => names
-                .iter()
-                .find(|(_, name)| *name == "__stack_pointer")
-                .map(|(index, _)| *index)?,
-            None => 0,
+        let (candidate, named) = match &self.global_names {
+            Some(names) => (
+                names
+                    .iter()
+                    .find(|(_, name)| *name == "__stack_pointer")
+                    .map(|(index, _)| *index)?,
+                true,
+            ),
+            None => (0, false),
         };
-        matches!(
+        let mutable_i32 = matches!(
             self.globals.get(candidate as usize),
             Some(GlobalKind::Mutable(Some(WasmType::I32)))
-        )
-        .then_some(candidate)
+        );
+        // An unnamed global 0 is the stack pointer only when some function
+        // opens a frame with it as LLVM's prologue does: a module's own
+        // mutable `i32` (the spec tests' `global.set` of a counter) is an
+        // ordinary global, whose value need not leave room for frames.
+        (mutable_i32 && (named || self.opens_frames(candidate))).then_some(candidate)
+    }
+
+    /// Whether some function body opens a stack frame below global `sp`
+    /// as LLVM's prologue does: `global.get $sp`, `i32.const N`,
+    /// `i32.sub`.
+    fn opens_frames(&self, sp: u32) -> bool {
+        self.bodies.iter().any(|body| {
+            let Ok(mut ops) = body.get_operators_reader() else {
+                return false;
+            };
+            let mut state = 0u8;
+            while !ops.eof() {
+                let Ok(op) = ops.read() else {
+                    return false;
+                };
+                state = match (state, op) {
+                    (_, Operator::GlobalGet { global_index }) if global_index == sp => 1,
+                    (1, Operator::I32Const { .. }) => 2,
+                    (2, Operator::I32Sub) => return true,
+                    _ => 0,
+                };
+            }
+            false
+        })
     }
 
     /// The first operator anywhere in the module that changes a table after
@@ -672,5 +703,39 @@ impl<'a> ModuleInfo<'a> {
     /// [`ModuleInfo::validate_bodies`] validated) takes `v128` operands.
     pub fn v128_operand(&self, offset: u64) -> bool {
         self.v128_operands.contains(&offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ModuleInfo;
+
+    fn stack_pointer(wat: &str) -> Option<u32> {
+        let wasm = wat::parse_str(wat).expect("wat");
+        ModuleInfo::parse(&wasm).expect("valid").stack_pointer()
+    }
+
+    #[test]
+    fn an_unnamed_global_is_the_stack_pointer_only_when_a_prologue_uses_it() {
+        // The spec tests' `as-global.set-value` (block.wast): a counter,
+        // no name section (no identifiers).
+        let counter = r#"(module (global (mut i32) (i32.const 10))
+          (func (export "k") (global.set 0 (i32.add (global.get 0) (i32.const 1)))))"#;
+        assert_eq!(stack_pointer(counter), None);
+        let prologue = r#"(module (global (mut i32) (i32.const 65536)) (memory 2)
+          (func (export "k") (local i32)
+            (local.set 0 (i32.sub (global.get 0) (i32.const 32)))
+            (global.set 0 (local.get 0))
+            (i32.store (local.get 0) (i32.const 1))
+            (global.set 0 (i32.add (local.get 0) (i32.const 32)))))"#;
+        assert_eq!(stack_pointer(prologue), Some(0));
+        // A name says so whatever the code does; another name says not.
+        let named = r#"(module (global $__stack_pointer (mut i32) (i32.const 10))
+          (func (export "k") (global.set $__stack_pointer (i32.const 4))))"#;
+        assert_eq!(stack_pointer(named), Some(0));
+        let other = r#"(module (global $count (mut i32) (i32.const 10))
+          (func (export "k") (local i32)
+            (local.set 0 (i32.sub (global.get $count) (i32.const 32)))))"#;
+        assert_eq!(stack_pointer(other), None);
     }
 }
