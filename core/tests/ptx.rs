@@ -824,6 +824,46 @@ fn compiler_output() -> Kernel {
     )
 }
 
+/// Loops the translator versions (`version.rs`): counted up with the test
+/// at the top over a 2-D index (a matmul's inner loop, host pointers with
+/// a run-time step), an `i64` `!=` loop by 3 (the count through a modular
+/// inverse), a signed `<` loop by 3 at the bottom (a division), and one
+/// counted down to zero: each with its entry test, copy and chain.
+fn versioned_loops() -> Kernel {
+    translated(
+        "versioned_loops",
+        r#"(module
+          (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
+          (memory 1)
+          (func (param $a i32) (param $b i32) (param $n i32) (param $m i64)
+            (local $k i32) (local $acc f32) (local $i i64) (local $j i32)
+            (block $done
+              (loop $next
+                (br_if $done (i32.ge_u (local.get $k) (local.get $n)))
+                (local.set $acc (f32.add (local.get $acc)
+                  (f32.mul
+                    (f32.load (i32.add (local.get $a) (i32.shl
+                      (i32.add (i32.mul (call $tid) (local.get $n)) (local.get $k)) (i32.const 2))))
+                    (f32.load (i32.add (local.get $b) (i32.shl
+                      (i32.add (i32.mul (local.get $k) (local.get $n)) (call $tid)) (i32.const 2)))))))
+                (local.set $k (i32.add (local.get $k) (i32.const 1)))
+                (br $next)))
+            (f32.store (local.get $a) (local.get $acc))
+            (loop $wide
+              (i64.store (i32.add (local.get $b) (i32.wrap_i64 (i64.shl (local.get $i) (i64.const 3))))
+                (local.get $i))
+              (br_if $wide (i64.ne (local.tee $i (i64.add (local.get $i) (i64.const 3))) (local.get $m))))
+            (loop $signed
+              (i32.store (i32.add (local.get $a) (i32.shl (local.get $j) (i32.const 2))) (local.get $j))
+              (br_if $signed (i32.lt_s (local.tee $j (i32.add (local.get $j) (i32.const 3))) (local.get $n))))
+            (loop $down
+              (i32.store offset=8 (local.get $a) (local.get $n))
+              (local.set $a (i32.add (local.get $a) (i32.const 4)))
+              (br_if $down (local.tee $n (i32.sub (local.get $n) (i32.const 1)))))))"#,
+        1,
+    )
+}
+
 fn kernels() -> Vec<Kernel> {
     vec![
         vector_add(),
@@ -841,6 +881,7 @@ fn kernels() -> Vec<Kernel> {
         time_loop(),
         time_straight(),
         compiler_output(),
+        versioned_loops(),
     ]
 }
 

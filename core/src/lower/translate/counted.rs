@@ -7,15 +7,18 @@
 //! remainder): LLVM counts them down, `c = N` on entry, `c - 1` to the
 //! header while it is nonzero.
 //!
-//! A loop qualifies when its header has
+//! A loop qualifies when
 //!
-//! - a *counter* parameter that every entry edge (a `jump`) sets to a
-//!   constant `N` in `1 ..= MAX_TRIPS` and the loop's one back edge sets to
-//!   `c - 1`, taken (a `brif` to the header) only when `c - 1` is nonzero:
-//!   the header runs at most `N` times an entry;
-//! - the fuel parameter, tested and decreased by one in the header and
-//!   passed to the back edge decreased: nothing else in the loop spends
-//!   fuel (no inner loop), so the header sees `f, f - 1, ...`.
+//! - its trip count (`trip`) follows from constants on every entry edge
+//!   (each a `jump`): an induction variable that every entry sets to a
+//!   constant, stepped by a constant and compared with a constant bound
+//!   (a constant offset allowed) by the exit test of a pass, so the header
+//!   runs at most `N` times an entry, `N` in `1 ..= MAX_TRIPS` (other ways
+//!   out only make it fewer). How LLVM counts a fixed trip count down (`c
+//!   = N`, `c - 1 != 0`), and C's `for (i = 0; i < 16; i += 2)`, either;
+//! - the header tests and decreases by one the fuel parameter, which the
+//!   back edge passes decreased: nothing else in the loop spends fuel (no
+//!   inner loop), so the header sees `f, f - 1, ...`.
 //!
 //! Then each entry edge traps `OutOfFuel` (at the header's location)
 //! unless its fuel is at least `N`, the header's fuel test is removed (it
@@ -29,17 +32,16 @@
 use alloc::vec::Vec;
 
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
-use cranelift_codegen::dominator_tree::DominatorTree;
-use cranelift_codegen::entity::EntityRef;
 use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::{
     Block, Function, Inst, InstBuilder, InstructionData, Opcode, SourceLoc, Value,
 };
-use cranelift_codegen::loop_analysis::LoopAnalysis;
 
 use super::align::constant;
+use super::loops::{entry_args, inductions, innermost_loops, loop_form};
+use super::trip::{constant_passes, trip_count};
 use crate::lower::KernelTrap;
 
 /// The largest trip count a loop may have to be charged on entry: between
@@ -62,8 +64,8 @@ struct Counted {
 pub(super) fn charge_counted_loops(func: &mut Function) -> usize {
     let (cfg, innermost) = innermost_loops(func);
     let found: Vec<Counted> = innermost
-        .iter()
-        .filter_map(|(header, blocks)| counted(func, &cfg, *header, |b| blocks.contains(&b)))
+        .into_iter()
+        .filter_map(|(header, blocks)| counted(func, &cfg, header, blocks))
         .collect();
     for loop_ in &found {
         for &(jump, fuel, trips) in &loop_.entries {
@@ -82,39 +84,12 @@ pub(super) fn charge_counted_loops(func: &mut Function) -> usize {
     found.len()
 }
 
-/// `func`'s control flow graph, and its loops with no loop inside them:
-/// each header with the loop's blocks in layout order.
-pub(super) fn innermost_loops(func: &Function) -> (ControlFlowGraph, Vec<(Block, Vec<Block>)>) {
-    let cfg = ControlFlowGraph::with_function(func);
-    let domtree = DominatorTree::with_function(func, &cfg);
-    let mut loops = LoopAnalysis::new();
-    loops.compute(func, &cfg, &domtree);
-    // Loops with a loop inside them (one pass: each marks its parent).
-    let mut outer = alloc::vec![false; loops.loops().len()];
-    for parent in loops.loops().filter_map(|lp| loops.loop_parent(lp)) {
-        outer[parent.index()] = true;
-    }
-    let innermost = loops
-        .loops()
-        .filter(|lp| !outer[lp.index()])
-        .map(|lp| {
-            let blocks = func
-                .layout
-                .blocks()
-                .filter(|&b| loops.is_in_loop(b, lp))
-                .collect();
-            (loops.loop_header(lp), blocks)
-        })
-        .collect();
-    (cfg, innermost)
-}
-
-/// The loop at `header` (its blocks: `inside`) if it is counted.
+/// The loop at `header` (its blocks: `blocks`) if it is counted.
 fn counted(
     func: &Function,
     cfg: &ControlFlowGraph,
     header: Block,
-    inside: impl Fn(Block) -> bool,
+    blocks: Vec<Block>,
 ) -> Option<Counted> {
     let dfg = &func.dfg;
     let params = dfg.block_params(header);
@@ -145,50 +120,21 @@ fn counted(
         }
     }
     let ((fuel_test, fuel), time_check) = (fuel_test?, time_check?);
-
-    // The one back edge: `brif c - 1, header(..), exit`, passing `c - 1`
-    // as the counter and `fuel - 1` as the fuel.
-    let mut back = cfg.pred_iter(header).filter(|p| inside(p.block));
-    let latch = back.next()?;
-    if back.next().is_some() {
+    let form = loop_form(func, cfg, header, blocks)?;
+    if minus_one(func, form.back[fuel]) != Some(params[fuel]) {
         return None;
     }
-    let InstructionData::Brif {
-        arg: condition,
-        blocks: [taken, other],
-        ..
-    } = dfg.insts[latch.inst]
-    else {
-        return None;
-    };
-    if taken.block(&dfg.value_lists) != header || other.block(&dfg.value_lists) == header {
+    let ivs = inductions(func, &form);
+    let trip = trip_count(func, &form, &ivs)?;
+    if trip.iv == fuel {
         return None;
     }
-    let args: Vec<Value> = taken
-        .args(&dfg.value_lists)
-        .map(|a| a.as_value().map(|v| dfg.resolve_aliases(v)))
-        .collect::<Option<_>>()?;
-    let condition = dfg.resolve_aliases(condition);
-    let counter = args.iter().position(|&a| a == condition)?;
-    if counter == fuel
-        || minus_one(func, condition) != Some(params[counter])
-        || minus_one(func, args[fuel]) != Some(params[fuel])
-    {
-        return None;
-    }
-
-    // Every entry: `jump header(..)` with a constant count.
+    // Every entry: `jump header(..)` with constants the count follows from.
     let mut entries = Vec::new();
-    for entry in cfg.pred_iter(header).filter(|p| !inside(p.block)) {
-        let InstructionData::Jump { destination, .. } = dfg.insts[entry.inst] else {
-            return None;
-        };
-        let args: Vec<Value> = destination
-            .args(&dfg.value_lists)
-            .map(|a| a.as_value())
-            .collect::<Option<_>>()?;
-        let trips = constant(func, args[counter]).filter(|n| (1..=MAX_TRIPS).contains(n))?;
-        entries.push((entry.inst, args[fuel], trips));
+    for &entry in &form.entries {
+        let args = entry_args(func, entry)?;
+        let trips = constant_passes(func, &trip, args[trip.iv], MAX_TRIPS as u64)?;
+        entries.push((entry, args[fuel], trips as i64));
     }
     Some(Counted {
         fuel_test,

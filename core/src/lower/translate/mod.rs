@@ -5,15 +5,18 @@
 //! the CLIF with every callee inlined (`body`). It lowers nothing: that is
 //! the lowerers' job, after the op table.
 
+mod affine;
 mod align;
 mod body;
 mod copy;
 mod counted;
 mod detect;
 mod limits;
+mod loops;
 mod merge;
 mod module;
 mod specialize;
+mod trip;
 mod unroll;
 mod version;
 

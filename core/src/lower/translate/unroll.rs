@@ -7,13 +7,15 @@
 //! gets [`FACTOR`] more copies chained one after another (four links made
 //! the benchmark's matmul 1.00x of nvcc on an H100, eight 1.06x):
 //!
-//! - a *dispatch* block with the header's parameters goes to the chain
-//!   when the counter is at least [`FACTOR`], else to the copy (which then
-//!   runs the last, fewer passes itself);
-//! - each link's back edge but the last's becomes a `jump` to the next
-//!   link's header (its counter is at least 1 there, so the `brif` would
-//!   always have taken it); the last link's back edge goes to the dispatch
-//!   block, its exit stays;
+//! - a *dispatch* block with the header's parameters (and, where no
+//!   header parameter counts the passes left, one more: the passes left)
+//!   goes to the chain when at least [`FACTOR`] passes are left, else to
+//!   the copy (which then runs the last, fewer passes itself);
+//! - in each link but the last, the exit test cannot leave (at least one
+//!   more pass follows it), so it becomes a `jump` to where the loop goes
+//!   on, and the back edge a `jump` to the next link's header; the last
+//!   link's back edge goes to the dispatch block (with the passes left
+//!   less [`FACTOR`]), its exit stays;
 //! - only the first link reads the clock: the chain is [`FACTOR`] passes of
 //!   a body without loops between two time checks, bounded work as a
 //!   counted loop's passes are (`counted`).
@@ -26,6 +28,7 @@ use alloc::vec::Vec;
 
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
 use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::I32;
 use cranelift_codegen::ir::{
     Block, BlockArg, Function, Inst, InstBuilder, InstructionData, Opcode, Value,
 };
@@ -40,16 +43,29 @@ const FACTOR: i64 = 8;
 /// The most instructions a copy may have to be unrolled.
 const MAX_BODY_INSTS: usize = 96;
 
+/// What tells the dispatch block how many passes are left.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Remaining {
+    /// The header parameter of this index: it is the passes left on every
+    /// pass (a loop counted down to zero).
+    Param(usize),
+    /// A parameter of the dispatch block's own (an `i32`, after the
+    /// header's): the loop is entered with its trip count.
+    Count,
+}
+
 /// Unrolls the versioned copy `blocks` (header `header`, back edge `latch`,
-/// counter at header parameter `counter`; module docs); the dispatch block
-/// to enter it by, or `None` when it is not unrolled (too large, or not
-/// of the expected shape).
+/// exit test `exit`, a `brif` whose destination `leaving` leaves the loop;
+/// module docs); the dispatch block to enter it by, or `None` when it is
+/// not unrolled (too large, or not of the expected shape).
 pub(super) fn unroll(
     func: &mut Function,
     blocks: &[Block],
     header: Block,
     latch: Inst,
-    counter: usize,
+    exit: Inst,
+    leaving: usize,
+    remaining: Remaining,
 ) -> Option<Block> {
     let size: usize = blocks
         .iter()
@@ -59,15 +75,10 @@ pub(super) fn unroll(
         return None;
     }
     let time_check = time_check(func, header)?;
-    let InstructionData::Brif {
-        blocks: [taken, _], ..
-    } = func.dfg.insts[latch]
-    else {
-        return None;
-    };
-    if taken.block(&func.dfg.value_lists) != header {
+    if !matches!(func.dfg.insts[exit], InstructionData::Brif { .. }) {
         return None;
     }
+    let header_index = blocks.iter().position(|&b| b == header)?;
 
     // The dispatch block: the chain when at least FACTOR passes are left.
     let dispatch = func.dfg.make_block();
@@ -81,41 +92,53 @@ pub(super) fn unroll(
             func.dfg.append_block_param(dispatch, ty)
         })
         .collect();
+    let left = match remaining {
+        Remaining::Param(counter) => *params.get(counter)?,
+        Remaining::Count => func.dfg.append_block_param(dispatch, I32),
+    };
     func.layout.append_block(dispatch);
 
     let links: Vec<_> = (0..FACTOR)
         .map(|_| copy_blocks(func, blocks, BTreeMap::new()))
         .collect();
-    let header_index = blocks.iter().position(|&b| b == header)?;
     let link_header = |k: usize| links[k].blocks[header_index];
 
     let mut pos = FuncCursor::new(func).at_bottom(dispatch);
     let enough = pos
         .ins()
-        .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, params[counter], FACTOR);
+        .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, left, FACTOR);
     let args: Vec<BlockArg> = params.iter().map(|&v| v.into()).collect();
     pos.ins().brif(enough, link_header(0), &args, header, &args);
 
     for (k, link) in links.iter().enumerate() {
         let back = link.insts[&latch];
+        let test = link.insts[&exit];
+        let here = link_header(k);
         if k + 1 < links.len() {
-            // Not the last link: on to the next one's header.
-            let InstructionData::Brif {
-                blocks: [taken, _], ..
-            } = func.dfg.insts[back]
-            else {
-                return None;
-            };
-            let args: Vec<BlockArg> = taken.args(&func.dfg.value_lists).collect();
-            let srcloc = func.srcloc(back);
-            let mut pos = FuncCursor::new(func).at_inst(back).with_srcloc(srcloc);
-            pos.ins().jump(link_header(k + 1), &args);
-            func.layout.remove_inst(back);
-        } else {
-            let dfg = &mut func.dfg;
-            if let InstructionData::Brif { blocks, .. } = &mut dfg.insts[back] {
-                blocks[0].set_block(dispatch, &mut dfg.value_lists);
+            let next = link_header(k + 1);
+            // Not the last link: the exit test goes on, and the back edge
+            // (a `jump`, or the exit test itself) to the next link's header.
+            if test != back {
+                go_on(func, test, 1 - leaving);
             }
+            let back = if test == back {
+                let block = func.layout.inst_block(back)?;
+                let to_header = destinations(func, back).iter().position(|&b| b == here)?;
+                go_on(func, back, to_header);
+                func.layout.last_inst(block)?
+            } else {
+                back
+            };
+            retarget(func, back, here, next, None);
+        } else {
+            let extra = match remaining {
+                Remaining::Count => {
+                    let mut pos = FuncCursor::new(func).at_inst(back);
+                    Some(pos.ins().iadd_imm_s(left, -FACTOR))
+                }
+                Remaining::Param(_) => None,
+            };
+            retarget(func, back, here, dispatch, extra);
         }
         if k > 0 {
             for inst in time_check {
@@ -124,6 +147,46 @@ pub(super) fn unroll(
         }
     }
     Some(dispatch)
+}
+
+/// The blocks `branch` goes to, in order.
+fn destinations(func: &Function, branch: Inst) -> Vec<Block> {
+    let dfg = &func.dfg;
+    dfg.insts[branch]
+        .branch_destination(&dfg.jump_tables, &dfg.exception_tables)
+        .iter()
+        .map(|call| call.block(&dfg.value_lists))
+        .collect()
+}
+
+/// Replaces the `brif` `branch` by a `jump` to its destination `to`, with
+/// its arguments.
+fn go_on(func: &mut Function, branch: Inst, to: usize) {
+    let InstructionData::Brif { blocks, .. } = func.dfg.insts[branch] else {
+        return;
+    };
+    let block = blocks[to].block(&func.dfg.value_lists);
+    let args: Vec<BlockArg> = blocks[to].args(&func.dfg.value_lists).collect();
+    let srcloc = func.srcloc(branch);
+    let mut pos = FuncCursor::new(func).at_inst(branch).with_srcloc(srcloc);
+    pos.ins().jump(block, &args);
+    func.layout.remove_inst(branch);
+}
+
+/// Sends `branch`'s destination `from` to `to` instead, with `extra`
+/// appended to its arguments.
+fn retarget(func: &mut Function, branch: Inst, from: Block, to: Block, extra: Option<Value>) {
+    let dfg = &mut func.dfg;
+    for call in
+        dfg.insts[branch].branch_destination_mut(&mut dfg.jump_tables, &mut dfg.exception_tables)
+    {
+        if call.block(&dfg.value_lists) == from {
+            call.set_block(to, &mut dfg.value_lists);
+            if let Some(v) = extra {
+                call.append_argument(v, &mut dfg.value_lists);
+            }
+        }
+    }
 }
 
 /// The header's time check: its `trapnz` and what computes it.
