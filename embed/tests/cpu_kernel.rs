@@ -1076,3 +1076,163 @@ fn translated_kernels_stop_at_the_time_limit() {
     let want = (2.0f32 * f32::from_bits(7) + f32::from_bits(7)).to_bits();
     assert!(l.read_u32s(0, n).iter().all(|&v| v == want));
 }
+
+/// Loops in the shapes people and C compilers write, which the translator
+/// versions (`core/src/lower/translate/version.rs`): a matmul's inner loop
+/// counted up with its test at the top (`k >= n` leaves), and zig cc's
+/// `for (int i = from; i < to; i += 3) y[i] *= 2` (tested at the bottom on
+/// `i + 3 <s to`, beside a pointer stepped by 12).
+const LOOPS: &str = r#"(module
+  (import "tensorwasm_kernel" "thread_idx_x" (func $tid (result i32)))
+  (import "tensorwasm_kernel" "block_idx_x" (func $bid (result i32)))
+  (import "tensorwasm_kernel" "block_dim_x" (func $bdim (result i32)))
+  (memory (export "memory") 1)
+  (func (export "matmul") (param $a i32) (param $b i32) (param $c i32) (param $n i32)
+    (local $t i32) (local $row i32) (local $col i32) (local $k i32) (local $acc f32)
+    (local.set $t (i32.add (i32.mul (call $bid) (call $bdim)) (call $tid)))
+    (if (i32.ge_u (local.get $t) (i32.mul (local.get $n) (local.get $n)))
+      (then (return)))
+    (local.set $row (i32.div_u (local.get $t) (local.get $n)))
+    (local.set $col (i32.rem_u (local.get $t) (local.get $n)))
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $k) (local.get $n)))
+        (local.set $acc (f32.add (local.get $acc)
+          (f32.mul
+            (f32.load (i32.add (local.get $a)
+              (i32.shl (i32.add (i32.mul (local.get $row) (local.get $n)) (local.get $k)) (i32.const 2))))
+            (f32.load (i32.add (local.get $b)
+              (i32.shl (i32.add (i32.mul (local.get $k) (local.get $n)) (local.get $col)) (i32.const 2)))))))
+        (local.set $k (i32.add (local.get $k) (i32.const 1)))
+        (br $next)))
+    (f32.store (i32.add (local.get $c) (i32.shl (local.get $t) (i32.const 2))) (local.get $acc)))
+  (func (export "strided") (param i32 i32 i32) (local f32)
+    block
+      local.get 1
+      local.get 2
+      i32.ge_s
+      br_if 0
+      local.get 0
+      local.get 1
+      i32.const 2
+      i32.shl
+      i32.add
+      local.set 0
+      loop
+        local.get 0
+        local.get 0
+        f32.load
+        local.tee 3
+        local.get 3
+        f32.add
+        f32.store
+        local.get 0
+        i32.const 12
+        i32.add
+        local.set 0
+        local.get 1
+        i32.const 3
+        i32.add
+        local.tee 1
+        local.get 2
+        i32.lt_s
+        br_if 0
+      end
+    end))"#;
+
+/// [`LOOPS`]' export `name`, translated and lowered for the CPU.
+fn loop_kernel(name: &str) -> CpuKernel {
+    let wasm = wat::parse_str(LOOPS).expect("the WAT parses");
+    let index =
+        tensorwasm_core::lower::translate::function_by_export(&wasm, name).expect("the export");
+    let kernel = translate_kernel(&wasm, index).expect("the translator takes it");
+    lower(name, (kernel.function, kernel.abi))
+}
+
+#[test]
+fn versioned_loops_run_natively() {
+    let mut rng = Rng::new("versioned_loops_run_natively");
+    // matmul: every output as the host computes it, in the same order;
+    // then `b`'s last element one past the memory's end: the threads of
+    // the last column trap at the `b` load and store nothing, the others
+    // store theirs.
+    let n = 64usize;
+    let (c_at, a_at, b_at) = (0, 32768, 131072 - 4 * n * n);
+    let mem_len = 131072;
+    let l = Launcher::new(mem_len);
+    let a: Vec<f32> = (0..n * n).map(|_| rng.float()).collect();
+    let b: Vec<f32> = (0..n * n).map(|_| rng.float()).collect();
+    l.write_u32s(a_at, a.iter().map(|v| v.to_bits()));
+    l.write_u32s(b_at, b.iter().map(|v| v.to_bits()));
+    let want: Vec<u32> = (0..n * n)
+        .map(|t| {
+            let (row, col) = (t / n, t % n);
+            let mut acc = 0.0f32;
+            for k in 0..n {
+                acc += a[row * n + k] * b[k * n + col];
+            }
+            acc.to_bits()
+        })
+        .collect();
+    let matmul = loop_kernel("matmul");
+    let args = [a_at, b_at, c_at, n].map(|v| i32p(v as u32));
+    for cut in [0, 4] {
+        l.write_u32s(c_at, std::iter::repeat_n(0x7ead_beef, n * n));
+        l.run(&matmul, config(n * n, 128), &args, mem_len - cut, 1 << 20)
+            .expect("matmul");
+        let got = l.read_u32s(c_at, n * n);
+        let (code, offset) = l.status();
+        for t in 0..n * n {
+            let trapped = cut > 0 && t % n == n - 1;
+            let expect = if trapped { 0x7ead_beef } else { want[t] };
+            assert_eq!(got[t], expect, "cut {cut}: c[{t}]");
+        }
+        if cut == 0 {
+            assert_eq!((code, offset), (0, 0));
+        } else {
+            assert_eq!(code, KernelTrap::HeapOutOfBounds.code());
+            assert!(offset > 0, "the b load's offset, got {offset}");
+        }
+    }
+
+    // strided: y[i] *= 2 for i = from, from + 3, ... below to, one thread;
+    // a `to` whose last element is past the memory's end traps after the
+    // passes before it.
+    let strided = loop_kernel("strided");
+    let y: Vec<f32> = (0..8192).map(|_| rng.float()).collect();
+    for (from, to, len) in [
+        (5u32, 8000u32, 65536usize),
+        (0, 8190, 65536),
+        (1, 16385, 65536),
+    ] {
+        l.write_u32s(0, y.iter().map(|v| v.to_bits()));
+        l.run(
+            &strided,
+            config(1, 1),
+            &[i32p(0), i32p(from), i32p(to)],
+            len,
+            1 << 20,
+        )
+        .expect("strided");
+        let got = l.read_u32s(0, 8192);
+        let end = (to as usize).min(len / 4);
+        for (i, &g) in got.iter().enumerate() {
+            let doubled = i >= from as usize && i < end && (i - from as usize) % 3 == 0;
+            let expect = if doubled {
+                (y[i] + y[i]).to_bits()
+            } else {
+                y[i].to_bits()
+            };
+            assert_eq!(g, expect, "from {from} to {to}: y[{i}]");
+        }
+        let trapped = (to as usize) * 4 > len;
+        assert_eq!(
+            l.status().0,
+            if trapped {
+                KernelTrap::HeapOutOfBounds.code()
+            } else {
+                0
+            }
+        );
+    }
+}

@@ -62,8 +62,8 @@ pub struct Body {
 /// Operators whose presence in a compared kernel the tally counts: what
 /// compilers emit and the translator gained; then four kinds of calls of
 /// cooperative intrinsics ([`coop_tracked`]), and calls of the fused
-/// multiply-adds.
-pub const TRACKED: [&str; 10] = [
+/// multiply-adds; then the loop cases (`loops`).
+pub const TRACKED: [&str; 11] = [
     "call_indirect",
     "global.set",
     "memory.copy",
@@ -74,6 +74,7 @@ pub const TRACKED: [&str; 10] = [
     "barrier",
     "warp operations",
     "fused multiply-add",
+    "loop shape",
 ];
 
 /// The tracked constructs a call of `which` uses: any shared access (the

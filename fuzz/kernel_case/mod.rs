@@ -10,13 +10,15 @@
 //! trap's kind and offset), every byte of guest memory but the working
 //! thread's stack window, and bytes past guest memory.
 //!
-//! The bytes, in order: memory pages (1 to 4), F's parameter and result
-//! types (up to [`MAX_PARAMS`] and [`MAX_RESULTS`]), whether table
-//! operators are allowed (a quarter of the cases), whether the cooperative
-//! intrinsics are offered (half the cases), wasm-smith's module, which
-//! operators become cooperative calls (below), the launch geometry, the
-//! thread that does the work and the block's shared bytes, F's arguments,
-//! and the frame (below).
+//! The bytes, in order: memory pages (1 to 4), whether F is a loop of
+//! `loops` (one case in sixteen: a counted or refused loop shape and its
+//! arguments from the bytes, then the launch and the frame), F's
+//! parameter and result types (up to [`MAX_PARAMS`] and
+//! [`MAX_RESULTS`]), whether table operators are allowed (a quarter of
+//! the cases), whether the cooperative intrinsics are offered (half the
+//! cases), wasm-smith's module, which operators become cooperative calls
+//! (below), the launch geometry, the thread that does the work and the
+//! block's shared bytes, F's arguments, and the frame (below).
 //!
 //! The module (docs/verification/2026-11-24-fuzz-kernel-diff-compiler-output.md
 //! says why):
@@ -92,6 +94,7 @@
 //! operator, the kernel per loop iteration) or wasmtime's stack overflows.
 
 mod facts;
+mod loops;
 mod module;
 mod run;
 /// Hand-made cases, run by `embed/tests/gpu_kernel_diff.rs` (the fuzz
@@ -149,6 +152,9 @@ pub struct Case {
 /// it runs, `Err` where the bytes make no module.
 pub fn generate(u: &mut Unstructured<'_>) -> ArbitraryResult<Result<Case, String>> {
     let pages = u.int_in_range(1..=MAX_PAGES)?;
+    if u.ratio(1, 16)? {
+        return loop_case(u, pages).map(Ok);
+    }
     let (params, results) = (
         arbitrary_types(u, MAX_PARAMS)?,
         arbitrary_types(u, MAX_RESULTS)?,
@@ -196,6 +202,27 @@ pub fn generate(u: &mut Unstructured<'_>) -> ArbitraryResult<Result<Case, String
         rewrote,
         uses,
     }))
+}
+
+/// A case whose F is a loop of `loops`' shapes.
+fn loop_case(u: &mut Unstructured<'_>, pages: u64) -> ArbitraryResult<Case> {
+    let (wasm, args) = loops::loop_case(u, pages)?;
+    let facts = Facts::parse(&wasm);
+    let f = facts.f.expect("the loop module exports `f`");
+    let f_type = facts.func_type(f).clone();
+    let launch = Launch::arbitrary(u, &facts)?;
+    let frame = arbitrary_frame(u, &f_type, pages * PAGE)?;
+    Ok(Case {
+        wasm: with_kernel(&wasm, &facts, f, &f_type, &launch, &frame),
+        kernel_index: facts.funcs.len() as u32,
+        f,
+        f_type,
+        launch,
+        args,
+        frame,
+        rewrote: Vec::new(),
+        uses: vec![TRACKED[10]],
+    })
 }
 
 /// Up to `max` Wasm scalar types.

@@ -10,7 +10,7 @@ use tensorwasm_cpu::CpuDriver;
 use wasmparser::{Operator, Parser, Payload, ValType};
 
 use super::run::{Arg, Launch, Outcome, Reference, engine};
-use super::{Case, Checked, Facts, Frame, check, frame_bytes, with_kernel};
+use super::{Case, Checked, Facts, Frame, check, frame_bytes, loop_case, with_kernel};
 
 /// Block (2, 2, 1), thread (1, 1, 0): lane 3. Grid of one block.
 fn launch(shared_bytes: u32) -> Launch {
@@ -231,4 +231,30 @@ fn a_lone_threads_warp_operations_and_shared_atomics() {
         "results"
     );
     compare(&case);
+}
+
+/// The loop cases alone (`loops`, one case in sixteen of the generator's):
+/// 200 from seeded bytes on the CPU driver against wasmtime, every
+/// compare, step and test position at wrapping starts and bounds a few
+/// passes away; at least 150 compared (a case is skipped only where its
+/// stack pointer makes the launch invalid).
+#[test]
+fn loop_cases_match_wasmtime_on_the_cpu() {
+    let driver = CpuDriver::with_capacity(64 << 20).expect("the CPU driver");
+    let stream = driver.create_stream().expect("a stream");
+    let mut rng = tensorwasm_conformance::Rng::from_env("kernel_case loop cases");
+    let mut compared = 0;
+    for i in 0..200u64 {
+        let bytes = rng.bytes(1024);
+        let mut u = arbitrary::Unstructured::new(&bytes);
+        let case = loop_case(&mut u, 1 + i % 4).expect("enough bytes");
+        match check(&driver, &stream, &case, "CPU") {
+            Checked::Compared { .. } => compared += 1,
+            Checked::Skipped(_) => {}
+            Checked::Differs(diff) | Checked::DriverFailed(diff) => {
+                panic!("case {i}: {diff}{}", case.describe())
+            }
+        }
+    }
+    assert!(compared >= 150, "{compared} of 200 compared");
 }
