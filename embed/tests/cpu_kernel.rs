@@ -1217,7 +1217,7 @@ fn versioned_loops_run_natively() {
         let got = l.read_u32s(0, 8192);
         let end = (to as usize).min(len / 4);
         for (i, &g) in got.iter().enumerate() {
-            let doubled = i >= from as usize && i < end && (i - from as usize) % 3 == 0;
+            let doubled = i >= from as usize && i < end && (i - from as usize).is_multiple_of(3);
             let expect = if doubled {
                 (y[i] + y[i]).to_bits()
             } else {
