@@ -202,3 +202,111 @@ fn the_aligned_copy_tests_each_base_once() {
     let bors = clif.lines().filter(|l| l.contains(" = bor ")).count();
     assert_eq!(bors, 4, "{clif}");
 }
+
+/// A 5-point stencil as C compilers write it: each row's address computed
+/// (`(row +- 1) * n`, shifted) between the loads, so the arithmetic lies
+/// inside the run of tests. It has no effect and cannot trap, so `merge`
+/// moves it before the run's first test and the run stays whole: every
+/// body makes one branch for its five loads and the store (the cold path
+/// replays the six tests in order), where the rows' arithmetic used to end
+/// the run at each row. Against wasmtime at rows and columns that put
+/// each neighbour in turn past either end of the memory (each loaded
+/// value is used twice, so wasmtime reports a trap at the load).
+const STENCIL: &str = r#"(module (memory (export "memory") 1)
+  (func (export "kernel") (param $a i32) (param $out i32) (param $row i32) (param $col i32) (param $n i32)
+    (local $c i32) (local $l i32) (local $r i32) (local $u i32) (local $d i32)
+    (local.set $c (i32.load (i32.add (local.get $a)
+      (i32.shl (i32.add (i32.mul (local.get $row) (local.get $n)) (local.get $col)) (i32.const 2)))))
+    (local.set $l (i32.load offset=4 (i32.add (local.get $a)
+      (i32.shl (i32.add (i32.mul (local.get $row) (local.get $n)) (local.get $col)) (i32.const 2)))))
+    (local.set $r (i32.load (i32.sub (i32.add (local.get $a)
+      (i32.shl (i32.add (i32.mul (local.get $row) (local.get $n)) (local.get $col)) (i32.const 2))) (i32.const 4))))
+    (local.set $u (i32.load (i32.add (local.get $a)
+      (i32.shl (i32.add (i32.mul (i32.add (local.get $row) (i32.const 1)) (local.get $n)) (local.get $col)) (i32.const 2)))))
+    (local.set $d (i32.load (i32.add (local.get $a)
+      (i32.shl (i32.add (i32.mul (i32.sub (local.get $row) (i32.const 1)) (local.get $n)) (local.get $col)) (i32.const 2)))))
+    (i32.store (local.get $out)
+      (i32.add
+        (i32.add (i32.mul (local.get $c) (local.get $c)) (i32.mul (local.get $l) (local.get $l)))
+        (i32.add (i32.mul (local.get $r) (local.get $r))
+          (i32.add (i32.mul (local.get $u) (local.get $u)) (i32.mul (local.get $d) (local.get $d))))))))"#;
+
+#[test]
+fn a_run_whose_addresses_are_computed_between_its_loads_stays_whole() {
+    let clif = clif_of(STENCIL);
+    // Two bodies (the aligned-argument copy and the original), one run
+    // each: one cold path each, replaying six tests.
+    let cold = clif
+        .lines()
+        .filter(|l| l.trim_end().ends_with("trap user2"))
+        .count();
+    assert_eq!(cold, 2, "{clif}");
+    assert_eq!(
+        traps(&clif, "trapnz", KernelTrap::HeapOutOfBounds),
+        2 * 6,
+        "{clif}"
+    );
+    // Every test is in a cold block (one that ends in the trap): none is
+    // left on the hot path.
+    let hot: usize = clif
+        .split("\n\n")
+        .filter(|block| {
+            !block
+                .trim_end()
+                .trim_end_matches('}')
+                .trim_end()
+                .ends_with("trap user2")
+        })
+        .map(|block| traps(block, "trapnz", KernelTrap::HeapOutOfBounds))
+        .sum();
+    assert_eq!(hot, 0, "{clif}");
+
+    let mut rng = rng("bounds_stencil");
+    let (mut trapped, mut runs) = (0, 0);
+    for _ in 0..400 {
+        let n = 1 + rng.below(64);
+        let a = match rng.below(4) {
+            0 => 4 * rng.below(64),
+            1 => PAGE as u64 - 4 * n * rng.below(4) - 4 * rng.below(4),
+            2 => address(&mut rng),
+            _ => 4 * rng.below(8192),
+        };
+        let row = [0, 1, rng.below(64), 0xffff_ffff][rng.below(4) as usize];
+        let col = [0, 1, n - 1, rng.below(64), 0xffff_ffff][rng.below(5) as usize];
+        let out = match rng.below(3) {
+            0 => address(&mut rng),
+            _ => 8 * rng.below(4096),
+        };
+        let args = [a, out, row, col, n].map(|v| Arg(I32, v));
+        if let Outcome::Trapped { .. } = same_as_wasmtime(STENCIL, &args, &mut rng) {
+            trapped += 1;
+        }
+        runs += 1;
+    }
+    assert!(
+        trapped > runs / 10 && trapped < runs * 9 / 10,
+        "{trapped} of {runs} trapped"
+    );
+
+    // A gather: the second address is the first load's value, which no
+    // move may take above that load's own test.
+    let (mut trapped, mut runs) = (0, 0);
+    for _ in 0..200 {
+        let args = [address(&mut rng), address(&mut rng), address(&mut rng)].map(|v| Arg(I32, v));
+        if let Outcome::Trapped { .. } = same_as_wasmtime(GATHER, &args, &mut rng) {
+            trapped += 1;
+        }
+        runs += 1;
+    }
+    assert!(trapped > 0 && trapped < runs, "{trapped} of {runs} trapped");
+}
+
+/// `out = a[p[0]] + p[4]`: the second load's address is the first load's
+/// value (used twice, so that wasmtime reports a trap at its load).
+const GATHER: &str = r#"(module (memory (export "memory") 1)
+  (func (export "kernel") (param $a i32) (param $p i32) (param $out i32) (local $i i32)
+    (local.set $i (i32.load (local.get $p)))
+    (i32.store (local.get $out)
+      (i32.add (i32.add (local.get $i) (local.get $i))
+        (i32.add (i32.load (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2))))
+                 (i32.load offset=4 (local.get $p)))))))"#;

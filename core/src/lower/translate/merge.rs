@@ -16,8 +16,13 @@
 //! first and the last. Each test's address is written as a sum of *leaves*
 //! (values available at the run's first test) and a constant, through the
 //! `iadd`s (and `isub`s of a constant) and constants the run itself
-//! computes; a test whose address is not such a sum ends the run. Tests of the same kind and leaves form a
-//! *group*:
+//! computes. A leaf the run computes by arithmetic that has no effect and
+//! cannot trap, from values available at its first test (a C stencil's
+//! `(row + 1) * n << 2` between two loads), becomes available there once
+//! that arithmetic is moved before the first test, which nothing can
+//! observe; a test whose address needs anything else the run computes (a
+//! loaded value: a gather) ends the run. Tests of the same kind and leaves
+//! form a *group*:
 //!
 //! - guest accesses at one `i32` address (same leaves and constant) with
 //!   ends `k_i`: the group's test is the member's of largest `k` (the
@@ -61,6 +66,7 @@ use cranelift_codegen::ir::{
 use super::align::{compare_trap, constant};
 use super::body::SHARED_ACCESS_BYTES;
 use super::limits::{Exact, GuestLimits, guest_test};
+use super::loops::pure;
 use crate::lower::KernelTrap;
 
 /// The most leaves an address may have.
@@ -148,17 +154,20 @@ pub(super) fn merge_bounds_tests(
     };
     for block in blocks {
         let bounded = bounds.limits.bounded(block);
-        for run in runs(func, block, shared) {
-            replaced += rewrite(func, &run, &mut bounds, bounded);
+        for (run, hoist) in runs(func, block, shared) {
+            replaced += rewrite(func, &run, &hoist, &mut bounds, bounded);
         }
     }
     replaced
 }
 
-/// The runs of `block` with at least two tests.
-fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<Vec<Test>> {
+/// The runs of `block` with at least two tests, each with the arithmetic
+/// its tests' addresses need that it computes after its first test (to be
+/// moved before it).
+fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<(Vec<Test>, Vec<Inst>)> {
     let mut runs = Vec::new();
     let mut run: Vec<Test> = Vec::new();
+    let mut hoist: Vec<Inst> = Vec::new();
     // Instructions of the current run after its first test (by index,
     // and as a list to clear): their results are summed through; anything
     // else is a leaf.
@@ -166,26 +175,36 @@ fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<Vec<T
         marked: alloc::vec![false; func.dfg.num_insts()],
         list: Vec::new(),
     };
-    let mut close = |run: &mut Vec<Test>, inside: &mut Inside| {
+    let mut close = |run: &mut Vec<Test>, hoist: &mut Vec<Inst>, inside: &mut Inside| {
         if run.len() > 1 {
-            runs.push(core::mem::take(run));
+            runs.push((core::mem::take(run), core::mem::take(hoist)));
         }
         run.clear();
+        hoist.clear();
         inside.clear();
     };
     for inst in func.layout.block_insts(block) {
         if let Some((address, limit)) = bounds_test(func, inst, shared) {
+            let mut moved = Vec::new();
             let form = if run.is_empty() || run.len() >= MAX_RUN {
                 None
             } else {
-                sum(func, address, &inside)
+                sum(func, address, &inside, &mut moved)
             };
             let (leaves, constant) = match form {
-                Some(form) => form,
+                Some(form) => {
+                    for m in moved {
+                        if !hoist.contains(&m) {
+                            hoist.push(m);
+                        }
+                    }
+                    form
+                }
                 None => {
                     // A new run starts here: every value is available.
-                    close(&mut run, &mut inside);
-                    sum(func, address, &inside).unwrap_or_else(|| (alloc::vec![address], 0))
+                    close(&mut run, &mut hoist, &mut inside);
+                    sum(func, address, &inside, &mut Vec::new())
+                        .unwrap_or_else(|| (alloc::vec![address], 0))
                 }
             };
             run.push(Test {
@@ -200,10 +219,10 @@ fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<Vec<T
                 inside.mark(inst);
             }
         } else {
-            close(&mut run, &mut inside);
+            close(&mut run, &mut hoist, &mut inside);
         }
     }
-    close(&mut run, &mut inside);
+    close(&mut run, &mut hoist, &mut inside);
     runs
 }
 
@@ -280,12 +299,20 @@ const PLAIN_LOADS: [Opcode; 7] = [
 
 /// `value` as a sum of leaves and a constant, summing through the `iadd`s
 /// of `inside` (the run's instructions after its first test) and the
-/// constants added elsewhere; `None` when an instruction of `inside` other
-/// than an `iadd` defines a term. A value defined elsewhere is available
-/// at the run's first test, so it may stand as a leaf (and does where its
-/// terms are too many).
-fn sum(func: &Function, value: Value, inside: &Inside) -> Option<(Vec<Value>, i32)> {
-    let (mut leaves, total) = terms(func, value, inside, 0)?;
+/// constants added elsewhere. A value defined elsewhere is available at
+/// the run's first test, so it may stand as a leaf (and does where its
+/// terms are too many); so may one that `inside` computes by [`pure`]
+/// arithmetic (no effect, no trap) of such values, once that arithmetic is
+/// moved before the first test: `moved` gets its instructions, operands
+/// first. `None` when some other instruction of `inside` (a load) defines
+/// a term.
+fn sum(
+    func: &Function,
+    value: Value,
+    inside: &Inside,
+    moved: &mut Vec<Inst>,
+) -> Option<(Vec<Value>, i32)> {
+    let (mut leaves, total) = terms(func, value, inside, moved, 0)?;
     leaves.sort_unstable();
     Some((leaves, total))
 }
@@ -295,6 +322,7 @@ fn terms(
     func: &Function,
     value: Value,
     inside: &Inside,
+    moved: &mut Vec<Inst>,
     depth: usize,
 ) -> Option<(Vec<Value>, i32)> {
     let dfg = &func.dfg;
@@ -313,11 +341,16 @@ fn terms(
         }) if depth < MAX_DEPTH
             && (within || constant(func, x).is_some() || constant(func, y).is_some()) =>
         {
-            terms(func, x, inside, depth + 1).and_then(|(mut l, a)| {
-                let (r, b) = terms(func, y, inside, depth + 1)?;
+            let mut mine = Vec::new();
+            let form = terms(func, x, inside, &mut mine, depth + 1).and_then(|(mut l, a)| {
+                let (r, b) = terms(func, y, inside, &mut mine, depth + 1)?;
                 l.extend(r);
                 (l.len() <= MAX_LEAVES).then_some((l, a.wrapping_add(b)))
-            })
+            });
+            if form.is_some() {
+                moved.extend(mine);
+            }
+            form
         }
         // `x - c` is `x + (-c)` (mod 2^32): a stencil's `p - 4`.
         Some(&InstructionData::Binary {
@@ -325,15 +358,54 @@ fn terms(
             args: [x, y],
         }) if depth < MAX_DEPTH && constant(func, y).is_some() => {
             let c = constant(func, y)? as i32;
-            terms(func, x, inside, depth + 1).map(|(l, a)| (l, a.wrapping_sub(c)))
+            terms(func, x, inside, moved, depth + 1).map(|(l, a)| (l, a.wrapping_sub(c)))
         }
         _ => None,
     };
     match split {
         Some(form) => Some(form),
-        None if within => None,
+        None if within => {
+            let mut mine = Vec::new();
+            let movable = movable(func, v, inside, &mut mine, 0);
+            movable.then(|| {
+                moved.extend(mine);
+                (alloc::vec![v], 0)
+            })
+        }
         None => Some((alloc::vec![v], 0)),
     }
+}
+
+/// Whether `v` is available at the run's first test once `moved` (which
+/// gets the instructions, operands first) is moved before it: defined
+/// outside `inside`, or by [`pure`] arithmetic of such values. Moving it
+/// is unobservable: it has no effect and cannot trap.
+fn movable(
+    func: &Function,
+    v: Value,
+    inside: &Inside,
+    moved: &mut Vec<Inst>,
+    depth: usize,
+) -> bool {
+    let dfg = &func.dfg;
+    let Some(def) = dfg.value_def(dfg.resolve_aliases(v)).inst() else {
+        return true;
+    };
+    if !inside.contains(def) || moved.contains(&def) {
+        return true;
+    }
+    if depth >= MAX_DEPTH || !pure(dfg.insts[def].opcode()) || dfg.inst_results(def).len() != 1 {
+        return false;
+    }
+    let args: Vec<Value> = dfg.inst_args(def).to_vec();
+    if !args
+        .iter()
+        .all(|&a| movable(func, a, inside, moved, depth + 1))
+    {
+        return false;
+    }
+    moved.push(def);
+    true
 }
 
 /// The groups of `run` (module docs) of two or more members, as indices
@@ -423,7 +495,13 @@ fn group_check<'r>(
 /// tests and the branch to the cold block at its first test, the cold
 /// block at the function's end, and the grouped tests removed (a test in
 /// no group stays where it is; the cold block makes it too, in its turn).
-fn rewrite(func: &mut Function, run: &[Test], bounds: &mut Bounds<'_>, bounded: bool) -> usize {
+fn rewrite(
+    func: &mut Function,
+    run: &[Test],
+    moved: &[Inst],
+    bounds: &mut Bounds<'_>,
+    bounded: bool,
+) -> usize {
     // Every test of no group is a group of its own: the run's tests all
     // become one branch, so the run's loads follow it in one block.
     let mut groups = groups(run, bounded);
@@ -446,6 +524,11 @@ fn rewrite(func: &mut Function, run: &[Test], bounds: &mut Bounds<'_>, bounded: 
         .collect();
     if checks.len() != groups.len() {
         return 0;
+    }
+    // The arithmetic the later tests' addresses need, before the first.
+    for &inst in moved {
+        func.layout.remove_inst(inst);
+        FuncCursor::new(func).at_inst(first).insert_inst(inst);
     }
     // The cold path's own tests.
     let mut exact = Vec::with_capacity(run.len());
