@@ -30,7 +30,7 @@ use super::{
     launch::LaunchEntry,
     modules::{FunctionEntry, ModuleEntry},
     stats::GuestStats,
-    wait::{SpinState, WaitPolicy},
+    wait::{LaunchQueue, SpinState, WaitPolicy},
 };
 
 /// How many objects of each kind one guest may hold at once.
@@ -42,7 +42,10 @@ pub struct WasiCudaLimits {
     pub modules: usize,
     /// Live function handles.
     pub functions: usize,
-    /// Launches not yet waited for.
+    /// Launches in flight at once (queued and not yet seen finished); a
+    /// launch past it waits for the guest's oldest (`docs/ABI.md`,
+    /// `launch`). Handles of finished launches not yet waited for do not
+    /// count: up to 2^16 of them are kept.
     pub launches: usize,
     /// Fuel of each thread of a Wasm kernel launch: every loop iteration
     /// spends one; a thread that runs out traps with "out of fuel".
@@ -138,6 +141,8 @@ pub struct WasiCudaCtx<D: GpuDriver> {
     pub(crate) modules: HandleTable<Arc<ModuleEntry<D>>>,
     pub(crate) functions: HandleTable<Arc<FunctionEntry<D>>>,
     pub(crate) launches: HandleTable<LaunchEntry<D>>,
+    /// The launches in flight, in order, and the limit on them.
+    pub(super) queue: LaunchQueue,
     /// How `wait` waits, and what the adaptive policy has learnt.
     pub(super) waits: SpinState,
     /// When the current wait began.
@@ -251,7 +256,8 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             buffers: HandleTable::new(owner, HandleKind::Buffer, limits.buffers),
             modules: HandleTable::new(owner, HandleKind::Module, limits.modules),
             functions: HandleTable::new(owner, HandleKind::Function, limits.functions),
-            launches: HandleTable::new(owner, HandleKind::Launch, limits.launches),
+            launches: HandleTable::new(owner, HandleKind::Launch, abi::handle::MAX_TABLE_CAPACITY),
+            queue: LaunchQueue::new(limits.launches),
             waits: SpinState::new(WaitPolicy::default()),
             wait_began: None,
             kernel_source: None,

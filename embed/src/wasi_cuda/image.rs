@@ -4,8 +4,10 @@
 //! keeps the meaning of every handle it holds. Modules are loaded again from
 //! their sources, functions looked up again, Wasm kernels made again from the
 //! guest's module, and device buffers allocated again with the contents they
-//! had when the snapshot was taken. Launches are not kept: a snapshot is
-//! taken only when the guest has waited for all of them.
+//! had when the snapshot was taken. Launches in flight are not kept: a
+//! snapshot is taken only when the guest has none (it waited for them, or a
+//! later wait saw them finished); a finished launch it has not waited for
+//! yet is kept with its result, so its handle's wait still gives it.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -20,7 +22,9 @@ use super::{
     buffers::Charged,
     ctx::WasiCudaCtx,
     errors::{driver_error, kernel_error},
+    launch::LaunchEntry,
     modules::{FunctionEntry, FunctionOrigin, ModuleEntry, ModuleSource, kernel_entry},
+    wait::LaunchQueue,
 };
 use crate::kernel::KernelTarget;
 
@@ -83,6 +87,22 @@ pub enum FunctionRecord {
     },
 }
 
+/// A launch that had finished, and was not waited for yet, when the
+/// snapshot was taken: what its `wait` returns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum LaunchRecord {
+    /// It succeeded.
+    Finished,
+    /// It failed (a Wasm kernel's trap): the errno and the reason.
+    Failed {
+        /// The errno's code.
+        errno: i32,
+        /// What `last_error` says after the `wait`, past the call's name.
+        reason: String,
+    },
+}
+
 /// A guest's `wasi_cuda` state: its handle tables, what each live handle
 /// names, and its last error. Large contents (module sources, buffer
 /// contents) are blobs kept beside it, named by index.
@@ -98,6 +118,10 @@ pub struct CudaImage {
     pub functions: Vec<SlotRecord<FunctionRecord>>,
     /// Buffer handles: the blob with each buffer's contents.
     pub buffers: Vec<SlotRecord<usize>>,
+    /// Launch handles: each live one a finished launch not yet waited for
+    /// (none in snapshots made before they were kept).
+    #[serde(default)]
+    pub launches: Vec<SlotRecord<LaunchRecord>>,
     /// What `last_error` said.
     pub last_error: String,
 }
@@ -152,23 +176,37 @@ fn bad_image(why: impl Into<String>) -> AbiError {
 
 impl<D: KernelTarget + Clone + 'static> WasiCudaCtx<D> {
     /// The guest's state, with its blobs appended to `blobs`. Waits for the
-    /// guest's stream; `EBUSY` while the guest holds launches it has not
-    /// waited for (their results would be lost), and the driver's error if
-    /// the stream failed or a buffer cannot be read.
+    /// guest's stream; `EINVAL` while the guest has launches in flight it
+    /// has not waited for (finished ones it has not waited for are kept),
+    /// and the driver's error if the stream failed or a buffer cannot be
+    /// read.
     pub fn image(&mut self, blobs: &mut Vec<Vec<u8>>) -> Result<CudaImage, AbiError> {
         self.driver
             .stream_synchronize(&self.stream)
             .map_err(|e| driver_error("stream_synchronize", e))?;
-        if !self.launches.is_empty() {
+        let in_flight = self.queue.len();
+        if in_flight > 0 {
             return Err(AbiError::new(
                 Errno::EINVAL,
                 format!(
-                    "{} launches not waited for: a snapshot is taken once the guest has \
-                     waited for its launches",
-                    self.launches.len()
+                    "{in_flight} launches not waited for: a snapshot is taken once the guest \
+                     has waited for its launches"
                 ),
             ));
         }
+        let launches = self
+            .launches
+            .image(|_, entry| match entry.outcome() {
+                Some(Err(e)) => LaunchRecord::Failed {
+                    errno: e.errno.code(),
+                    reason: e.reason.to_string(),
+                },
+                // None cannot be: no launch is in flight.
+                Some(Ok(())) | None => LaunchRecord::Finished,
+            })
+            .into_iter()
+            .map(record)
+            .collect();
         // One source per loaded module, however many handles keep it.
         let mut sources = Vec::new();
         let mut index_of: HashMap<*const ModuleEntry<D>, usize> = HashMap::new();
@@ -233,6 +271,7 @@ impl<D: KernelTarget + Clone + 'static> WasiCudaCtx<D> {
             modules,
             functions,
             buffers,
+            launches,
             last_error: self.last_error.clone(),
         })
     }
@@ -308,10 +347,27 @@ impl<D: KernelTarget + Clone + 'static> WasiCudaCtx<D> {
                 Ok(Arc::new(Charged::new(buffer, charge)))
             },
         )?;
+        let launches = rebuild_table(
+            owner,
+            HandleKind::Launch,
+            self.launches.capacity(),
+            &image.launches,
+            |record| {
+                Ok(LaunchEntry::finished(match record {
+                    LaunchRecord::Finished => Ok(()),
+                    LaunchRecord::Failed { errno, reason } => Err(AbiError::new(
+                        Errno::from_code(*errno)
+                            .ok_or_else(|| bad_image(format!("launch errno {errno}")))?,
+                        reason.clone(),
+                    )),
+                }))
+            },
+        )?;
         self.modules = modules;
         self.functions = functions;
         self.buffers = buffers;
-        self.launches = HandleTable::new(owner, HandleKind::Launch, self.launches.capacity());
+        self.launches = launches;
+        self.queue = LaunchQueue::new(self.queue.limit());
         self.last_error.clone_from(&image.last_error);
         Ok(())
     }

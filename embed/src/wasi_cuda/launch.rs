@@ -1,13 +1,16 @@
-//! Launches: `launch` and `tensor_op` check their work, queue it on the
-//! guest's stream and keep what it touches alive ([`LaunchEntry`]) until it
-//! is waited for; a Wasm kernel's grid, arguments and status word (its
-//! trap) are handled here. Waiting is `wait`'s.
+//! Launches: `launch` and `tensor_op` check their work, take a launch slot,
+//! queue it on the guest's stream and keep what it touches alive
+//! ([`LaunchEntry`]) until it is seen finished, and place the checkpoints
+//! a launch that finds no slot free waits for; a Wasm kernel's grid,
+//! arguments and status word (its trap) are handled here. Waiting (for a
+//! launch, or for a slot: the guest's `LaunchQueue`) is `wait`'s.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Instant};
 
 use tensorwasm_core::{
     DeviceMemory, DevicePtr, Dim3, GpuDriver, KernelParam, LaunchConfig,
     abi::{self, AbiError, Errno, Handle, LaunchArg},
+    dispatch::dispatch,
     lower::{
         KernelAbi, KernelTrap, status,
         translate::{KernelGlobal, WasmType},
@@ -22,18 +25,33 @@ use super::{
     ctx::{GuestMem, WasiCudaCtx, check_out_u64},
     errors::{driver_error, kernel_error},
     modules::{FunctionEntry, KernelInfo},
+    wait::Checkpoint,
 };
 
-/// A launch not yet waited for: everything the kernel may touch, kept alive
-/// until the guest has seen it finish (`wait` or `sync`) or the context
-/// synchronizes its stream on drop.
+/// A launch the guest holds a handle to: in flight, with everything the
+/// kernel may touch kept alive and its launch slot held; or seen finished
+/// before the guest waited for it, with its result alone (the slot counts
+/// kernel work in flight, not handles: `docs/tenants.md`).
 pub(crate) struct LaunchEntry<D: GpuDriver> {
+    /// Its place in the guest's launch order ([`LaunchQueue`]).
+    seq: u64,
     /// A Wasm kernel's status slot (the launch handle's slot) and name.
-    pub(crate) kernel: Option<(usize, String)>,
+    kernel: Option<(usize, String)>,
+    state: LaunchState<D>,
+}
+
+enum LaunchState<D: GpuDriver> {
+    InFlight(Held<D>),
+    /// Its result: `Err` is the trap its Wasm kernel recorded (`ETRAP`).
+    Finished(Result<(), AbiError>),
+}
+
+/// What a launch in flight keeps until it has finished: what it touches,
+/// and the tenant's launches-in-flight charge (its slot).
+struct Held<D: GpuDriver> {
     _buffers: Vec<GuestBuffer<D>>,
     _function: Launched<D>,
     _memory: Option<GuestRegionInfo>,
-    /// The tenant's launches-in-flight charge, released with the handle.
     _charge: OwnedCharge,
 }
 
@@ -44,6 +62,76 @@ enum Launched<D: GpuDriver> {
     Handle { _entry: Arc<FunctionEntry<D>> },
     /// A built-in tensor kernel, the runtime's (`tensor_op`).
     Builtin { _entry: Arc<BuiltinFunction<D>> },
+}
+
+impl<D: GpuDriver> LaunchEntry<D> {
+    /// A launch seen finished with `result`, holding nothing else (a
+    /// snapshot's).
+    pub(crate) fn finished(result: Result<(), AbiError>) -> Self {
+        LaunchEntry {
+            seq: 0,
+            kernel: None,
+            state: LaunchState::Finished(result),
+        }
+    }
+
+    /// Whether it is still in flight.
+    pub(crate) fn in_flight(&self) -> bool {
+        matches!(self.state, LaunchState::InFlight(_))
+    }
+
+    /// Its result, once seen finished.
+    pub(crate) fn outcome(&self) -> Option<&Result<(), AbiError>> {
+        match &self.state {
+            LaunchState::Finished(result) => Some(result),
+            LaunchState::InFlight(_) => None,
+        }
+    }
+
+    /// The launch has finished: reads its trap from `words` (clearing its
+    /// status word) and lets go of what it held, its slot included.
+    fn finish(&mut self, words: Option<&D::ManagedBuffer>) {
+        if self.in_flight() {
+            let result = self.trap(words);
+            self.state = LaunchState::Finished(result);
+        }
+    }
+
+    /// Its result, once it has finished: the one kept, or its trap read
+    /// from `words` now.
+    fn result(mut self, words: Option<&D::ManagedBuffer>) -> Result<(), AbiError> {
+        match std::mem::replace(&mut self.state, LaunchState::Finished(Ok(()))) {
+            LaunchState::Finished(result) => result,
+            LaunchState::InFlight(held) => {
+                let result = self.trap(words);
+                drop(held);
+                result
+            }
+        }
+    }
+
+    fn trap(&self, words: Option<&D::ManagedBuffer>) -> Result<(), AbiError> {
+        match (&self.kernel, words) {
+            (Some((slot, name)), Some(words)) => take_trap(words, *slot, name),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Why a launch (`launch`, `tensor_op`) was not queued.
+pub(crate) enum NotQueued {
+    /// Every launch slot it may take is held (`ELIMIT`: the guest's own
+    /// limit; `EQUOTA`: the tenant's quota): waiting for the guest's own
+    /// launches may free one, and this is the error when none can.
+    Full(AbiError),
+    /// Anything else, reported as it is.
+    Failed(AbiError),
+}
+
+impl From<AbiError> for NotQueued {
+    fn from(e: AbiError) -> Self {
+        NotQueued::Failed(e)
+    }
 }
 
 impl<D: GpuDriver> WasiCudaCtx<D> {
@@ -62,7 +150,8 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
 
     /// Decodes, checks and queues a launch, and writes its handle.
     /// `globals` are the launch values of a Wasm kernel's globals
-    /// ([`launch_globals`](Self::launch_globals)).
+    /// ([`launch_globals`](Self::launch_globals)). [`NotQueued::Full`]
+    /// when every slot it may take is held, after every check passed.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch(
         &mut self,
@@ -75,7 +164,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         args_count: u32,
         out: u32,
         globals: Vec<KernelParam>,
-    ) -> Result<(), AbiError> {
+    ) -> Result<(), NotQueued> {
         check_out_u64(mem.bytes, out)?;
         let function = Arc::clone(self.functions.get(Handle(function))?);
         let (guest, region) = self.guest_ref(&mem);
@@ -110,7 +199,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         if let Some(kernel) = &function.kernel {
             check_kernel_args(kernel, &params, &buffers)?;
             if globals.len() != kernel.globals.len() {
-                return Err(AbiError::new(
+                return Err(NotQueued::Failed(AbiError::new(
                     Errno::EINVAL,
                     format!(
                         "kernel `{}` uses {} global(s); the launch read {}",
@@ -118,25 +207,25 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                         kernel.globals.len(),
                         globals.len()
                     ),
-                ));
+                )));
             }
             check_stack_window(kernel, &globals, guest.len as u64)?;
             params.extend(globals);
             if !guest.device_addressable {
-                return Err(AbiError::new(
+                return Err(NotQueued::Failed(AbiError::new(
                     Errno::ENOTADDR,
                     "a Wasm kernel runs over the guest's memory, which the device cannot address",
-                ));
+                )));
             }
             // Accesses the translator proved aligned are aligned in the
             // guest's memory (`docs/kernels.md`, "The launch"); a device
             // allocation always starts on a 256-byte boundary, so this
             // never fails unless the memory was not allocated as one.
             if !guest.base.0.is_multiple_of(16) {
-                return Err(AbiError::new(
+                return Err(NotQueued::Failed(AbiError::new(
                     Errno::EINVAL,
                     "a Wasm kernel needs the guest's memory 16-byte aligned",
-                ));
+                )));
             }
             self.status_words()?;
             config.grid = self.physical_grid(grid, block)?;
@@ -156,9 +245,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         }
         let kernel = function.kernel.as_ref().map(|k| k.name.clone());
         let is_kernel = kernel.is_some();
-        let charge = self.charge(Resource::LaunchesInFlight, 1)?;
-        let handle = self.launches.insert(LaunchEntry {
-            kernel: None,
+        let held = Held {
             _buffers: buffers,
             _function: Launched::Handle {
                 _entry: Arc::clone(&function),
@@ -168,15 +255,16 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             } else {
                 None
             },
-            _charge: charge,
-        })?;
+            _charge: self.launch_slot()?,
+        };
+        let (handle, seq) = self.insert_launch(held)?;
         if let Some(name) = kernel {
             let slot = usize::from(handle.slot());
             let status = match self.status_word(slot) {
                 Ok(status) => status,
                 Err(e) => {
                     let _ = self.launches.remove(handle);
-                    return Err(e);
+                    return Err(e.into());
                 }
             };
             if let Ok(entry) = self.launches.get_mut(handle) {
@@ -213,10 +301,99 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         self.clock_after_launch();
         if let Err(e) = queued {
             let _ = self.launches.remove(handle);
-            return Err(driver_error("launch", e));
+            return Err(driver_error("launch", e).into());
         }
+        self.queued(seq, handle);
         self.count_launch();
-        abi::write_u64(mem.bytes, out, handle.0)
+        Ok(abi::write_u64(mem.bytes, out, handle.0)?)
+    }
+
+    /// A launch slot: one of the guest's own (its launch limit, `ELIMIT`),
+    /// then the tenant's launches-in-flight charge (`EQUOTA`).
+    fn launch_slot(&self) -> Result<OwnedCharge, NotQueued> {
+        let (n, limit) = (self.queue.len(), self.queue.limit());
+        if n >= limit {
+            return Err(NotQueued::Full(AbiError::limit(format!(
+                "{n} launches in flight, this guest's limit is {limit}"
+            ))));
+        }
+        self.charge(Resource::LaunchesInFlight, 1)
+            .map_err(NotQueued::Full)
+    }
+
+    /// A handle for a launch about to be queued, and its sequence number
+    /// (`ELIMIT` when the guest holds as many launch handles as there are,
+    /// finished ones included: only waiting for them frees those).
+    fn insert_launch(&mut self, held: Held<D>) -> Result<(Handle, u64), AbiError> {
+        let seq = self.queue.next_seq();
+        let handle = self.launches.insert(LaunchEntry {
+            seq,
+            kernel: None,
+            state: LaunchState::InFlight(held),
+        })?;
+        Ok((handle, seq))
+    }
+
+    /// Launch `seq` is on the stream: it joins the queue, and once half as
+    /// many launches as the guest may have in flight have joined since the
+    /// last checkpoint, a checkpoint follows it. A launch that finds no
+    /// slot free then waits for an older half, not for everything queued,
+    /// and the stream stays busy meanwhile; a guest that never has that
+    /// many in flight pays for no callback.
+    fn queued(&mut self, seq: u64, handle: Handle) {
+        self.queue.push(seq, handle);
+        let quota = self.ledger.limit(Resource::LaunchesInFlight);
+        let limit = (self.queue.limit() as u64).min(quota);
+        let every = usize::try_from(limit / 2).unwrap_or(usize::MAX).max(1);
+        if self.queue.unmarked() < every {
+            return;
+        }
+        let (completer, passed) = dispatch();
+        let queued = self.driver.on_complete(
+            &self.stream,
+            Box::new(move || {
+                let _ = completer.complete(Instant::now());
+            }),
+        );
+        // Without it a full queue waits for its newest launch instead.
+        if queued.is_ok() {
+            self.queue.add_checkpoint(Checkpoint { after: seq, passed });
+        }
+    }
+
+    /// Takes launch `handle` out (`wait`), in flight or finished.
+    pub(crate) fn take_launch(&mut self, handle: Handle) -> Result<LaunchEntry<D>, AbiError> {
+        let entry = self.launches.remove(handle)?;
+        if entry.in_flight() {
+            self.queue.remove(entry.seq);
+        }
+        Ok(entry)
+    }
+
+    /// Takes every launch out (`sync`).
+    pub(crate) fn take_all_launches(&mut self) -> Vec<LaunchEntry<D>> {
+        self.queue.take_through(u64::MAX);
+        self.launches.take_all()
+    }
+
+    /// A launch's result once it has finished (its trap, if it recorded
+    /// one), letting go of what it held.
+    pub(crate) fn launch_result(&self, entry: LaunchEntry<D>) -> Result<(), AbiError> {
+        entry.result(self.status.as_ref())
+    }
+
+    /// The guest's launches up to `seq` have finished (`u64::MAX`: all of
+    /// them): each keeps its result in its handle, and lets go of what it
+    /// held, its slot included. How many there were.
+    pub(crate) fn retire_through(&mut self, seq: u64) -> usize {
+        let handles = self.queue.take_through(seq);
+        let words = self.status.as_ref();
+        for &handle in &handles {
+            if let Ok(entry) = self.launches.get_mut(handle) {
+                entry.finish(words);
+            }
+        }
+        handles.len()
     }
 
     /// The launch time limit in the ticks of the kernel's clock (the
@@ -309,47 +486,6 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             .ok_or_else(|| AbiError::new(Errno::ELIMIT, format!("no status word for slot {slot}")))
     }
 
-    /// After a kernel launch finished: the trap it recorded, if any, with
-    /// the whole slot cleared for the next launch, every time (a launch
-    /// that did not trap may still have set the CPU target's stop flag and
-    /// launch start).
-    pub(crate) fn take_trap(&mut self, slot: usize, name: &str) -> Result<(), AbiError> {
-        let Some(words) = &self.status else {
-            return Ok(());
-        };
-        let Some(word) = words.range(slot * STATUS_BYTES, STATUS_BYTES) else {
-            return Ok(());
-        };
-        let at = word.ptr().0 as usize;
-        // SAFETY: the word lies in a live managed allocation of this context
-        // (checked by `range`), which the host may read and write at the
-        // same address; the launch that used it has finished (its stream
-        // reached the completion callback or was idle), and no other launch
-        // uses this slot until the launch handle is released. Each field is
-        // aligned: the allocation is, and words are STATUS_BYTES (a multiple
-        // of 8) apart.
-        let (code, offset) = unsafe {
-            let code = std::ptr::with_exposed_provenance::<u32>(at + status::CODE).read_volatile();
-            let offset =
-                std::ptr::with_exposed_provenance::<u64>(at + status::OFFSET).read_volatile();
-            std::ptr::with_exposed_provenance_mut::<u32>(at + status::CODE).write_volatile(0);
-            std::ptr::with_exposed_provenance_mut::<u32>(at + status::STOP).write_volatile(0);
-            std::ptr::with_exposed_provenance_mut::<u64>(at + status::OFFSET).write_volatile(0);
-            std::ptr::with_exposed_provenance_mut::<u64>(at + status::RESERVED).write_volatile(0);
-            std::ptr::with_exposed_provenance_mut::<u64>(at + status::RESERVED + 8)
-                .write_volatile(0);
-            (code, offset)
-        };
-        if code == 0 {
-            return Ok(());
-        }
-        let what = KernelTrap::from_code(code).map_or("unknown trap", KernelTrap::description);
-        Err(AbiError::new(
-            Errno::ETRAP,
-            format!("kernel `{name}` trapped: {what} (code {code}) at offset {offset:#x}"),
-        ))
-    }
-
     fn clock_before_launch(&mut self) {
         if let Some(clock) = &mut self.gpu_clock {
             clock.before_launch(&self.driver, &self.stream);
@@ -371,14 +507,14 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
 
 impl<D: KernelTarget> WasiCudaCtx<D> {
     /// Checks a built-in tensor op's descriptor, queues its kernel and
-    /// writes the launch handle.
+    /// writes the launch handle; [`NotQueued::Full`] as `launch`.
     pub(crate) fn tensor_op(
         &mut self,
         mem: GuestMem<'_>,
         desc_ptr: u32,
         desc_len: u32,
         out: u32,
-    ) -> Result<(), AbiError> {
+    ) -> Result<(), NotQueued> {
         check_out_u64(mem.bytes, out)?;
         self.allowed(self.policy.builtins, "built-in tensor kernels")?;
         let (guest, region) = self.guest_ref(&mem);
@@ -393,13 +529,13 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             })?;
         let (work, limit) = (op.work(), self.ledger.quota().tensor_work());
         if work > limit {
-            return Err(AbiError::new(
+            return Err(NotQueued::Failed(AbiError::new(
                 Errno::EQUOTA,
                 format!(
                     "tensor-op work quota exceeded: the op asks for {work} multiply-adds or \
                      element operations, this tenant's limit is {limit} per op"
                 ),
-            ));
+            )));
         }
         let device = self.driver.device();
         let sm = device
@@ -415,16 +551,15 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             block: plan.block,
             shared_mem_bytes: plan.shared_bytes,
         };
-        let charge = self.charge(Resource::LaunchesInFlight, 1)?;
-        let handle = self.launches.insert(LaunchEntry {
-            kernel: None,
+        let held = Held {
             _buffers: held,
             _function: Launched::Builtin {
                 _entry: Arc::clone(&function),
             },
             _memory: region,
-            _charge: charge,
-        })?;
+            _charge: self.launch_slot()?,
+        };
+        let (handle, seq) = self.insert_launch(held)?;
         self.clock_before_launch();
         // SAFETY: every pointer parameter is an operand that
         // `decode_tensor_op` checked to lie, with the whole extent its shape
@@ -440,11 +575,49 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         self.clock_after_launch();
         if let Err(e) = queued {
             let _ = self.launches.remove(handle);
-            return Err(driver_error("launch (built-in kernel)", e));
+            return Err(driver_error("launch (built-in kernel)", e).into());
         }
+        self.queued(seq, handle);
         self.count_launch();
-        abi::write_u64(mem.bytes, out, handle.0)
+        Ok(abi::write_u64(mem.bytes, out, handle.0)?)
     }
+}
+
+/// After a kernel launch finished: the trap it recorded in its status
+/// word (slot `slot` of `words`), if any, with the whole slot cleared for
+/// the next launch, every time (a launch that did not trap may still have
+/// set the CPU target's stop flag and launch start).
+fn take_trap<M: DeviceMemory>(words: &M, slot: usize, name: &str) -> Result<(), AbiError> {
+    let Some(word) = words.range(slot * STATUS_BYTES, STATUS_BYTES) else {
+        return Ok(());
+    };
+    let at = word.ptr().0 as usize;
+    // SAFETY: the word lies in a live managed allocation of this context
+    // (checked by `range`), which the host may read and write at the
+    // same address; the launch that used it has finished (a completion
+    // callback queued behind it has fired, or its stream was idle), and no
+    // other launch uses this slot until the launch handle is released (a
+    // finished launch's handle keeps its result, not its word). Each field
+    // is aligned: the allocation is, and words are STATUS_BYTES (a
+    // multiple of 8) apart.
+    let (code, offset) = unsafe {
+        let code = std::ptr::with_exposed_provenance::<u32>(at + status::CODE).read_volatile();
+        let offset = std::ptr::with_exposed_provenance::<u64>(at + status::OFFSET).read_volatile();
+        std::ptr::with_exposed_provenance_mut::<u32>(at + status::CODE).write_volatile(0);
+        std::ptr::with_exposed_provenance_mut::<u32>(at + status::STOP).write_volatile(0);
+        std::ptr::with_exposed_provenance_mut::<u64>(at + status::OFFSET).write_volatile(0);
+        std::ptr::with_exposed_provenance_mut::<u64>(at + status::RESERVED).write_volatile(0);
+        std::ptr::with_exposed_provenance_mut::<u64>(at + status::RESERVED + 8).write_volatile(0);
+        (code, offset)
+    };
+    if code == 0 {
+        return Ok(());
+    }
+    let what = KernelTrap::from_code(code).map_or("unknown trap", KernelTrap::description);
+    Err(AbiError::new(
+        Errno::ETRAP,
+        format!("kernel `{name}` trapped: {what} (code {code}) at offset {offset:#x}"),
+    ))
 }
 
 /// Launch slots with a status word (one per possible launch handle).

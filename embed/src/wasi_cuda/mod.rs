@@ -3,7 +3,9 @@
 //! guest's memory and context, call the matching [`WasiCudaCtx`] method
 //! (which decodes with `tensorwasm_core::abi` and calls the driver), turn the
 //! result into an errno. `wait`, `sync` and the copies are async: they
-//! suspend the guest until the driver's completion callback fires. The
+//! suspend the guest until the driver's completion callback fires; so are
+//! `launch` and `tensor_op`, which suspend it while every launch slot they
+//! may take is held, until the guest's oldest launches have finished. The
 //! context is split by resource: `ctx` (the context itself), `buffers`,
 //! `modules` (modules, functions, Wasm kernels), `launch`, `wait`, `device`
 //! and `errors`.
@@ -23,19 +25,21 @@ mod tick;
 mod wait;
 
 pub use ctx::{TenantPolicy, WasiCudaCtx, WasiCudaLimits};
-pub use image::{CudaImage, FunctionRecord, SlotRecord, SourceRecord};
+pub use image::{CudaImage, FunctionRecord, LaunchRecord, SlotRecord, SourceRecord};
 pub use stats::{Count, GuestStats, Seconds};
 pub use wait::{DEFAULT_WAIT_SPIN, PROBE_EVERY, WaitPolicy};
 
 use ctx::GuestMem;
 use futures::future::Either;
 use kernel_names::KernelName;
+use launch::NotQueued;
 use modules::KernelGet;
 use tensorwasm_core::{
     Dim3, GpuDriver,
     abi::Handle,
     lower::{INTRINSIC_MODULE, Intrinsic, cooperative::CoopIntrinsic, math::MathIntrinsic},
 };
+use wait::Room;
 
 use crate::kernel::KernelTarget;
 use wasmtime::{Caller, Extern, FuncType, Linker, Val};
@@ -54,6 +58,18 @@ fn with_mem<T, D: GpuDriver>(
     call: &str,
     f: impl FnOnce(&mut WasiCudaCtx<D>, GuestMem<'_>) -> Result<(), tensorwasm_core::abi::AbiError>,
 ) -> i32 {
+    on_mem(caller, get, |ctx, mem| {
+        let result = f(ctx, mem);
+        ctx.finish(call, result)
+    })
+}
+
+/// Runs `f` on the guest's memory (empty when it exports none) and context.
+fn on_mem<T, D: GpuDriver, R>(
+    caller: &mut Caller<'_, T>,
+    get: GetCtx<T, D>,
+    f: impl FnOnce(&mut WasiCudaCtx<D>, GuestMem<'_>) -> R,
+) -> R {
     let memory = match caller.get_export("memory") {
         Some(Extern::Memory(m)) => Some(m),
         _ => None,
@@ -62,9 +78,7 @@ fn with_mem<T, D: GpuDriver>(
         Some(m) => m.data_and_store_mut(&mut *caller),
         None => (Default::default(), caller.data_mut()),
     };
-    let ctx = get(data);
-    let result = f(ctx, GuestMem { bytes });
-    ctx.finish(call, result)
+    f(get(data), GuestMem { bytes })
 }
 
 /// Runs `f` on the context alone, and returns the errno.
@@ -92,7 +106,10 @@ async fn quiesce<T, D: GpuDriver>(
 ) -> Result<(), i32> {
     let ctx = get(caller.data_mut());
     match ctx.settle() {
-        Ok(true) => return Ok(()),
+        Ok(true) => {
+            ctx.retire_through(u64::MAX);
+            return Ok(());
+        }
         Ok(false) => {}
         Err(e) => return Err(ctx.fail(call, e)),
     }
@@ -112,7 +129,78 @@ async fn quiesce<T, D: GpuDriver>(
         }
     };
     let ctx = get(caller.data_mut());
-    ctx.launch_status(fired).map_err(|e| ctx.fail(call, e))
+    ctx.launch_status(fired).map_err(|e| ctx.fail(call, e))?;
+    // Every launch queued so far has finished: their slots are free, their
+    // handles keep their results.
+    ctx.retire_through(u64::MAX);
+    Ok(())
+}
+
+/// Queues a launch (`launch`, `tensor_op`: `attempt` checks and queues it)
+/// and returns the errno. While every slot it may take is held it
+/// suspends the guest until the guest's oldest launches have finished
+/// ([`make_room`]) and tries again; it fails with the slot's error
+/// (`EQUOTA`, `ELIMIT`) only once the guest has nothing in flight whose
+/// end could free one. Each round retires at least one of the guest's
+/// launches and queues none, so it ends.
+async fn queue_launch<T, D: GpuDriver>(
+    caller: &mut Caller<'_, T>,
+    get: GetCtx<T, D>,
+    call: &str,
+    mut attempt: impl FnMut(&mut Caller<'_, T>) -> Result<(), NotQueued>,
+) -> i32 {
+    loop {
+        let full = match attempt(caller) {
+            Ok(()) => return 0,
+            Err(NotQueued::Failed(e)) => return get(caller.data_mut()).fail(call, e),
+            Err(NotQueued::Full(e)) => e,
+        };
+        match make_room(caller, get, call).await {
+            Ok(true) => {}
+            Ok(false) => return get(caller.data_mut()).fail(call, full),
+            Err(errno) => return errno,
+        }
+    }
+}
+
+/// Frees launch slots for a launch that found them all held: retires the
+/// guest's launches that have finished, suspending the guest (its fuel
+/// untouched, its thread free) until a checkpoint behind its oldest ones
+/// passes if none has. `Ok(false)` when the guest has nothing in flight;
+/// `Err` the errno once work on its stream has failed. Like [`quiesce`] it
+/// asks the stream every [`tick::CALLBACK_POLL`] while suspended, so a
+/// lost device ends the wait.
+async fn make_room<T, D: GpuDriver>(
+    caller: &mut Caller<'_, T>,
+    get: GetCtx<T, D>,
+    call: &str,
+) -> Result<bool, i32> {
+    let ctx = get(caller.data_mut());
+    let checkpoint = match ctx.room() {
+        Ok(Room::Made) => return Ok(true),
+        Ok(Room::None) => return Ok(false),
+        Ok(Room::Wait(checkpoint)) => checkpoint,
+        Err(e) => return Err(ctx.fail(call, e)),
+    };
+    let mut passed = checkpoint.passed;
+    loop {
+        match futures::future::select(passed, tick::poll_tick()).await {
+            Either::Left(_) => break,
+            Either::Right(((), waiting)) => {
+                passed = waiting;
+                let ctx = get(caller.data_mut());
+                match ctx.poll_stream() {
+                    Ok(false) => {}
+                    Ok(true) => break,
+                    Err(e) => return Err(ctx.fail(call, e)),
+                }
+            }
+        }
+    }
+    let ctx = get(caller.data_mut());
+    ctx.passed(checkpoint.after)
+        .map_err(|e| ctx.fail(call, e))?;
+    Ok(true)
 }
 
 /// `kernel_get` and its siblings: makes (or finds) the kernel of the
@@ -338,12 +426,17 @@ where
             })
         },
     )?;
-    linker.func_wrap(
+    linker.func_wrap_async(
         MODULE,
         "tensor_op",
-        move |mut caller: Caller<'_, T>, desc_ptr: i32, desc_len: i32, out: i32| -> i32 {
-            with_mem(&mut caller, get, "tensor_op", |ctx, mem| {
-                ctx.tensor_op(mem, desc_ptr as u32, desc_len as u32, out as u32)
+        move |mut caller: Caller<'_, T>, (desc_ptr, desc_len, out): (i32, i32, i32)| {
+            Box::new(async move {
+                queue_launch(&mut caller, get, "tensor_op", |caller| {
+                    on_mem(caller, get, |ctx, mem| {
+                        ctx.tensor_op(mem, desc_ptr as u32, desc_len as u32, out as u32)
+                    })
+                })
+                .await
             })
         },
     )?;
@@ -356,60 +449,61 @@ where
             })
         },
     )?;
-    linker.func_wrap(
+    linker.func_wrap_async(
         MODULE,
         "launch",
         move |mut caller: Caller<'_, T>,
-              function: i64,
-              grid_x: i32,
-              grid_y: i32,
-              grid_z: i32,
-              block_x: i32,
-              block_y: i32,
-              block_z: i32,
-              shared_mem_bytes: i32,
-              args_ptr: i32,
-              args_count: i32,
-              out: i32|
-              -> i32 {
-            // A Wasm kernel's threads start from the globals' values now.
-            let needed = get(caller.data_mut()).launch_globals(function as u64);
-            let globals =
-                crate::kernel::globals::launch_values(needed.as_deref().unwrap_or(&[]), |name| {
-                    match caller.get_export(name) {
-                        Some(Extern::Global(g)) => Some(g.get(&mut caller)),
-                        _ => None,
-                    }
-                });
-            let globals = match globals {
-                Ok(globals) => globals,
-                Err(e) => {
-                    let ctx = get(caller.data_mut());
-                    return ctx.finish("launch", Err(e));
-                }
+              (
+            function,
+            grid_x,
+            grid_y,
+            grid_z,
+            block_x,
+            block_y,
+            block_z,
+            shared_mem_bytes,
+            args_ptr,
+            args_count,
+            out,
+        ): (i64, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32)| {
+            let grid = Dim3 {
+                x: grid_x as u32,
+                y: grid_y as u32,
+                z: grid_z as u32,
             };
-            with_mem(&mut caller, get, "launch", |ctx, mem| {
-                let grid = Dim3 {
-                    x: grid_x as u32,
-                    y: grid_y as u32,
-                    z: grid_z as u32,
-                };
-                let block = Dim3 {
-                    x: block_x as u32,
-                    y: block_y as u32,
-                    z: block_z as u32,
-                };
-                ctx.launch(
-                    mem,
-                    function as u64,
-                    grid,
-                    block,
-                    shared_mem_bytes as u32,
-                    args_ptr as u32,
-                    args_count as u32,
-                    out as u32,
-                    globals,
-                )
+            let block = Dim3 {
+                x: block_x as u32,
+                y: block_y as u32,
+                z: block_z as u32,
+            };
+            Box::new(async move {
+                queue_launch(&mut caller, get, "launch", |caller| {
+                    // A Wasm kernel's threads start from the globals' values
+                    // now (after a wait for a slot: the same values, since
+                    // the guest was suspended).
+                    let needed = get(caller.data_mut()).launch_globals(function as u64);
+                    let globals = crate::kernel::globals::launch_values(
+                        needed.as_deref().unwrap_or(&[]),
+                        |name| match caller.get_export(name) {
+                            Some(Extern::Global(g)) => Some(g.get(&mut *caller)),
+                            _ => None,
+                        },
+                    )?;
+                    on_mem(caller, get, |ctx, mem| {
+                        ctx.launch(
+                            mem,
+                            function as u64,
+                            grid,
+                            block,
+                            shared_mem_bytes as u32,
+                            args_ptr as u32,
+                            args_count as u32,
+                            out as u32,
+                            globals,
+                        )
+                    })
+                })
+                .await
             })
         },
     )?;
@@ -420,19 +514,23 @@ where
             Box::new(async move {
                 const CALL: &str = "wait";
                 let ctx = get(caller.data_mut());
-                let entry = match ctx.launches.remove(Handle(launch as u64)) {
+                let entry = match ctx.take_launch(Handle(launch as u64)) {
                     Ok(entry) => entry,
                     Err(e) => return ctx.fail(CALL, e),
                 };
+                if !entry.in_flight() {
+                    // Seen finished while the guest queued more: its own
+                    // result at once, unless work on the stream has failed
+                    // since (a failure is sticky for every wait).
+                    let result = ctx.poll_stream().and_then(|_| ctx.launch_result(entry));
+                    return ctx.finish(CALL, result);
+                }
                 let status = quiesce(&mut caller, get, CALL).await;
                 let ctx = get(caller.data_mut());
-                // A Wasm kernel's trap, read (and its slot cleared) either way.
-                let trap = match &entry.kernel {
-                    Some((slot, name)) => ctx.take_trap(*slot, name),
-                    None => Ok(()),
-                };
-                // The kernel has finished (or failed): what it used may go.
-                drop(entry);
+                // A Wasm kernel's trap, read (and its slot cleared) either
+                // way; the kernel has finished (or failed): what it used
+                // may go.
+                let trap = ctx.launch_result(entry);
                 match (status, trap) {
                     (Err(errno), _) => errno,
                     (Ok(()), Err(e)) => ctx.fail(CALL, e),
@@ -446,13 +544,12 @@ where
             const CALL: &str = "sync";
             let failed = quiesce(&mut caller, get, CALL).await.err();
             // Every launch queued before has finished: release them all,
-            // reading (and clearing) each Wasm kernel's trap status.
+            // with each Wasm kernel's trap (read and cleared, or kept since
+            // the launch was seen finished).
             let ctx = get(caller.data_mut());
             let mut trap = None;
-            for entry in ctx.launches.take_all() {
-                if let Some((slot, name)) = &entry.kernel
-                    && let Err(e) = ctx.take_trap(*slot, name)
-                {
+            for entry in ctx.take_all_launches() {
+                if let Err(e) = ctx.launch_result(entry) {
                     trap.get_or_insert(e);
                 }
             }

@@ -1,13 +1,19 @@
 //! Waiting for the guest's stream: how `wait`, `sync` and the copies wait
 //! ([`WaitPolicy`]: spin, suspend, or adapt between them), the completion
-//! callback they suspend on, and whether the work failed. The suspension
-//! itself is the parent module's (`quiesce`).
+//! callback they suspend on, and whether the work failed; and what a
+//! launch that finds no slot free waits for: the guest's launches in
+//! flight, in order, with checkpoints behind some ([`LaunchQueue`]), and
+//! the oldest checkpoint to wait for ([`Room`]). The suspensions
+//! themselves are the parent module's (`quiesce`, `make_room`).
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::VecDeque,
+    time::{Duration, Instant},
+};
 
 use tensorwasm_core::{
     GpuDriver,
-    abi::AbiError,
+    abi::{AbiError, Handle},
     dispatch::{DispatchFuture, dispatch},
 };
 
@@ -121,7 +127,174 @@ impl SpinState {
     }
 }
 
+/// The guest's launches in flight, oldest first, and the checkpoints on its
+/// stream that say when a prefix of them has finished: a launch that finds
+/// no slot free waits for the oldest checkpoint ([`Room`]), so for the
+/// guest's oldest launches, not for its newest.
+pub(crate) struct LaunchQueue {
+    /// Sequence numbers and handles of the launches in flight, in the
+    /// order they were queued.
+    in_flight: VecDeque<(u64, Handle)>,
+    /// Completion callbacks queued behind some of them, oldest first.
+    checkpoints: VecDeque<Checkpoint>,
+    /// The most launches in flight at once (`WasiCudaLimits::launches`).
+    limit: usize,
+    next_seq: u64,
+}
+
+/// A completion callback on the guest's stream behind its launch `after`:
+/// once it has fired, that launch and every launch before it have finished.
+pub(crate) struct Checkpoint {
+    pub(crate) after: u64,
+    pub(crate) passed: DispatchFuture<Instant>,
+}
+
+impl LaunchQueue {
+    /// An empty queue for at most `limit` launches in flight.
+    pub(crate) fn new(limit: usize) -> Self {
+        LaunchQueue {
+            in_flight: VecDeque::new(),
+            checkpoints: VecDeque::new(),
+            limit,
+            next_seq: 0,
+        }
+    }
+
+    /// Launches in flight.
+    pub(crate) fn len(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// The most launches in flight at once.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// The newest launch in flight.
+    pub(crate) fn newest(&self) -> Option<u64> {
+        self.in_flight.back().map(|&(seq, _)| seq)
+    }
+
+    /// The sequence number the next launch gets.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Launch `seq` (the next one's) is on the stream.
+    pub(crate) fn push(&mut self, seq: u64, handle: Handle) {
+        self.in_flight.push_back((seq, handle));
+        self.next_seq = seq + 1;
+    }
+
+    /// A checkpoint behind the newest launch.
+    pub(crate) fn add_checkpoint(&mut self, checkpoint: Checkpoint) {
+        self.checkpoints.push_back(checkpoint);
+    }
+
+    /// Forgets launch `seq` (waited for).
+    pub(crate) fn remove(&mut self, seq: u64) {
+        if let Ok(at) = self.in_flight.binary_search_by_key(&seq, |&(s, _)| s) {
+            self.in_flight.remove(at);
+        }
+    }
+
+    /// Takes the launches up to `seq` (all of them for `u64::MAX`).
+    pub(crate) fn take_through(&mut self, seq: u64) -> Vec<Handle> {
+        let n = self.in_flight.partition_point(|&(s, _)| s <= seq);
+        let taken = self.in_flight.drain(..n).map(|(_, h)| h).collect();
+        if self.in_flight.is_empty() {
+            self.checkpoints.clear();
+        }
+        taken
+    }
+
+    /// The newest checkpoint that has passed (dropping it and those before
+    /// it), if any.
+    pub(crate) fn passed(&mut self) -> Option<u64> {
+        let mut passed = None;
+        while let Some(c) = self.checkpoints.front()
+            && c.passed.is_complete()
+        {
+            passed = self.checkpoints.pop_front().map(|c| c.after);
+        }
+        passed
+    }
+
+    /// The oldest checkpoint behind a launch still in flight, taken out.
+    pub(crate) fn oldest_checkpoint(&mut self) -> Option<Checkpoint> {
+        let oldest = self.in_flight.front()?.0;
+        while let Some(c) = self.checkpoints.pop_front() {
+            if c.after >= oldest {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Launches in flight queued after the newest checkpoint.
+    pub(crate) fn unmarked(&self) -> usize {
+        let marked = self.checkpoints.back().map_or(0, |c| {
+            self.in_flight.partition_point(|&(s, _)| s <= c.after)
+        });
+        self.in_flight.len() - marked
+    }
+}
+
+/// What a launch that found every slot it may take held does next
+/// ([`WasiCudaCtx::room`]).
+pub(crate) enum Room {
+    /// Some of the guest's launches were seen finished: their slots are
+    /// free, try again.
+    Made,
+    /// The guest has nothing in flight, so no wait of its own can free a
+    /// slot (the others are other guests', which it must not wait for: they
+    /// may never be freed): the launch fails.
+    None,
+    /// Suspend until this checkpoint has passed (asking the stream as
+    /// `wait` does, so a lost device ends the wait), then
+    /// [`WasiCudaCtx::passed`].
+    Wait(Checkpoint),
+}
+
 impl<D: GpuDriver> WasiCudaCtx<D> {
+    /// Room for a launch whose slots are all held. Launches already
+    /// finished (the stream idle, or a checkpoint behind them passed) are
+    /// retired at once; otherwise the checkpoint to wait for: the oldest
+    /// behind a launch in flight, or one queued now behind the newest.
+    /// `Err` once work on the stream has failed.
+    pub(crate) fn room(&mut self) -> Result<Room, AbiError> {
+        let Some(newest) = self.queue.newest() else {
+            return Ok(Room::None);
+        };
+        if self.poll_stream()? {
+            self.retire_through(u64::MAX);
+            return Ok(Room::Made);
+        }
+        if let Some(after) = self.queue.passed()
+            && self.retire_through(after) > 0
+        {
+            return Ok(Room::Made);
+        }
+        let checkpoint = match self.queue.oldest_checkpoint() {
+            Some(checkpoint) => checkpoint,
+            None => Checkpoint {
+                after: newest,
+                passed: self.completion(),
+            },
+        };
+        Ok(Room::Wait(checkpoint))
+    }
+
+    /// The checkpoint behind launch `after` has passed (or the stream is
+    /// idle): retires the launches up to it, every one if the stream is
+    /// idle by now. `Err` once work on the stream has failed (the launches
+    /// stay in flight, and their waits report it).
+    pub(crate) fn passed(&mut self, after: u64) -> Result<(), AbiError> {
+        let idle = self.poll_stream()?;
+        self.retire_through(if idle { u64::MAX } else { after });
+        Ok(())
+    }
+
     /// Where the guest's stream stands at the start of a wait: `Ok(true)`
     /// when every piece of work queued so far has finished, `Ok(false)`
     /// while some still runs (the caller then suspends on
@@ -242,6 +415,70 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A queue of launches `0 .. n` (handles by their sequence numbers),
+    /// with a checkpoint behind each of `marks`, and the completers that
+    /// pass them.
+    fn queue(
+        n: u64,
+        marks: &[u64],
+    ) -> (
+        LaunchQueue,
+        Vec<tensorwasm_core::dispatch::Completer<Instant>>,
+    ) {
+        let mut q = LaunchQueue::new(usize::MAX);
+        let mut completers = Vec::new();
+        for seq in 0..n {
+            q.push(seq, Handle(seq + 1));
+            if marks.contains(&seq) {
+                let (completer, passed) = dispatch();
+                q.add_checkpoint(Checkpoint { after: seq, passed });
+                completers.push(completer);
+            }
+        }
+        (q, completers)
+    }
+
+    #[test]
+    fn a_full_queue_waits_for_the_checkpoint_behind_its_oldest_launches() {
+        let (mut q, completers) = queue(8, &[3, 7]);
+        assert_eq!((q.len(), q.next_seq(), q.newest()), (8, 8, Some(7)));
+        assert_eq!(q.unmarked(), 0);
+        assert_eq!(q.passed(), None, "no checkpoint has passed");
+        // Only the newest passed: both are, in stream order.
+        completers[1].complete(Instant::now()).unwrap();
+        assert_eq!(q.passed(), None, "the older one comes first");
+        completers[0].complete(Instant::now()).unwrap();
+        assert_eq!(q.passed(), Some(7));
+        assert_eq!(q.take_through(3).len(), 4);
+        assert_eq!(q.len(), 4);
+        assert_eq!(
+            q.take_through(u64::MAX),
+            (5..=8).map(Handle).collect::<Vec<_>>()
+        );
+        assert!(q.oldest_checkpoint().is_none(), "nothing in flight");
+    }
+
+    #[test]
+    fn checkpoints_behind_launches_waited_for_are_skipped() {
+        let (mut q, _completers) = queue(6, &[1, 4]);
+        q.push(6, Handle(7));
+        assert_eq!(
+            q.unmarked(),
+            2,
+            "launches 5 and 6 follow the newest checkpoint"
+        );
+        // The guest waited for launches 0 and 1 (and 3, out of order).
+        for seq in [0, 1, 3] {
+            q.remove(seq);
+        }
+        assert_eq!(q.len(), 4);
+        let oldest = q.oldest_checkpoint().expect("the checkpoint behind 4");
+        assert_eq!(oldest.after, 4);
+        assert_eq!(q.take_through(oldest.after), vec![Handle(3), Handle(5)]);
+        assert_eq!(q.unmarked(), 2);
+        assert!(q.oldest_checkpoint().is_none(), "none behind 5 or 6");
+    }
 
     /// A wait as `settle` and `wait_ended` make it: the budget it got,
     /// then how long it took.
