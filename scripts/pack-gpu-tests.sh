@@ -11,10 +11,12 @@
 # GPU_TEST_PACKAGES (space-separated) picks the crates whose tests are packed;
 # of tensorwasm-embed only the `gpu`, `kernel_ops`, `tensor_ops`, `mlp_guest`,
 # `rust_kernels`, `kernel_stack`, `wasi_guest`, `tenants_stress`, `kernel_limits`,
-# `gpu_kernel_diff`, `kernel_atomics`, `kernel_coop`, `faults`, `oom`, `device_lost`, `snapshot`
-# and `c_guest` test targets are packed (c_guest with the C example guest,
+# `gpu_kernel_diff`, `kernel_atomics`, `kernel_coop`, `faults`, `oom`, `device_lost`, `snapshot`,
+# `launch_queue` and `c_guest` test targets are packed (c_guest with the C example guest,
 # guest/target/c/saxpy.wasm, through C_GUEST_WASM), of tensorwasm-cli (tests that drive the `tensorwasm`
-# binary) `wasi_guest`, `supervise` and `serve` (the others run in CI and each
+# binary) `wasi_guest`, `supervise`, `serve` and `soak` (the soak for
+# TW_SOAK_SECS, 60 s unless set, losing the device every TW_SOAK_FAULT_SECS,
+# 20 s; the others run in CI and each
 # carries a whole wasmtime).
 # The example guests go along too (examples/*.wat, and the Rust guests if
 # guest/ has been built; run.sh points the `mlp_guest` and `rust_kernels` tests at
@@ -56,9 +58,9 @@ for line in sys.stdin:
         continue
     if not m["profile"]["test"]:
         continue
-    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff", "kernel_atomics", "kernel_coop", "faults", "oom", "device_lost", "snapshot", "c_guest"):
+    if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff", "kernel_atomics", "kernel_coop", "faults", "oom", "device_lost", "snapshot", "c_guest", "launch_queue"):
         continue
-    if "tensorwasm-cli" in m["package_id"] and m["target"]["name"] not in ("wasi_guest", "supervise", "serve"):
+    if "tensorwasm-cli" in m["package_id"] and m["target"]["name"] not in ("wasi_guest", "supervise", "serve", "soak"):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]
@@ -169,6 +171,8 @@ if [ -f examples/saxpy.wasm ]; then export C_GUEST_WASM="$PWD/examples/saxpy.was
 # The wasi_guest tests run the packed WASI guest through the packed command.
 if [ -f examples/mlp-wasi.wasm ]; then export MLP_WASI_GUEST_WASM="$PWD/examples/mlp-wasi.wasm"; fi
 export TENSORWASM_BIN="$PWD/bin/tensorwasm"
+# The GPU soak: a minute unless told (issue 16 ran it for 300 s, faults every 60).
+export TW_SOAK_SECS=${TW_SOAK_SECS:-60} TW_SOAK_FAULT_SECS=${TW_SOAK_FAULT_SECS:-20}
 for t in bin/*--*; do
   name=$(basename "$t")
   start=$(date +%s.%N)
