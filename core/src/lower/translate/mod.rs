@@ -292,6 +292,25 @@ pub fn translate_kernel_within(
     })
 }
 
+/// What the detector says of function `func_index` as (part of) a kernel,
+/// without translating it: its size, every callee inlined, or the first
+/// refusal ([`LowerError::Unsupported`], or [`LowerError::TooLarge`] past
+/// `limits`, which here are not capped by [`KernelLimits::HOST`]). Any
+/// signature is measured (a callee need not be a kernel's).
+pub fn measure_kernel(
+    wasm: &[u8],
+    func_index: u32,
+    limits: KernelLimits,
+) -> Result<KernelSize, LowerError> {
+    let module = module::ModuleInfo::parse(wasm)?;
+    if module.defined(func_index).is_none() {
+        return Err(LowerError::Invalid(alloc::format!(
+            "function {func_index} is not one the module defines"
+        )));
+    }
+    Ok(detect::detect(&module, func_index, limits)?.size)
+}
+
 /// The function index of the module's function exported as `name`, for
 /// [`translate_kernel`] (a guest names its kernel by export). An export
 /// that is not a function, or no such export, is [`LowerError::Invalid`].
