@@ -11,6 +11,7 @@
 mod harness;
 
 use harness::*;
+use tensorwasm_core::lower::Intrinsic;
 
 /// Each virtual block appends its `(block_idx_x, y, z)` at `12 * n + 4`,
 /// `n` the count at address 0.
@@ -69,6 +70,10 @@ fn block_indices_on_both_sides_of_two_to_the_32_blocks() {
         // 3-D, below 2^32: several virtual blocks a thread.
         ([1_000, 3_000, 7], 1_234_567, 5_000_000),
         ([7, 5, 300], 3, 34),
+        // A 1-D physical grid as wide as the virtual grid's x, but not its
+        // y or z: the indices still come from divisions, not `ctaid`.
+        ([4, 3, 1], 1, 4),
+        ([4, 1, 3], 2, 4),
         ([3, 1, 5_000], 2, 7),
         // More than 2^32 blocks: a thread's later virtual blocks lie past
         // 2^32, where a 32-bit division of `vb` would wrap.
@@ -86,5 +91,37 @@ fn block_indices_on_both_sides_of_two_to_the_32_blocks() {
             want,
             "grid {grid:?}, first {first}, stride {stride}"
         );
+    }
+}
+
+#[test]
+fn a_physical_grid_that_is_the_virtual_grid_runs_each_block_once_by_its_ctaid() {
+    // The host launches the guest's grid itself when every block fits at
+    // once: the thread's block index is its `ctaid` (no division) and it
+    // runs that one virtual block.
+    for (block, grid) in [
+        ([3, 4, 5], [7, 8, 9]),
+        ([0, 0, 0], [1, 1, 1]),
+        ([6, 7, 8], [7, 8, 9]),
+        ([2, 1, 0], [65_535, 65_535, 1]),
+    ] {
+        let mut launch = Launch::unlimited();
+        for (which, v) in [
+            (Intrinsic::BlockIdxX, block[0]),
+            (Intrinsic::BlockIdxY, block[1]),
+            (Intrinsic::BlockIdxZ, block[2]),
+            (Intrinsic::GridDimX, grid[0]),
+            (Intrinsic::GridDimY, grid[1]),
+            (Intrinsic::GridDimZ, grid[2]),
+        ] {
+            launch.intrinsics[which.index()] = v as i32;
+        }
+        let wasm = wat::parse_str(RECORD_BLOCKS).expect("wat");
+        let mut memory = vec![0u8; PAGE];
+        let outcome = interpret_launch(&translate(&wasm), &[], &mut memory, PLENTY, &mut launch);
+        assert_eq!(outcome, Outcome::Returned);
+        let word = |at: usize| u32::from_le_bytes(memory[at..at + 4].try_into().unwrap());
+        assert_eq!(word(0), 1, "block {block:?} of {grid:?} ran once");
+        assert_eq!([word(4), word(8), word(12)], block.map(|b: u32| b));
     }
 }

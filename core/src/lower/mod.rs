@@ -251,18 +251,41 @@ impl KernelAbi {
     /// Offset of the launch's time limit in nanoseconds (`i64`, read as a
     /// `u64`; `u64::MAX` is no limit).
     pub const TIME_LIMIT: usize = 4;
-    /// Offset of the x extent of the grid the guest launched (`i64`, at
-    /// least 1): the kernel runs it as virtual blocks over the physical
-    /// grid (`docs/kernels.md`, "Virtual blocks").
+    /// Offset of the x extent of the grid the guest launched (`i64`: the
+    /// extent, at least 1, in the low 32 bits; the loop's stride digit in
+    /// the high ones, [`KernelAbi::grid_params`]): the kernel runs it as
+    /// virtual blocks over the physical grid (`docs/kernels.md`, "Virtual
+    /// blocks").
     pub const GRID_X: usize = 5;
-    /// Offset of the grid's y extent (`i64`, at least 1).
+    /// Offset of the grid's y extent (as [`KernelAbi::GRID_X`]).
     pub const GRID_Y: usize = 6;
-    /// Offset of the grid's z extent (`i64`, at least 1).
+    /// Offset of the grid's z extent (as [`KernelAbi::GRID_X`]).
     pub const GRID_Z: usize = 7;
     /// Offset of the first intrinsic (`i32` each).
     pub const INTRINSICS: usize = 8;
     /// Hidden parameters in all.
     pub const HIDDEN_PARAMS: usize = 8 + 12;
+
+    /// The three grid parameters ([`KernelAbi::GRID_X`] ..) of a launch of
+    /// the guest's `grid` (each extent at least 1) on a 1-D physical grid
+    /// of `physical` blocks: each extent in the low 32 bits, and in the
+    /// high 32 bits the stride's digit in that dimension, `(p % gx, p / gx
+    /// % gy, p / (gx * gy))`, with which each thread advances its virtual
+    /// block index without dividing. A launch of the grid itself (or one
+    /// physical block per virtual block) never advances: any `physical`.
+    pub fn grid_params(grid: [u32; 3], physical: u64) -> [i64; 3] {
+        let [gx, gy, _] = grid.map(|g| u64::from(g.max(1)));
+        let digits = [
+            physical % gx,
+            physical / gx % gy,
+            (physical / (gx * gy)).min(u64::from(u32::MAX)),
+        ];
+        let mut params = [0i64; 3];
+        for (param, (extent, digit)) in params.iter_mut().zip(grid.into_iter().zip(digits)) {
+            *param = ((digit << 32) | u64::from(extent)) as i64;
+        }
+        params
+    }
 
     /// The CLIF parameter index of hidden parameter `offset`.
     pub const fn hidden(self, offset: usize) -> usize {

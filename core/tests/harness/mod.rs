@@ -29,7 +29,7 @@ use cranelift_interpreter::interpreter::LibCallHandler;
 use cranelift_interpreter::state::{InterpreterFunctionRef, MemoryError, State};
 use cranelift_interpreter::step::{ControlFlow, CraneliftTrap, step};
 use tensorwasm_core::lower::translate::{TranslatedKernel, translate_kernel};
-use tensorwasm_core::lower::{INTRINSIC_MODULE, Intrinsic, KernelTrap, RuntimeCheck};
+use tensorwasm_core::lower::{INTRINSIC_MODULE, Intrinsic, KernelAbi, KernelTrap, RuntimeCheck};
 use wasmparser::{Operator, Parser, Payload};
 
 // ---------------------------------------------------------------------------
@@ -525,9 +525,11 @@ pub fn interpret_launch(
         DataValue::I64(fuel),
         DataValue::I64(launch.time_limit as i64),
     ]);
-    // The launch's grid is the intrinsics' grid; the host launches it as
-    // one physical block per virtual one (a 1-D grid of all of them), so
-    // this thread's physical block is its virtual block's linear index.
+    // The launch's grid is the intrinsics' grid. Without `physical` the
+    // host launches it as the physical grid itself (every block fits at
+    // once): the intrinsics are the physical ones. With it, a 1-D grid of
+    // `physical` blocks, this thread's physical block its virtual block's
+    // linear index.
     let at = |which: Intrinsic| i64::from(launch.intrinsics[which.index()]);
     let (gx, gy, gz) = (
         at(Intrinsic::GridDimX),
@@ -545,11 +547,15 @@ pub fn interpret_launch(
             (
                 [gx, gy, gz],
                 to_i32(linear),
-                to_i32(launch.physical.unwrap_or(gx * gy * gz)),
+                to_i32(launch.physical.unwrap_or(0)),
             )
         }
     };
-    values.extend(grid.map(DataValue::I64));
+    values.extend(
+        KernelAbi::grid_params(grid.map(|g| g as u32), u64::from(stride as u32))
+            .map(DataValue::I64),
+    );
+    let one_d = launch.virtual_grid.is_some() || launch.physical.is_some();
     for (which, v) in [
         (Intrinsic::BlockIdxX, first),
         (Intrinsic::BlockIdxY, 0),
@@ -558,7 +564,9 @@ pub fn interpret_launch(
         (Intrinsic::GridDimY, 1),
         (Intrinsic::GridDimZ, 1),
     ] {
-        physical[which.index()] = v;
+        if one_d {
+            physical[which.index()] = v;
+        }
     }
     values.extend(physical.map(DataValue::I32));
     assert_eq!(values.len(), kernel.abi.total_params());

@@ -19,7 +19,7 @@ use tensorwasm_core::{
 };
 use tensorwasm_embed::kernel::{
     KernelTarget,
-    cpu::{HiddenParams, launch_params, one_block_each},
+    cpu::{HiddenParams, launch_params},
 };
 use tensorwasm_kernels::table::{self, LaunchPlan};
 use wasmparser::{DataKind, Operator, Parser, Payload};
@@ -232,7 +232,7 @@ impl<D: KernelTarget> WasmKernel<D> {
 
     /// A launch of `grid` x `block` threads with `shared_bytes` of shared
     /// memory over `guest`, as `launch` queues it for a guest with the
-    /// device to itself: one physical block per virtual block, the shared
+    /// device to itself: the virtual grid launched as the physical one, the shared
     /// bytes rounded up to 16, the default fuel, no time limit (every check
     /// still runs).
     pub fn launch(
@@ -259,7 +259,7 @@ impl<D: KernelTarget> WasmKernel<D> {
         Launch {
             function: &self.function,
             config: LaunchConfig {
-                grid: one_block_each(grid),
+                grid,
                 block,
                 shared_mem_bytes: shared_bytes.next_multiple_of(16),
             },

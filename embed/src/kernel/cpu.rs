@@ -21,7 +21,7 @@
 //! | `w + 2` | `Ptr` | `status`: 32 bytes (`u32` code, `u32` stop, `u64` offset, `u64` the launch's start (this target only), `u64` reserved, little-endian), 8-aligned, zeroed before the launch |
 //! | `w + 3` | `I64` | `fuel`: each thread's budget of loop iterations (its bits, as a `u64`) |
 //! | `w + 4` | `I64` | `time_limit`: nanoseconds the launch may run (its bits, as a `u64`; `u64::MAX`: no limit) |
-//! | `w + 5 ..= w + 7` | `I64` | `grid_x`, `grid_y`, `grid_z`: the grid the guest launched (each at least 1), which the kernel runs as virtual blocks over the physical (1-D) grid of the launch |
+//! | `w + 5 ..= w + 7` | `I64` | `grid_x`, `grid_y`, `grid_z`: the grid the guest launched (each extent at least 1, in the low 32 bits; the stride's digit in the high ones: `KernelAbi::grid_params`), which the kernel runs as virtual blocks over the launch's physical grid |
 //!
 //! `w` is [`KernelAbi::wasm_params`]. The twelve intrinsics are not launch
 //! parameters: the host kernel computes them for every thread from the
@@ -136,8 +136,9 @@ pub struct HiddenParams {
 }
 
 /// A 1-D physical grid with one block per virtual block of `grid` (at most
-/// `i32::MAX`), for launchers that do not share the device: a Wasm kernel's
-/// physical grid is always 1-D (`docs/kernels.md`, "Virtual blocks").
+/// `i32::MAX`), for launchers that do not share the device (the grid
+/// itself is the other physical grid a Wasm kernel runs on without
+/// looping: `docs/kernels.md`, "Virtual blocks").
 pub fn one_block_each(grid: Dim3) -> Dim3 {
     let blocks = u64::from(grid.x) * u64::from(grid.y) * u64::from(grid.z);
     Dim3 {
@@ -159,10 +160,10 @@ pub fn launch_params(wasm_args: &[KernelParam], hidden: HiddenParams) -> Vec<Ker
         KernelParam::Ptr(hidden.status),
         KernelParam::I64(hidden.fuel as i64),
         KernelParam::I64(hidden.time_limit as i64),
-        KernelParam::I64(i64::from(hidden.grid.0)),
-        KernelParam::I64(i64::from(hidden.grid.1)),
-        KernelParam::I64(i64::from(hidden.grid.2)),
     ]);
+    let (x, y, z) = hidden.grid;
+    let blocks = u64::from(x) * u64::from(y) * u64::from(z);
+    params.extend(KernelAbi::grid_params([x, y, z], blocks).map(KernelParam::I64));
     params
 }
 
@@ -435,8 +436,9 @@ impl NativeKernel {
                  grid_z (I64); got {hidden:?}"
             );
         };
-        for extent in [grid_x, grid_y, grid_z] {
-            if !(1..=i64::from(u32::MAX)).contains(&extent) {
+        // Extents in the low 32 bits (`KernelAbi::grid_params`).
+        for extent in [grid_x, grid_y, grid_z].map(|g| g & 0xffff_ffff) {
+            if extent == 0 {
                 panic!("kernel `{name}`: grid extent {extent} is not 1 ..= 2^32 - 1");
             }
         }

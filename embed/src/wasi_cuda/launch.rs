@@ -277,10 +277,12 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 KernelParam::I64(self.kernel_fuel as i64),
                 // Its bits: the kernel reads it as a u64.
                 KernelParam::I64(self.launch_time_ticks() as i64),
-                KernelParam::I64(i64::from(grid.x)),
-                KernelParam::I64(i64::from(grid.y)),
-                KernelParam::I64(i64::from(grid.z)),
             ]);
+            let physical =
+                u64::from(config.grid.x) * u64::from(config.grid.y) * u64::from(config.grid.z);
+            params.extend(
+                KernelAbi::grid_params([grid.x, grid.y, grid.z], physical).map(KernelParam::I64),
+            );
         }
         self.clock_before_launch();
         // SAFETY: every pointer parameter was produced by the decoder inside
@@ -408,9 +410,10 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         u64::try_from(ticks).unwrap_or(u64::MAX)
     }
 
-    /// The physical grid of a Wasm kernel launch of `grid` x `block`: a 1-D
-    /// grid of at most as many blocks as fit in the tenant's share of the
-    /// device's thread slots (and the device's largest grid x), over which
+    /// The physical grid of a Wasm kernel launch of `grid` x `block`: `grid`
+    /// itself when all its blocks fit in the tenant's share of the device's
+    /// thread slots (or the share is uncapped), else a 1-D grid of at most
+    /// as many blocks as fit (and the device's largest grid x), over which
     /// the kernel runs `grid` as virtual blocks (`docs/kernels.md`,
     /// "Virtual blocks"). The rest of the device stays free for other
     /// tenants however long the launch runs. `EINVAL` for a grid or block
@@ -452,6 +455,12 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         } else {
             share
         };
+        // Every block fits at once: the physical grid is the virtual grid
+        // itself, so each block reads its index off `ctaid` (no division)
+        // and runs once.
+        if blocks <= cap {
+            return Ok(grid);
+        }
         let x = blocks.min(cap).min(u64::from(gx));
         Ok(Dim3 {
             x: u32::try_from(x).unwrap_or(gx),

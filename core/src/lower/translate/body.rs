@@ -17,8 +17,9 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
 use cranelift_codegen::ir::{
-    AbiParam, Block, BlockCall, Endianness, ExtFuncData, ExternalName, FuncRef, Function, Inst,
-    InstBuilder, JumpTableData, MemFlagsData, Signature, SourceLoc, Type, UserFuncName, Value,
+    AbiParam, Block, BlockArg, BlockCall, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
+    Inst, InstBuilder, JumpTableData, MemFlagsData, Signature, SourceLoc, Type, UserFuncName,
+    Value,
 };
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -498,7 +499,17 @@ impl<'m> Translator<'m, '_, '_> {
         };
         let first = physical(Intrinsic::BlockIdxX, self);
         let stride = physical(Intrinsic::GridDimX, self);
-        let [gx, gy, gz] = grid;
+        // Each grid parameter holds the extent in its low 32 bits and the
+        // stride's digit in that dimension in its high 32 bits
+        // (`KernelAbi::grid_params`): the host divides, once per launch,
+        // so the latch below advances the index without a division (the
+        // driver's JIT hoists a division of the stride above the loop,
+        // where every thread paid for it).
+        let [gx, gy, gz] = grid.map(|g| self.builder.ins().band_imm_u(g, 0xffff_ffff));
+        let [sx, sy, sz] = grid.map(|g| {
+            let high = self.builder.ins().ushr_imm_u(g, 32);
+            self.builder.ins().ireduce(I32, high)
+        });
         let gyz = self.builder.ins().imul(gy, gz);
         let total = self.builder.ins().imul(gx, gyz);
         let one_d = self.builder.ins().icmp_imm_u(IntCC::Equal, gyz, 1);
@@ -536,11 +547,39 @@ impl<'m> Translator<'m, '_, '_> {
         self.builder.switch_to_block(first_block);
         let first32 = self.builder.ins().ireduce(I32, first);
         let deep = self.flat_or_deep(one_d, start, first, first32);
+        // A physical grid that is the virtual grid (the host launches one
+        // when every block fits at once): each block's index is its own
+        // `ctaid`, no division, and it runs that one virtual block (its
+        // `vb` is `total`, so the latch exits).
+        let [px, py, pz] = [
+            Intrinsic::BlockIdxX,
+            Intrinsic::BlockIdxY,
+            Intrinsic::BlockIdxZ,
+        ]
+        .map(|w| self.hidden.intrinsics[w.index()]);
+        let [ny, nz] =
+            [Intrinsic::GridDimY, Intrinsic::GridDimZ].map(|w| self.hidden.intrinsics[w.index()]);
+        let gz32 = self.builder.ins().ireduce(I32, gz);
+        let same_x = self.builder.ins().icmp(IntCC::Equal, stride, gx);
+        let same_y = self.builder.ins().icmp(IntCC::Equal, ny, gy32);
+        let same_z = self.builder.ins().icmp(IntCC::Equal, nz, gz32);
+        let same_xy = self.builder.ins().band(same_x, same_y);
+        let same = self.builder.ins().band(same_xy, same_z);
+        let direct = self.builder.create_block();
+        let divide = self.builder.create_block();
+        self.builder.ins().brif(same, direct, &[], divide, &[]);
+        self.builder.seal_block(deep);
+        self.builder.seal_block(direct);
+        self.builder.seal_block(divide);
+        self.builder.switch_to_block(direct);
+        self.builder
+            .ins()
+            .jump(start, &[total, px, py, pz].map(BlockArg::from));
+        self.builder.switch_to_block(divide);
         let [x, y, z] = self.block_index(first32, gx32, gy32);
         self.builder
             .ins()
-            .jump(start, &[first.into(), x.into(), y.into(), z.into()]);
-        self.builder.seal_block(deep);
+            .jump(start, &[first, x, y, z].map(BlockArg::from));
 
         self.builder.switch_to_block(start);
         let narrow = |v: Value, t: &mut Self| t.builder.ins().ireduce(I32, v);
@@ -591,8 +630,6 @@ impl<'m> Translator<'m, '_, '_> {
             // it).
             let next32 = self.builder.ins().ireduce(I32, next);
             let deep = self.flat_or_deep(one_d, start, next, next32);
-            let stride32 = self.builder.ins().ireduce(I32, stride);
-            let [sx, sy, sz] = self.block_index(stride32, gx32, gy32);
             let add_carry = |t: &mut Self, a: Value, b: Value, extent: Value| {
                 let sum = t.builder.ins().iadd(a, b);
                 let carry = t
@@ -610,7 +647,7 @@ impl<'m> Translator<'m, '_, '_> {
             let z = self.builder.ins().iadd(z, carry);
             self.builder
                 .ins()
-                .jump(start, &[next.into(), x.into(), y.into(), z.into()]);
+                .jump(start, &[next, x, y, z].map(BlockArg::from));
             self.builder.seal_block(deep);
         }
         self.builder.seal_block(start);
@@ -632,7 +669,7 @@ impl<'m> Translator<'m, '_, '_> {
         b.switch_to_block(flat);
         let zero = b.ins().iconst(I32, 0);
         b.ins()
-            .jump(start, &[v.into(), v32.into(), zero.into(), zero.into()]);
+            .jump(start, &[v, v32, zero, zero].map(BlockArg::from));
         b.switch_to_block(deep);
         deep
     }
