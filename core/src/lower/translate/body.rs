@@ -523,9 +523,10 @@ impl<'m> Translator<'m, '_, '_> {
         // subroutine, which cost a small kernel more than its body and the
         // driver's JIT a third of its time): the host passes extents below
         // 2^32 (CUDA's own limits), and `ctaid.x` and `nctaid.x` are
-        // 32-bit, so the first block's index and the stride's take two
-        // 32-bit divisions each; each later block's index is the last one
-        // plus the stride's, with carries, as `vb` itself advances.
+        // 32-bit, so the first block's index takes two 32-bit divisions
+        // (none when the physical grid is the virtual one); each later
+        // block's index is the last one plus the stride's digits (the
+        // host's), with carries, as `vb` itself advances.
         let start = self.builder.create_block();
         let vb = self.builder.append_block_param(start, I64);
         let [bx, by, bz] = [(); 3].map(|()| self.builder.append_block_param(start, I32));
