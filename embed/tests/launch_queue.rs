@@ -9,10 +9,13 @@
 //! guest fuel and no CPU of the guest's thread. The CPU driver here; the
 //! same scenarios on a GPU are `#[ignore]`d.
 
+#[allow(dead_code)] // the seeded generator; the rest is for other suites
+mod common;
 #[allow(dead_code)] // the shared test guest; this suite has its own
 #[path = "support/tenant_guest.rs"]
 mod tenant_guest;
 
+use common::Rng;
 use std::{
     sync::Arc,
     time::{Duration, Instant},
@@ -131,49 +134,15 @@ const GUEST: &str = r#"(module
 /// A row that never traps.
 const NO_ROW: i32 = -1;
 
-/// A small deterministic generator (SplitMix64), its seed printed.
-struct Rng(u64);
+/// `n` random words.
+fn words(rng: &mut Rng, n: usize) -> Vec<u32> {
+    (0..n).map(|_| rng.next_u64() as u32).collect()
+}
 
-impl Rng {
-    fn new(what: &str) -> Rng {
-        let seed = std::env::var("LAUNCH_QUEUE_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0x5eed, |d| d.as_nanos() as u64)
-            });
-        eprintln!("{what}: LAUNCH_QUEUE_SEED={seed}");
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn words(&mut self, n: usize) -> Vec<u32> {
-        (0..n).map(|_| self.next() as u32).collect()
-    }
-
-    /// Floats in [-1, 1), never zero.
-    fn floats(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                let v = ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
-                if v == 0.0 { 0.5 } else { v }
-            })
-            .collect()
-    }
-
-    fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            items.swap(i, (self.next() % (i as u64 + 1)) as usize);
-        }
+/// `items` in a random order.
+fn shuffle<T>(rng: &mut Rng, items: &mut [T]) {
+    for i in (1..items.len()).rev() {
+        items.swap(i, rng.below(i as u64 + 1) as usize);
     }
 }
 
@@ -251,7 +220,7 @@ impl Burst {
         relu_every: u32,
         spin: u32,
     ) -> Burst {
-        let rows: Vec<Vec<u32>> = (0..MAX_ROWS).map(|_| rng.words(COLS)).collect();
+        let rows: Vec<Vec<u32>> = (0..MAX_ROWS).map(|_| words(rng, COLS)).collect();
         write(t, ROWS, &le_words(&rows.concat()));
         let x = rng.floats(ELEMS);
         write(
@@ -359,7 +328,7 @@ fn wait<D: Device>(t: &mut Tenant<D>, handle: u64) -> i32 {
 /// `ETRAP` with the trap for a trapping kernel.
 fn wait_all<D: Device>(t: &mut Tenant<D>, burst: &Burst, handles: &[u64], rng: &mut Rng) {
     let mut order: Vec<usize> = (1..handles.len()).collect();
-    rng.shuffle(&mut order);
+    shuffle(rng, &mut order);
     order.insert(0, 0);
     for r in order {
         let e = wait(t, handles[r]);
