@@ -113,12 +113,13 @@ impl NanPlan {
                 }
             }
         }
-        let fix_before_use = dfg
-            .values()
-            .map(|v| {
-                ptx_nan[index(v)] && seen[index(v)] && table::nan_fixup(dfg.value_type(v)).is_some()
-            })
-            .collect();
+        // Indexed by value number (`values()` skips deleted values).
+        let mut fix_before_use = alloc::vec![false; n];
+        for v in dfg.values() {
+            fix_before_use[index(v)] = ptx_nan[index(v)]
+                && seen[index(v)]
+                && table::nan_fixup(dfg.value_type(v)).is_some();
+        }
         NanPlan {
             keep,
             fix_before_use,

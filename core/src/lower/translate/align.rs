@@ -228,7 +228,11 @@ const MAX_ROUNDS: usize = 32;
 /// rounds.
 fn known_zeros(func: &Function, assumed: &[(Value, u32)]) -> Option<Vec<u32>> {
     let dfg = &func.dfg;
-    let mut zeros: Vec<u32> = dfg.values().map(|v| dfg.value_type(v).bits()).collect();
+    // Indexed by value number (`values()` skips deleted values).
+    let mut zeros: Vec<u32> = alloc::vec![0; dfg.num_values()];
+    for v in dfg.values() {
+        zeros[index(v)] = dfg.value_type(v).bits();
+    }
     if let Some(entry) = func.layout.entry_block() {
         for &p in dfg.block_params(entry) {
             zeros[index(p)] = assumed

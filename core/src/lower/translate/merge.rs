@@ -44,10 +44,20 @@
 //!   2^31). When it fails, some member fails: `*` when `y + d*` does not
 //!   wrap, else the member at `d = 0` (its offset `y` is then near 2^32).
 //!
+//! - guest accesses whose addresses have one leaf `(a_i & m) << s` (an
+//!   index masked to a range: a gather, a ring buffer), the other leaves
+//!   the same, at constants `d_i` apart: the group's test is
+//!   `uextend(x) + (uextend(m) << s) + E <= len` in 64 bits (`x` the other
+//!   leaves' sum plus the least constant, `E` the largest `d_i + k_i`).
+//!   When it passes, `a_i & m <= m` and no sum wraps, so every member's
+//!   access is in bounds; it may fail while every member's passes (a mask
+//!   past the memory's end), so the cold path then goes on to the hot one.
+//!
 //! At the run's first test the block branches, when any group's test
 //! fails, to a cold block that makes the run's tests one by one in their
 //! order (each with its own source location) and so traps exactly where
-//! the kernel did; the run's tests are removed. A test in no group is a
+//! the kernel did (or, with a masked group, goes on to the hot path when
+//! none traps); the run's tests are removed. A test in no group is a
 //! group of its own, so a run's tests all become one branch and its loads
 //! follow it in one block, which the GPU's compiler can schedule together
 //! (a stencil's nine loads at six addresses went from 0.66x to 0.75x of
@@ -106,13 +116,29 @@ struct Test {
     constant: i32,
     limit: Limit,
     srcloc: SourceLoc,
+    /// A guest test's leaf that is a masked index, if any.
+    masked: Option<Masked>,
 }
 
-/// A test to emit: `leaves + constant` against `against`.
-struct Check<'t> {
-    leaves: &'t [Value],
+/// A leaf `(a & b) << shift` (or `a & b`): an index masked to a range,
+/// scaled. It is at most `m << shift` for `m` either of `a`, `b`
+/// (unsigned: `a & b <= b`), whatever the other (a gather's hashed or
+/// wrapped index).
+#[derive(Clone, Copy)]
+struct Masked {
+    leaf: Value,
+    operands: [Value; 2],
+    shift: u32,
+}
+
+/// A test to emit: `leaves + constant` against `against`; with `reach`
+/// `(m, shift)`, `uextend(leaves + constant) + (uextend(m) << shift)`
+/// against `Against::Past` (a masked group's test).
+struct Check {
+    leaves: Vec<Value>,
     constant: i32,
     against: Against,
+    reach: Option<(Value, u32)>,
 }
 
 /// [`Check`]'s comparison.
@@ -207,12 +233,21 @@ fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<(Vec<
                         .unwrap_or_else(|| (alloc::vec![address], 0))
                 }
             };
+            let (leaves, masked) = match limit {
+                Limit::Guest { .. } => {
+                    let leaves = split_masked_sum(func, leaves);
+                    let masked = leaves.iter().find_map(|&l| masked(func, l));
+                    (leaves, masked)
+                }
+                Limit::Shared { .. } => (leaves, None),
+            };
             run.push(Test {
                 inst,
                 leaves,
                 constant,
                 limit,
                 srcloc: func.srcloc(inst),
+                masked,
             });
         } else if quiet(func, inst) {
             if !run.is_empty() {
@@ -224,6 +259,86 @@ fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<(Vec<
     }
     close(&mut run, &mut hoist, &mut inside);
     runs
+}
+
+/// `leaf` as a masked index ([`Masked`]): `ishl(band(a, b), c)` with a
+/// constant `c` below 32, or `band(a, b)`, neither of `a`, `b` a constant
+/// of 2^31 or more.
+fn masked(func: &Function, leaf: Value) -> Option<Masked> {
+    let dfg = &func.dfg;
+    let binary = |v: Value, opcode: Opcode| match dfg.value_def(dfg.resolve_aliases(v)).inst() {
+        Some(def) => match dfg.insts[def] {
+            InstructionData::Binary { opcode: o, args } if o == opcode => Some(args),
+            _ => None,
+        },
+        None => None,
+    };
+    let (index, shift) = match binary(leaf, Opcode::Ishl) {
+        Some([x, amount]) => {
+            let c = constant(func, amount)?;
+            (x, u32::try_from(c).ok().filter(|&c| c < 32)?)
+        }
+        None => (leaf, 0),
+    };
+    let operands = binary(index, Opcode::Band)?.map(|v| dfg.resolve_aliases(v));
+    // A constant operand of 2^31 or more clears low bits (`x & -4`, an
+    // alignment): it bounds nothing a test could use.
+    if operands
+        .iter()
+        .any(|&v| constant(func, v).is_some_and(|c| c as u32 >= 1 << 31))
+    {
+        return None;
+    }
+    (dfg.value_type(index) == I32).then_some(Masked {
+        leaf: dfg.resolve_aliases(leaf),
+        operands,
+        shift,
+    })
+}
+
+/// `leaves`, a lone leaf `a + t` with `t` a masked index split into `a`
+/// and `t` (a run's first test sums nothing: its address is its leaf).
+/// Both are defined where the sum is, so available where it is.
+fn split_masked_sum(func: &Function, leaves: Vec<Value>) -> Vec<Value> {
+    let dfg = &func.dfg;
+    let [leaf] = leaves[..] else {
+        return leaves;
+    };
+    let Some(def) = dfg.value_def(dfg.resolve_aliases(leaf)).inst() else {
+        return leaves;
+    };
+    match dfg.insts[def] {
+        InstructionData::Binary {
+            opcode: Opcode::Iadd,
+            args,
+        } if args.iter().any(|&t| masked(func, t).is_some()) => {
+            let mut split = args.map(|v| dfg.resolve_aliases(v)).to_vec();
+            split.sort_unstable();
+            split
+        }
+        _ => leaves,
+    }
+}
+
+/// The leaves of `test` but its masked one.
+fn unmasked_leaves(test: &Test) -> Vec<Value> {
+    let masked = test.masked.map(|m| m.leaf);
+    test.leaves
+        .iter()
+        .copied()
+        .filter(|&l| Some(l) != masked)
+        .collect()
+}
+
+/// The mask `m` that bounds every masked leaf of `members` (an operand
+/// they all share), if any.
+fn common_mask<'t>(members: impl Iterator<Item = &'t Test> + Clone) -> Option<Value> {
+    let first = members.clone().next()?.masked?;
+    first.operands.into_iter().find(|&m| {
+        members
+            .clone()
+            .all(|t| t.masked.is_some_and(|x| x.operands.contains(&m)))
+    })
 }
 
 /// The instructions of a run after its first test.
@@ -419,6 +534,16 @@ fn groups(run: &[Test], bounded: bool) -> Vec<Vec<usize>> {
             continue;
         }
         let same = |t: &Test| match (t.limit, test.limit) {
+            (Limit::Guest { len: a, .. }, Limit::Guest { len: b, .. })
+                if t.masked.is_some() || test.masked.is_some() =>
+            {
+                // Masked indices under one mask, the other leaves the same:
+                // any constants (the group's test is made in 64 bits).
+                a == b
+                    && t.masked.map(|m| m.shift) == test.masked.map(|m| m.shift)
+                    && common_mask([t, test].into_iter()).is_some()
+                    && unmasked_leaves(t) == unmasked_leaves(test)
+            }
             (Limit::Guest { len: a, .. }, Limit::Guest { len: b, .. }) => {
                 a == b && t.leaves == test.leaves && (bounded || t.constant == test.constant)
             }
@@ -435,7 +560,11 @@ fn groups(run: &[Test], bounded: bool) -> Vec<Vec<usize>> {
         let near = members
             .iter()
             .all(|&j| i64::from(run[j].constant) - i64::from(least) < MAX_DISTANCE);
-        if members.len() > 1 && near {
+        // Members that share a mask pairwise with the first but not all
+        // one: no group.
+        let masked =
+            test.masked.is_none() || common_mask(members.iter().map(|&j| &run[j])).is_some();
+        if members.len() > 1 && near && masked {
             groups.push(members);
         }
     }
@@ -446,17 +575,39 @@ fn groups(run: &[Test], bounded: bool) -> Vec<Vec<usize>> {
 /// tests, against the limit of the group's reach; for shared tests,
 /// against the bound of the member of largest `d + bytes` less its `d`
 /// (from `made`).
-fn group_check<'r>(
+fn group_check(
     func: &mut Function,
-    run: &'r [Test],
+    run: &[Test],
     group: &[usize],
     bounds: &mut Bounds<'_>,
     bounded: bool,
-) -> Option<Check<'r>> {
+) -> Option<Check> {
     let first = &run[*group.first()?];
     let members = || group.iter().map(|&j| &run[j]);
     let least = members().map(|t| t.constant).min()?;
     let reach = |t: &Test| i64::from(t.constant) - i64::from(least);
+    if let (Some(masked), Limit::Guest { len, .. }, true) =
+        (first.masked, first.limit, group.len() > 1)
+    {
+        // Each member's address is `x + d_i + (a_i & m) << s`, `x` the
+        // other leaves' sum plus the least constant: at most `x + d_i +
+        // (m << s)`. The test `uextend(x) + (uextend(m) << s) + E <= len`
+        // (`E` the largest `d_i + end_i`), in 64 bits, passes only when no
+        // member's address wraps and each is in bounds; when it fails, the
+        // cold path tests each member (some may be in bounds).
+        let end = members()
+            .filter_map(|t| match t.limit {
+                Limit::Guest { end, .. } => Some(reach(t) + end),
+                Limit::Shared { .. } => None,
+            })
+            .max()?;
+        return Some(Check {
+            leaves: unmasked_leaves(first),
+            constant: least,
+            against: Against::Past { end, len },
+            reach: Some((common_mask(members())?, masked.shift)),
+        });
+    }
     let against = match first.limit {
         Limit::Guest { len, .. } => {
             let end = members()
@@ -485,9 +636,10 @@ fn group_check<'r>(
         }
     };
     Some(Check {
-        leaves: &first.leaves,
+        leaves: first.leaves.clone(),
         constant: least,
         against,
+        reach: None,
     })
 }
 
@@ -518,7 +670,7 @@ fn rewrite(
         return 0;
     }
     let first = run[0].inst;
-    let checks: Vec<Check<'_>> = groups
+    let checks: Vec<Check> = groups
         .iter()
         .filter_map(|g| group_check(func, run, g, bounds, bounded))
         .collect();
@@ -572,15 +724,26 @@ fn rewrite(
         let Some(against) = against else { continue };
         pos.set_srcloc(test.srcloc);
         let check = Check {
-            leaves: &test.leaves,
+            leaves: test.leaves.clone(),
             constant: test.constant,
             against,
+            reach: None,
         };
         let (_, out) = emit(&mut pos, &check);
         pos.ins()
             .trapnz(out, KernelTrap::HeapOutOfBounds.trap_code());
     }
-    pos.ins().trap(KernelTrap::HeapOutOfBounds.trap_code());
+    // A masked group's test may fail while every member's passes (the
+    // mask reaches past the memory, the indices do not): the cold path
+    // then goes on to the hot one, whose accesses it has just tested.
+    let masked = groups
+        .iter()
+        .any(|g| g.len() > 1 && g.iter().any(|&j| run[j].masked.is_some()));
+    if masked {
+        pos.ins().jump(rest, &[]);
+    } else {
+        pos.ins().trap(KernelTrap::HeapOutOfBounds.trap_code());
+    }
 
     if bounded {
         one_base_per_group(pos.func, run, &groups, &addresses, rest);
@@ -635,6 +798,10 @@ fn one_base_per_group(
         else {
             continue;
         };
+        // A masked group's members are not at constant distances.
+        if group.len() > 1 && group.iter().any(|&j| run[j].masked.is_some()) {
+            continue;
+        }
         let base = pos.ins().uextend(I64, x0);
         for &j in group {
             if let Limit::Guest { extended, .. } = run[j].limit {
@@ -668,7 +835,7 @@ fn one_base_per_group(
 
 /// `check`'s comparison at `pos`: the address it tests, and an `i8`,
 /// nonzero when out of bounds.
-fn emit(pos: &mut FuncCursor<'_>, check: &Check<'_>) -> (Value, Value) {
+fn emit(pos: &mut FuncCursor<'_>, check: &Check) -> (Value, Value) {
     let mut address = match check.leaves.split_first() {
         Some((&first, rest)) => rest.iter().fold(first, |s, &l| pos.ins().iadd(s, l)),
         None => pos.ins().iconst(I32, 0),
@@ -682,8 +849,14 @@ fn emit(pos: &mut FuncCursor<'_>, check: &Check<'_>) -> (Value, Value) {
             .icmp(IntCC::UnsignedGreaterThanOrEqual, address, bound),
         Against::Past { end, len } => {
             // `uextend(address) + end > len` as `uextend(address) > len -
-            // end`, signed: exact (`len <= 2^32`, `end < 2^34`).
-            let ea = pos.ins().uextend(I64, address);
+            // end`, signed: exact (`len <= 2^32`, `end < 2^34`; a masked
+            // group's reach is below 2^63).
+            let mut ea = pos.ins().uextend(I64, address);
+            if let Some((mask, shift)) = check.reach {
+                let m = pos.ins().uextend(I64, mask);
+                let far = pos.ins().ishl_imm_u(m, i64::from(shift));
+                ea = pos.ins().iadd(ea, far);
+            }
             let limit = pos.ins().iadd_imm_s(len, -end);
             pos.ins().icmp(IntCC::SignedGreaterThan, ea, limit)
         }

@@ -16,6 +16,7 @@ mod loops;
 mod merge;
 mod module;
 mod specialize;
+mod straighten;
 mod trip;
 mod unroll;
 mod version;
@@ -267,6 +268,7 @@ pub fn translate_kernel_within(
     limits::narrow_guest_tests(&mut function, &mut limits);
     let blocks: Vec<_> = function.layout.blocks().collect();
     version::drop_unused(&mut function, &blocks);
+    straighten::straighten(&mut function);
 
     #[cfg(debug_assertions)]
     {

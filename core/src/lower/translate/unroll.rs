@@ -4,19 +4,23 @@
 //! the GPU wait on each pass's loads before it can issue the next pass's
 //! (ptxas left the matmul's copy, with its time check's branch to a trap
 //! stub, not unrolled; nvcc unrolls the twin's loop by 16). So the copy
-//! gets [`FACTOR`] more copies chained one after another (four links made
-//! the benchmark's matmul 1.00x of nvcc on an H100, eight 1.06x):
+//! gets more copies chained one after another, the *links*: [`FACTOR`]
+//! (four links made the benchmark's matmul 1.00x of nvcc on an H100, eight
+//! 1.06x), or [`WIDE_FACTOR`] for a body of at most [`NARROW_LOADS`] loads
+//! and half the size (a column sum's one load a pass kept eight loads in
+//! flight where nvcc's twin, unrolled four times by NVVM and four by
+//! ptxas, kept sixteen):
 //!
 //! - a *dispatch* block with the header's parameters (and, where no
 //!   header parameter counts the passes left, one more: the passes left)
-//!   goes to the chain when at least [`FACTOR`] passes are left, else to
+//!   goes to the chain when at least as many passes as links are left, else to
 //!   the copy (which then runs the last, fewer passes itself);
 //! - in each link but the last, the exit test cannot leave (at least one
 //!   more pass follows it), so it becomes a `jump` to where the loop goes
 //!   on, and the back edge a `jump` to the next link's header; the last
 //!   link's back edge goes to the dispatch block (with the passes left
-//!   less [`FACTOR`]), its exit stays;
-//! - only the first link reads the clock: the chain is [`FACTOR`] passes of
+//!   less the links), its exit stays;
+//! - only the first link reads the clock: the chain is a few passes of
 //!   a body without loops between two time checks, bounded work as a
 //!   counted loop's passes are (`counted`).
 //!
@@ -37,8 +41,15 @@ use super::copy::copy_blocks;
 use super::counted::clock_chain;
 use crate::lower::KernelTrap;
 
-/// Passes per link of the chain.
+/// Links of a chain.
 const FACTOR: i64 = 8;
+
+/// Links of a chain whose body has at most [`NARROW_LOADS`] loads and at
+/// most half of [`MAX_BODY_INSTS`] instructions.
+const WIDE_FACTOR: i64 = 16;
+
+/// The most loads of a body chained [`WIDE_FACTOR`] times.
+const NARROW_LOADS: usize = 2;
 
 /// The most instructions a copy may have to be unrolled.
 const MAX_BODY_INSTS: usize = 96;
@@ -74,13 +85,23 @@ pub(super) fn unroll(
     if size > MAX_BODY_INSTS {
         return None;
     }
+    let loads = blocks
+        .iter()
+        .flat_map(|&b| func.layout.block_insts(b))
+        .filter(|&i| func.dfg.insts[i].opcode().can_load())
+        .count();
+    let factor = if loads <= NARROW_LOADS && size <= MAX_BODY_INSTS / 2 {
+        WIDE_FACTOR
+    } else {
+        FACTOR
+    };
     let time_check = time_check(func, header)?;
     if !matches!(func.dfg.insts[exit], InstructionData::Brif { .. }) {
         return None;
     }
     let header_index = blocks.iter().position(|&b| b == header)?;
 
-    // The dispatch block: the chain when at least FACTOR passes are left.
+    // The dispatch block: the chain when at least `factor` passes are left.
     let dispatch = func.dfg.make_block();
     let params: Vec<Value> = func
         .dfg
@@ -98,7 +119,7 @@ pub(super) fn unroll(
     };
     func.layout.append_block(dispatch);
 
-    let links: Vec<_> = (0..FACTOR)
+    let links: Vec<_> = (0..factor)
         .map(|_| copy_blocks(func, blocks, BTreeMap::new()))
         .collect();
     let link_header = |k: usize| links[k].blocks[header_index];
@@ -106,7 +127,7 @@ pub(super) fn unroll(
     let mut pos = FuncCursor::new(func).at_bottom(dispatch);
     let enough = pos
         .ins()
-        .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, left, FACTOR);
+        .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, left, factor);
     let args: Vec<BlockArg> = params.iter().map(|&v| v.into()).collect();
     pos.ins().brif(enough, link_header(0), &args, header, &args);
 
@@ -134,7 +155,7 @@ pub(super) fn unroll(
             let extra = match remaining {
                 Remaining::Count => {
                     let mut pos = FuncCursor::new(func).at_inst(back);
-                    Some(pos.ins().iadd_imm_s(left, -FACTOR))
+                    Some(pos.ins().iadd_imm_s(left, -factor))
                 }
                 Remaining::Param(_) => None,
             };
