@@ -129,15 +129,19 @@
 //!   packs or splits 64-bit values). Narrow loads zero- or sign-extend as
 //!   their opcode says.
 
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt::Write;
 
+use cranelift_codegen::dominator_tree::DominatorTree;
+use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
 use cranelift_codegen::ir::{
     Block, BlockCall, Function, Inst, InstructionData, Opcode, Type, Value,
 };
+use cranelift_codegen::loop_analysis::LoopAnalysis;
 
 use super::nan::NanPlan;
 use super::table::{self, Status, TRAP_SITE};
@@ -279,9 +283,20 @@ impl PtxLowerer {
         let blocks = kernel.layout.blocks();
         let (hot, cold): (Vec<Block>, Vec<Block>) =
             blocks.partition(|&b| !kernel.layout.is_cold(b));
+        let cfg = ControlFlowGraph::with_function(kernel);
+        let domtree = DominatorTree::with_function(kernel, &cfg);
+        let mut loops = LoopAnalysis::new();
+        loops.compute(kernel, &cfg, &domtree);
         for block in hot.into_iter().chain(cold) {
             let _ = writeln!(emitter.body, "{}:", block_label(block));
-            for inst in schedule(kernel, block) {
+            // Inside a loop of the kernel's own (the virtual-block loop is
+            // the outermost), a pass's loads may all run ahead.
+            let window = if loops.loop_level(block).level() >= 2 {
+                usize::MAX
+            } else {
+                LOAD_WINDOW
+            };
+            for inst in schedule(kernel, block, window) {
                 emitter.inst(inst)?;
             }
         }
@@ -309,10 +324,15 @@ fn runtime_calls(func: &Function) -> Vec<(RuntimeCheck, Option<Value>)> {
 /// emitted just before its first use in the block (and the rest before the
 /// block's terminator). A GPU warp stalls at the first instruction that
 /// needs a pending load; sinking `x * alpha` below the next load lets both
-/// loads be in flight at once (SAXPY). Only effect-free instructions move,
+/// loads be in flight at once (SAXPY). Outside the kernel's loops it
+/// waits for at most `window` loads ([`LOAD_WINDOW`]), so that a long
+/// block of loads run once per thread does not hold every loaded value at
+/// once (registers, so occupancy); inside them the whole block's loads go
+/// first (a pass of an unrolled chain, whose thread runs it many times:
+/// a triangular solve's 32 loads). Only effect-free instructions move,
 /// and never above an operand's definition, so the result and every trap
 /// (with its order) are unchanged.
-fn schedule(func: &Function, block: Block) -> Vec<Inst> {
+fn schedule(func: &Function, block: Block, window: usize) -> Vec<Inst> {
     let insts: Vec<Inst> = func.layout.block_insts(block).collect();
     let pure = |inst: Inst| {
         let op = func.dfg.insts[inst].opcode();
@@ -327,22 +347,46 @@ fn schedule(func: &Function, block: Block) -> Vec<Inst> {
     };
     let mut order = Vec::with_capacity(insts.len());
     let mut deferred: Vec<Inst> = Vec::new();
+    // How many loads had been emitted when each deferred instruction was
+    // deferred.
+    let mut deferred_at: BTreeMap<Inst, usize> = BTreeMap::new();
+    let mut loads = 0;
     for inst in insts {
         if pure(inst) {
             deferred.push(inst);
+            deferred_at.insert(inst, loads);
             continue;
         }
-        if func.dfg.insts[inst].opcode().is_terminator() {
+        let op = func.dfg.insts[inst].opcode();
+        if op.is_terminator() {
             // Everything still deferred may be used in other blocks.
             order.append(&mut deferred);
         } else {
             release_operands(func, inst, &mut deferred, &mut order);
         }
         order.push(inst);
+        if op.can_load() {
+            loads += 1;
+            // Arithmetic waits for at most `window` later loads: a
+            // block of 64 gathered loads, each loaded value held until
+            // the end, took 146 registers (ptxas kept the order), 63 so.
+            while let Some(&oldest) = deferred.first() {
+                if loads - deferred_at.get(&oldest).copied().unwrap_or(loads) < window {
+                    break;
+                }
+                deferred.remove(0);
+                release_operands(func, oldest, &mut deferred, &mut order);
+                order.push(oldest);
+            }
+        }
     }
     order.append(&mut deferred);
     order
 }
+
+/// The most loads [`schedule`] emits ahead of the arithmetic deferred
+/// before them (16: what nvcc's unrolled loops keep in flight).
+const LOAD_WINDOW: usize = 16;
 
 /// Moves the deferred instructions that define `inst`'s operands (and,
 /// first, those their own operands need) into `order`.

@@ -64,6 +64,7 @@
 //! its nvcc twin on an H100; with one group and one base per row, and the
 //! 32-bit tests of `limits`, 0.85x).
 
+use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
@@ -752,7 +753,69 @@ fn rewrite(
     for &j in &grouped {
         pos.func.layout.remove_inst(run[j].inst);
     }
+    sink_moved(pos.func, moved, block, cold, rest);
     grouped.len()
+}
+
+/// Moves the arithmetic `moved` (hoisted above the run's first test, now
+/// in `block`) that the groups' tests do not read back down: into `rest`
+/// (the hot path), at its top, and a copy into `cold` for its tests. The
+/// hot path then computes each address where the PTX lowerer's scheduler
+/// wants it, not all of them before the branch: a gather's 64 masked
+/// indices, all live across the branch, had taken 96 registers.
+fn sink_moved(func: &mut Function, moved: &[Inst], block: Block, cold: Block, rest: Block) {
+    // What `block`'s own instructions (the groups' tests) read, and what
+    // those reads need in turn.
+    let mut kept: Vec<Value> = Vec::new();
+    for inst in func.layout.block_insts(block) {
+        if !moved.contains(&inst) {
+            kept.extend(
+                func.dfg
+                    .inst_args(inst)
+                    .iter()
+                    .map(|&v| func.dfg.resolve_aliases(v)),
+            );
+        }
+    }
+    let mut sunk: Vec<Inst> = Vec::new();
+    for &inst in moved.iter().rev() {
+        let results = func.dfg.inst_results(inst);
+        if results.iter().any(|r| kept.contains(r)) {
+            kept.extend(
+                func.dfg
+                    .inst_args(inst)
+                    .iter()
+                    .map(|&v| func.dfg.resolve_aliases(v)),
+            );
+        } else {
+            sunk.push(inst);
+        }
+    }
+    sunk.reverse();
+    let (Some(hot_top), Some(cold_top)) =
+        (func.layout.first_inst(rest), func.layout.first_inst(cold))
+    else {
+        return;
+    };
+    let mut copies: BTreeMap<Value, Value> = BTreeMap::new();
+    for &inst in &sunk {
+        let copy = func.dfg.clone_inst(inst);
+        func.dfg
+            .map_inst_values(copy, |v| copies.get(&v).copied().unwrap_or(v));
+        FuncCursor::new(func).at_inst(cold_top).insert_inst(copy);
+        func.set_srcloc(copy, func.srcloc(inst));
+        let (old, new) = (func.dfg.inst_results(inst), func.dfg.inst_results(copy));
+        for (&a, &b) in old.iter().zip(new) {
+            copies.insert(a, b);
+        }
+        func.layout.remove_inst(inst);
+        FuncCursor::new(func).at_inst(hot_top).insert_inst(inst);
+    }
+    let cold_insts: Vec<Inst> = func.layout.block_insts(cold).collect();
+    for inst in cold_insts {
+        func.dfg
+            .map_inst_values(inst, |v| copies.get(&v).copied().unwrap_or(v));
+    }
 }
 
 /// The exact test of a guest access (or group) of end `end`
