@@ -7,7 +7,8 @@
 #   - the toolchain pinned in rust-toolchain.toml with rustfmt, clippy and
 #     the targets the checks build for (thumbv7em-none-eabihf for core's
 #     no_std build; wasm32-unknown-unknown and wasm32-wasip1 for the guests
-#     and the shim's test modules, which clippy builds);
+#     and the shim's test modules, which clippy builds; wasm32-wasip2 for the
+#     test component);
 #   - Debian packages: protoc and libseccomp (the shim's build), containerd
 #     (its container tests); installed with apt-get when this runs as root,
 #     else named and the script fails;
@@ -30,7 +31,7 @@ toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
 rustup run "$toolchain" rustc --version >/dev/null 2>&1 ||
     rustup toolchain install "$toolchain" --profile minimal
 rustup component add --toolchain "$toolchain" rustfmt clippy
-rustup target add --toolchain "$toolchain" thumbv7em-none-eabihf wasm32-unknown-unknown wasm32-wasip1
+rustup target add --toolchain "$toolchain" thumbv7em-none-eabihf wasm32-unknown-unknown wasm32-wasip1 wasm32-wasip2
 
 step "setup: Debian packages (protoc, libseccomp, containerd)"
 need=()

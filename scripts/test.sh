@@ -44,6 +44,17 @@ step "WASI guest (wasm32-wasip1): rustfmt, clippy, release build"
     cargo build --release
 )
 
+# The test component is a wasm32-wasip2 command, its own workspace (its
+# .cargo/config.toml); it lands in guest/target/wasm32-wasip2/release, where
+# cli/tests/component.rs runs it.
+step "WASI 0.2 component (wasm32-wasip2): rustfmt, clippy, release build"
+(
+    cd guest/examples/wasip2-cli
+    cargo fmt --all --check
+    cargo clippy --release --all-targets -- -D warnings
+    cargo build --release
+)
+
 # The C guests (guest/c/examples, zig cc for wasm32-wasi) land in
 # guest/target/c; embed/tests/c_guest.rs loads them.
 step "C guests (wasm32-wasi): zig cc build"

@@ -1,7 +1,8 @@
-//! The `tensorwasm` command: `run` a guest as `wasmtime run` would (WASI
-//! preview 1 and `wasi_cuda`), list `devices`, `serve` tenants over HTTP
-//! (the `tensorwasm-serve` crate), be a supervisor's `worker`. This crate
-//! is only the command line over the libraries. The command line is clap's;
+//! The `tensorwasm` command: `run` a guest as `wasmtime run` would (a core
+//! module with WASI preview 1 and `wasi_cuda`, or a WASI 0.2 component),
+//! list `devices`, `serve` tenants over HTTP (the `tensorwasm-serve`
+//! crate), be a supervisor's `worker`. This crate is only the command line
+//! over the libraries. The command line is clap's;
 //! logging is `tracing`, filtered by `RUST_LOG` and quiet (warnings only)
 //! by default.
 
@@ -17,7 +18,8 @@ use tensorwasm_serve::{ServeConfig, start::ServeOptions};
 use tracing_subscriber::EnvFilter;
 
 /// Run WebAssembly guests on NVIDIA GPUs (or the CPU driver where there is
-/// none): WASI preview 1 and `wasi_cuda` for every guest.
+/// none): WASI preview 1 and `wasi_cuda` for core modules, WASI 0.2 for
+/// components.
 #[derive(Parser)]
 #[command(name = "tensorwasm", version, propagate_version = true)]
 #[command(
@@ -32,7 +34,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a guest (.wasm or .wat): a WASI command's `_start` with ARGS as
-    /// its argv, or one exported function with --invoke.
+    /// its argv, a WASI 0.2 component's `wasi:cli/run`, or one exported
+    /// function with --invoke.
     Run(RunArgs),
     /// List what each driver (cuda, cpu) finds, and why a driver is
     /// unavailable.
@@ -123,7 +126,8 @@ struct RunArgs {
     #[arg(long, value_name = "FILE")]
     tenant: Option<PathBuf>,
 
-    /// The guest (a core Wasm module, binary or text), then its arguments
+    /// The guest (a core Wasm module or a WASI 0.2 component, binary or
+    /// text; components get no GPU API yet), then its arguments
     /// (argv[1..]; with --invoke, the function's). Everything after GUEST
     /// belongs to the guest, `--help` included, as under `wasmtime run`.
     #[arg(

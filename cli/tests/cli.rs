@@ -494,15 +494,6 @@ fn a_truncated_module() {
 }
 
 #[test]
-fn a_component_is_refused_as_not_supported_yet() {
-    let dir = scratch("component");
-    let text = write(&dir, "c.wat", "(component)");
-    one_line_error(run(&[&text]), 1, "is a Wasm component");
-    let binary = write(&dir, "c.wasm", wat::parse_str("(component)").unwrap());
-    one_line_error(run(&[&binary]), 1, "components are not supported yet");
-}
-
-#[test]
 fn missing_start_or_export_and_bad_arguments_are_usage_errors() {
     one_line_error(
         run(&["examples/vector_add.wat", "4096"]),

@@ -9,6 +9,7 @@
 //! - [`wasi_cuda`]: the guest API (`docs/ABI.md`) and its per-guest context.
 //! - [`wasi`]: WASI preview 1 beside it (wasmtime-wasi), what a guest's WASI
 //!   may reach, and one `add_to_linker` for both.
+//! - [`component`]: WASI 0.2 command components (no GPU API yet).
 //! - [`runtime`]: engine + linker + stores for one driver, ready to run guests.
 //! - [`tenant`]: an untrusted party's store: quota, policy, limiter, WASI.
 //! - [`run`]: run a guest file as `wasmtime run` does (what `tensorwasm
@@ -19,6 +20,7 @@
 //! - this file: driver discovery (which drivers work here, and why not).
 
 pub mod builtins;
+pub mod component;
 pub mod kernel;
 pub mod memory;
 pub mod run;

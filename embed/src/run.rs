@@ -1,5 +1,6 @@
 //! `tensorwasm run`: load a guest (`.wasm` or `.wat`), pick a driver, and
-//! run it as `wasmtime run` would: a WASI command's `_start` with its argv,
+//! run it as `wasmtime run` would: a WASI 0.2 component's `wasi:cli/run`
+//! ([`crate::component`]), a WASI command's `_start` with its argv,
 //! environment, preopened directories and stdio, or one exported function
 //! (`--invoke`) with arguments from the command line. Reports its exit code
 //! and results, or which guest function and which `wasi_cuda` call failed;
@@ -18,10 +19,11 @@ use tensorwasm_cuda::CudaDriver;
 use wasmtime::{ExternType, Val, ValType};
 
 use crate::{
+    component::ComponentError,
     runtime::GuestRuntime,
     tenant::{Tenant, TenantConfig},
     twins,
-    wasi::{I32Exit, OutputMode, PreopenDir},
+    wasi::{GuestOutput, I32Exit, OutputMode, PreopenDir},
 };
 /// Which driver `run` uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,10 +88,11 @@ pub struct RunReport {
 pub enum RunErrorKind {
     /// The command line asked for something that cannot be: an unreadable
     /// guest file, tenant file or `--dir`, a missing `_start` or export, a
-    /// wrong argument count or type. Exit code 2.
+    /// wrong argument count or type, a component with no `wasi:cli/run`.
+    /// Exit code 2.
     Usage,
-    /// The guest or the host failed: not a Wasm module, a component, a
-    /// module that does not instantiate, a trap, a driver error. Exit code 1.
+    /// The guest or the host failed: not a Wasm module or component, one
+    /// that does not instantiate, a trap, a driver error. Exit code 1.
     Guest,
 }
 
@@ -144,8 +147,18 @@ fn one_line(text: &str) -> String {
         .join("; ")
 }
 
-/// The guest file as a core Wasm binary, or why it is not one.
-pub fn guest_binary(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, RunError> {
+/// A guest file's binary: a core module or a component.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GuestBinary {
+    /// A core Wasm module (WASI preview 1, `wasi_cuda`).
+    Module(Vec<u8>),
+    /// A component (WASI 0.2; no GPU API yet).
+    Component(Vec<u8>),
+}
+
+/// The guest file as a Wasm binary (a core module or a component), or why
+/// it is not one.
+pub fn guest_binary(path: &Path, bytes: &[u8]) -> Result<GuestBinary, RunError> {
     let name = path.display();
     let wasm = match wat::Detect::from_bytes(bytes) {
         wat::Detect::WasmBinary => bytes.to_vec(),
@@ -182,11 +195,12 @@ pub fn guest_binary(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, RunError> {
         )));
     }
     match [wasm[4], wasm[5], wasm[6], wasm[7]] {
-        [1, 0, 0, 0] => Ok(wasm),
+        [1, 0, 0, 0] => Ok(GuestBinary::Module(wasm)),
         // A component's version field is 0x0d, its layer 1.
-        [_, _, 1, 0] => Err(guest_err(format!(
-            "{name} is a Wasm component; tensorwasm runs core Wasm modules only \
-             (components are not supported yet)"
+        [0x0d, 0, 1, 0] => Ok(GuestBinary::Component(wasm)),
+        [v0, v1, 1, 0] => Err(guest_err(format!(
+            "{name}: unsupported Wasm component version {}",
+            u16::from_le_bytes([v0, v1])
         ))),
         [v0, v1, _, _] => Err(guest_err(format!(
             "{name}: unsupported Wasm version {}",
@@ -342,7 +356,7 @@ fn exports_list(module: &wasmtime::Module) -> String {
 /// `precompiled`: see [`run_precompiled`], whose promise it carries.
 async fn run_on<D>(
     driver: D,
-    wasm: &[u8],
+    guest: &GuestBinary,
     precompiled: Option<&[u8]>,
     options: &RunOptions,
     config: TenantConfig,
@@ -363,6 +377,36 @@ where
     let runtime =
         GuestRuntime::new(driver, limit).map_err(|e| guest_err(one_line(&format!("{e:#}"))))?;
     let name = options.guest.display();
+    let wasm = match guest {
+        GuestBinary::Module(wasm) => wasm,
+        GuestBinary::Component(wasm) => {
+            if options.invoke.is_some() {
+                return Err(usage(format!(
+                    "{name} is a component: --invoke calls a core module's export; \
+                     a component runs its `wasi:cli/run`"
+                )));
+            }
+            if precompiled.is_some() {
+                tracing::warn!("precompiled code is for core modules; compiling the component");
+            }
+            let run =
+                crate::component::run_command(runtime.engine(), wasm, &name.to_string(), &config)
+                    .await
+                    .map_err(|e| match e {
+                        ComponentError::NotACommand(m) => usage(m),
+                        ComponentError::Guest(m) => guest_err(m),
+                    })?;
+            replay_captured(&run.output, &config.name, &config);
+            return Ok(RunReport {
+                driver: kind,
+                device,
+                cuda_unavailable,
+                results: Vec::new(),
+                exit_code: run.outcome.map_err(guest_err)?,
+                last_error: None,
+            });
+        }
+    };
     let started = Instant::now();
     let loaded = precompiled.and_then(|p| {
         // SAFETY: `precompiled` is `wasm`'s compilation, as
@@ -446,7 +490,7 @@ where
     let started = Instant::now();
     let outcome = func.call_async(&mut *store, &args, &mut results).await;
     tracing::info!(function = %func_name, elapsed = ?started.elapsed(), "guest returned");
-    replay_captured(&tenant, &config);
+    replay_captured(tenant.output(), tenant.name(), &config);
     let last = tenant.store().data().cuda.last_error();
     let last_error = (!last.is_empty()).then(|| last.to_string());
     let exit_code = match outcome {
@@ -481,12 +525,7 @@ where
 }
 
 /// Writes what the guest wrote to captured streams on this process's own.
-fn replay_captured<D>(tenant: &Tenant<D>, config: &TenantConfig)
-where
-    D: crate::kernel::KernelTarget + ManagedAllocator + Clone + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
-    let output = tenant.output();
+fn replay_captured(output: &GuestOutput, tenant: &str, config: &TenantConfig) {
     if config.wasi.stdout == OutputMode::Capture {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(&output.stdout());
@@ -497,7 +536,7 @@ where
     }
     if output.capped() {
         tracing::warn!(
-            tenant = tenant.name(),
+            tenant,
             cap = ?config.wasi.output_bytes,
             "the guest's output reached its cap; later writes got EFBIG"
         );

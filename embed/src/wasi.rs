@@ -1,6 +1,6 @@
-//! WASI preview 1 for guests, beside `wasi_cuda`. The implementation is
-//! wasmtime-wasi's (`wasmtime_wasi::p1`); this module owns what a guest's
-//! WASI may reach ([`WasiConfig`]: arguments, environment, preopened
+//! WASI for guests, beside `wasi_cuda`: preview 1 for core modules, 0.2
+//! for components. The implementation is wasmtime-wasi's (`p1`, `p2`); this
+//! module owns what a guest's WASI may reach ([`WasiConfig`]: arguments, environment, preopened
 //! directories, stdio, a cap on the bytes it writes), the capped output
 //! streams behind it ([`GuestOutput`]), and [`add_to_linker`], which
 //! registers WASI and every `wasi_cuda` import with one call. It never
@@ -22,7 +22,7 @@ use serde::Deserialize;
 use tokio::io::AsyncWrite;
 use wasmtime::Linker;
 use wasmtime_wasi::{
-    FsPerms, WasiCtxBuilder,
+    FsPerms, WasiCtx, WasiCtxBuilder,
     cli::{IsTerminal, StdoutStream},
     p2::{OutputStream, Pollable, StreamError, StreamResult},
 };
@@ -155,9 +155,22 @@ impl WasiConfig {
         }
     }
 
-    /// Builds the guest's WASI context, and the handle to what it writes.
-    /// Fails when a preopened directory cannot be opened.
+    /// Builds the guest's WASI preview 1 context, and the handle to what it
+    /// writes. Fails when a preopened directory cannot be opened.
     pub fn build(&self) -> Result<(WasiP1Ctx, GuestOutput), WasiConfigError> {
+        let (mut builder, output) = self.builder()?;
+        Ok((builder.build_p1(), output))
+    }
+
+    /// Builds the guest's WASI 0.2 context (for a component), from the same
+    /// capabilities as [`build`](Self::build): what a guest may not reach as
+    /// a core module it may not reach as a component.
+    pub fn build_p2(&self) -> Result<(WasiCtx, GuestOutput), WasiConfigError> {
+        let (mut builder, output) = self.builder()?;
+        Ok((builder.build(), output))
+    }
+
+    fn builder(&self) -> Result<(WasiCtxBuilder, GuestOutput), WasiConfigError> {
         let output = GuestOutput::new(self.output_bytes);
         let mut builder = WasiCtxBuilder::new();
         builder.args(&self.args).envs(&self.env);
@@ -182,7 +195,7 @@ impl WasiConfig {
                     ))
                 })?;
         }
-        Ok((builder.build_p1(), output))
+        Ok((builder, output))
     }
 }
 
