@@ -129,7 +129,7 @@
 //!   packs or splits 64-bit values). Narrow loads zero- or sign-extend as
 //!   their opcode says.
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -346,21 +346,21 @@ fn schedule(func: &Function, block: Block, window: usize) -> Vec<Inst> {
             || func.dfg.inst_results(inst).is_empty())
     };
     let mut order = Vec::with_capacity(insts.len());
-    let mut deferred: Vec<Inst> = Vec::new();
+    let mut deferred: VecDeque<Inst> = VecDeque::new();
     // How many loads had been emitted when each deferred instruction was
     // deferred.
     let mut deferred_at: BTreeMap<Inst, usize> = BTreeMap::new();
     let mut loads = 0;
     for inst in insts {
         if pure(inst) {
-            deferred.push(inst);
+            deferred.push_back(inst);
             deferred_at.insert(inst, loads);
             continue;
         }
         let op = func.dfg.insts[inst].opcode();
         if op.is_terminator() {
             // Everything still deferred may be used in other blocks.
-            order.append(&mut deferred);
+            order.extend(deferred.drain(..));
         } else {
             release_operands(func, inst, &mut deferred, &mut order);
         }
@@ -370,17 +370,17 @@ fn schedule(func: &Function, block: Block, window: usize) -> Vec<Inst> {
             // Arithmetic waits for at most `window` later loads: a
             // block of 64 gathered loads, each loaded value held until
             // the end, took 146 registers (ptxas kept the order), 63 so.
-            while let Some(&oldest) = deferred.first() {
+            while let Some(&oldest) = deferred.front() {
                 if loads - deferred_at.get(&oldest).copied().unwrap_or(loads) < window {
                     break;
                 }
-                deferred.remove(0);
+                deferred.pop_front();
                 release_operands(func, oldest, &mut deferred, &mut order);
                 order.push(oldest);
             }
         }
     }
-    order.append(&mut deferred);
+    order.extend(deferred.drain(..));
     order
 }
 
@@ -390,7 +390,12 @@ const LOAD_WINDOW: usize = 16;
 
 /// Moves the deferred instructions that define `inst`'s operands (and,
 /// first, those their own operands need) into `order`.
-fn release_operands(func: &Function, inst: Inst, deferred: &mut Vec<Inst>, order: &mut Vec<Inst>) {
+fn release_operands(
+    func: &Function,
+    inst: Inst,
+    deferred: &mut VecDeque<Inst>,
+    order: &mut Vec<Inst>,
+) {
     for &arg in func.dfg.inst_args(inst) {
         let Some(def) = func.dfg.value_def(arg).inst() else {
             continue;

@@ -21,7 +21,7 @@
 //! effects; the PTX gets fewer labels and branches, and the links of a
 //! chain become one block.
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
 use cranelift_codegen::ir::{Block, BlockArg, Function, Inst, InstructionData};
@@ -83,19 +83,35 @@ fn thread_empty_blocks(func: &mut Function) {
     if empty.is_empty() {
         return;
     }
-    // Where an edge into `block` ends up: past every jump-only block (an
-    // edge into one has no arguments, as it has no parameters), unless
-    // they make a cycle (code that never ends stays as it is).
-    let resolve = |block: Block| -> Option<(Block, Vec<BlockArg>)> {
-        let (mut to, mut args) = empty.get(&block)?.clone();
-        for _ in 0..empty.len() {
-            let Some(next) = empty.get(&to) else {
-                return Some((to, args));
-            };
-            (to, args) = next.clone();
+    // Where an edge into each jump-only block ends up: past every
+    // jump-only block (an edge into one has no arguments, as it has no
+    // parameters), unless they make a cycle (code that never ends stays
+    // as it is: `None`). Each chain is walked once (a kernel of thousands
+    // of nested `block`s makes chains of thousands).
+    let mut resolved: BTreeMap<Block, Option<(Block, Vec<BlockArg>)>> = BTreeMap::new();
+    for &first in empty.keys() {
+        let mut path: Vec<Block> = Vec::new();
+        let mut on_path: BTreeSet<Block> = BTreeSet::new();
+        let mut at = first;
+        let end = loop {
+            if let Some(known) = resolved.get(&at) {
+                break known.clone();
+            }
+            if !on_path.insert(at) {
+                break None;
+            }
+            path.push(at);
+            let (to, args) = &empty[&at];
+            if !empty.contains_key(to) {
+                break Some((*to, args.clone()));
+            }
+            at = *to;
+        };
+        for block in path {
+            resolved.insert(block, end.clone());
         }
-        None
-    };
+    }
+    let resolve = |block: Block| resolved.get(&block).cloned().flatten();
     let blocks: Vec<Block> = func.layout.blocks().collect();
     for block in blocks {
         let Some(last) = func.layout.last_inst(block) else {
