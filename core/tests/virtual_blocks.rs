@@ -98,14 +98,20 @@ fn block_indices_on_both_sides_of_two_to_the_32_blocks() {
 fn a_physical_grid_that_is_the_virtual_grid_runs_each_block_once_by_its_ctaid() {
     // The host launches the guest's grid itself when every block fits at
     // once: the thread's block index is its `ctaid` (no division) and it
-    // runs that one virtual block.
-    for (block, grid) in [
+    // runs that one virtual block, whether the host says so
+    // (`KernelAbi::own_grid_params`) or the kernel finds `nctaid` equal to
+    // the grid.
+    for ((block, grid), own_grid) in [
         ([3, 4, 5], [7, 8, 9]),
         ([0, 0, 0], [1, 1, 1]),
         ([6, 7, 8], [7, 8, 9]),
         ([2, 1, 0], [65_535, 65_535, 1]),
-    ] {
+    ]
+    .into_iter()
+    .flat_map(|case| [(case, true), (case, false)])
+    {
         let mut launch = Launch::unlimited();
+        launch.own_grid = own_grid;
         for (which, v) in [
             (Intrinsic::BlockIdxX, block[0]),
             (Intrinsic::BlockIdxY, block[1]),
@@ -121,7 +127,11 @@ fn a_physical_grid_that_is_the_virtual_grid_runs_each_block_once_by_its_ctaid() 
         let outcome = interpret_launch(&translate(&wasm), &[], &mut memory, PLENTY, &mut launch);
         assert_eq!(outcome, Outcome::Returned);
         let word = |at: usize| u32::from_le_bytes(memory[at..at + 4].try_into().unwrap());
-        assert_eq!(word(0), 1, "block {block:?} of {grid:?} ran once");
+        assert_eq!(
+            word(0),
+            1,
+            "block {block:?} of {grid:?} ran once (own grid said: {own_grid})"
+        );
         assert_eq!([word(4), word(8), word(12)], block.map(|b: u32| b));
     }
 }

@@ -287,6 +287,24 @@ impl KernelAbi {
         params
     }
 
+    /// The high 32 bits of [`KernelAbi::GRID_X`] from a host that launched
+    /// the guest's grid itself ([`KernelAbi::own_grid_params`]). No stride
+    /// digit is `u32::MAX` (a digit is below its extent).
+    pub const OWN_GRID: u32 = u32::MAX;
+
+    /// The three grid parameters of a launch whose physical grid is the
+    /// guest's `grid` itself (each extent at least 1): the extents, and
+    /// [`KernelAbi::OWN_GRID`] in `grid_x`'s high bits. Each thread then
+    /// takes its block index from `ctaid` and runs that one virtual block
+    /// after one test of this launch-wide value (the kernel does not
+    /// compare `nctaid` with the grid, nor enter the loop over virtual
+    /// blocks). A host that passes it must launch exactly `grid`.
+    pub fn own_grid_params(grid: [u32; 3]) -> [i64; 3] {
+        let mut params = grid.map(|g| i64::from(g.max(1)));
+        params[0] |= (u64::from(Self::OWN_GRID) << 32) as i64;
+        params
+    }
+
     /// The CLIF parameter index of hidden parameter `offset`.
     pub const fn hidden(self, offset: usize) -> usize {
         self.wasm_params + offset

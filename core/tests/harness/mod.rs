@@ -448,6 +448,11 @@ pub struct Launch {
     /// (both `u32`, as `ctaid.x` and `nctaid.x` are); overrides the
     /// intrinsics' grid and `physical`.
     pub virtual_grid: Option<VirtualGrid>,
+    /// With neither `physical` nor `virtual_grid`: whether the host says
+    /// the launch is the guest's grid itself (`KernelAbi::own_grid_params`,
+    /// as `launch` does) or leaves the kernel to find it out (`nctaid`
+    /// against the grid).
+    pub own_grid: bool,
 }
 
 /// See [`Launch::virtual_grid`].
@@ -472,6 +477,7 @@ impl Launch {
             globals: Vec::new(),
             physical: None,
             virtual_grid: None,
+            own_grid: true,
         }
     }
 
@@ -551,10 +557,13 @@ pub fn interpret_launch(
             )
         }
     };
-    values.extend(
+    let own_grid = launch.own_grid && launch.physical.is_none() && launch.virtual_grid.is_none();
+    let grid_params = if own_grid {
+        KernelAbi::own_grid_params(grid.map(|g| g as u32))
+    } else {
         KernelAbi::grid_params(grid.map(|g| g as u32), u64::from(stride as u32))
-            .map(DataValue::I64),
-    );
+    };
+    values.extend(grid_params.map(DataValue::I64));
     let one_d = launch.virtual_grid.is_some() || launch.physical.is_some();
     for (which, v) in [
         (Intrinsic::BlockIdxX, first),

@@ -19,7 +19,7 @@ use tensorwasm_core::{
 };
 use tensorwasm_embed::kernel::{
     KernelTarget,
-    cpu::{HiddenParams, launch_params},
+    cpu::{HiddenParams, own_grid_launch_params},
 };
 use tensorwasm_kernels::table::{self, LaunchPlan};
 use wasmparser::{DataKind, Operator, Parser, Payload};
@@ -245,7 +245,7 @@ impl<D: KernelTarget> WasmKernel<D> {
     ) -> Launch<'_, D> {
         let mut wasm_args = args.to_vec();
         wasm_args.extend(self.globals.iter().copied());
-        let params = launch_params(
+        let params = own_grid_launch_params(
             &wasm_args,
             HiddenParams {
                 mem_base: guest.memory.device_ptr(),

@@ -21,7 +21,7 @@
 //! | `w + 2` | `Ptr` | `status`: 32 bytes (`u32` code, `u32` stop, `u64` offset, `u64` the launch's start (this target only), `u64` reserved, little-endian), 8-aligned, zeroed before the launch |
 //! | `w + 3` | `I64` | `fuel`: each thread's budget of loop iterations (its bits, as a `u64`) |
 //! | `w + 4` | `I64` | `time_limit`: nanoseconds the launch may run (its bits, as a `u64`; `u64::MAX`: no limit) |
-//! | `w + 5 ..= w + 7` | `I64` | `grid_x`, `grid_y`, `grid_z`: the grid the guest launched (each extent at least 1, in the low 32 bits; the stride's digit in the high ones: `KernelAbi::grid_params`), which the kernel runs as virtual blocks over the launch's physical grid |
+//! | `w + 5 ..= w + 7` | `I64` | `grid_x`, `grid_y`, `grid_z`: the grid the guest launched (each extent at least 1, in the low 32 bits; the stride's digit in the high ones: `KernelAbi::grid_params`, or `KernelAbi::OWN_GRID` in `grid_x`'s when the physical grid is the guest's own: `KernelAbi::own_grid_params`), which the kernel runs as virtual blocks over the launch's physical grid |
 //!
 //! `w` is [`KernelAbi::wasm_params`]. The twelve intrinsics are not launch
 //! parameters: the host kernel computes them for every thread from the
@@ -164,6 +164,22 @@ pub fn launch_params(wasm_args: &[KernelParam], hidden: HiddenParams) -> Vec<Ker
     let (x, y, z) = hidden.grid;
     let blocks = u64::from(x) * u64::from(y) * u64::from(z);
     params.extend(KernelAbi::grid_params([x, y, z], blocks).map(KernelParam::I64));
+    params
+}
+
+/// [`launch_params`] for a launch whose physical grid is `hidden.grid`
+/// itself, saying so as `launch` does (`KernelAbi::own_grid_params`):
+/// each thread takes its block from `ctaid` after one test.
+pub fn own_grid_launch_params(wasm_args: &[KernelParam], hidden: HiddenParams) -> Vec<KernelParam> {
+    let (x, y, z) = hidden.grid;
+    let mut params = launch_params(wasm_args, hidden);
+    let at = params.len() - 3;
+    for (param, value) in params[at..]
+        .iter_mut()
+        .zip(KernelAbi::own_grid_params([x, y, z]))
+    {
+        *param = KernelParam::I64(value);
+    }
     params
 }
 

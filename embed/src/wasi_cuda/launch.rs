@@ -278,11 +278,17 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 // Its bits: the kernel reads it as a u64.
                 KernelParam::I64(self.launch_time_ticks() as i64),
             ]);
-            let physical =
-                u64::from(config.grid.x) * u64::from(config.grid.y) * u64::from(config.grid.z);
-            params.extend(
-                KernelAbi::grid_params([grid.x, grid.y, grid.z], physical).map(KernelParam::I64),
-            );
+            let guest_grid = [grid.x, grid.y, grid.z];
+            let grid_params = if [config.grid.x, config.grid.y, config.grid.z] == guest_grid {
+                // The guest's grid itself (`physical_grid`): each thread
+                // takes its block from `ctaid` after one test.
+                KernelAbi::own_grid_params(guest_grid)
+            } else {
+                let physical =
+                    u64::from(config.grid.x) * u64::from(config.grid.y) * u64::from(config.grid.z);
+                KernelAbi::grid_params(guest_grid, physical)
+            };
+            params.extend(grid_params.map(KernelParam::I64));
         }
         self.clock_before_launch();
         // SAFETY: every pointer parameter was produced by the decoder inside

@@ -537,7 +537,36 @@ impl<'m> Translator<'m, '_, '_> {
         self.builder.ins().jump(enter, &[]);
         self.builder.seal_block(enter);
         self.builder.switch_to_block(enter);
+        // The host launched the guest's grid itself and said so
+        // (`KernelAbi::own_grid_params`): the block index is `ctaid`, and
+        // the thread runs that block once (`vb` above any total, below
+        // 2^64 less any stride, so the latch exits). One test of a
+        // launch-wide value instead of the tests below (some twenty SASS
+        // instructions a thread of a stencil).
+        let [px, py, pz] = [
+            Intrinsic::BlockIdxX,
+            Intrinsic::BlockIdxY,
+            Intrinsic::BlockIdxZ,
+        ]
+        .map(|w| self.hidden.intrinsics[w.index()]);
+        // The latch reads these on either path.
         let [gx32, gy32] = [gx, gy].map(|v| self.builder.ins().ireduce(I32, v));
+        let own_grid = (u64::from(KernelAbi::OWN_GRID) << 32) as i64;
+        let own =
+            self.builder
+                .ins()
+                .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, grid[0], own_grid);
+        let own_block = self.builder.create_block();
+        let general = self.builder.create_block();
+        self.builder.ins().brif(own, own_block, &[], general, &[]);
+        self.builder.seal_block(own_block);
+        self.builder.seal_block(general);
+        self.builder.switch_to_block(own_block);
+        let past = self.builder.ins().iconst(I64, own_grid);
+        self.builder
+            .ins()
+            .jump(start, &[past, px, py, pz].map(BlockArg::from));
+        self.builder.switch_to_block(general);
         let any = self
             .builder
             .ins()
@@ -548,16 +577,10 @@ impl<'m> Translator<'m, '_, '_> {
         self.builder.switch_to_block(first_block);
         let first32 = self.builder.ins().ireduce(I32, first);
         let deep = self.flat_or_deep(one_d, start, first, first32);
-        // A physical grid that is the virtual grid (the host launches one
-        // when every block fits at once): each block's index is its own
-        // `ctaid`, no division, and it runs that one virtual block (its
-        // `vb` is `total`, so the latch exits).
-        let [px, py, pz] = [
-            Intrinsic::BlockIdxX,
-            Intrinsic::BlockIdxY,
-            Intrinsic::BlockIdxZ,
-        ]
-        .map(|w| self.hidden.intrinsics[w.index()]);
+        // A physical grid that is the virtual grid, from a host that did not
+        // say so: each block's index is its own `ctaid`, no division, and
+        // it runs that one virtual block (its `vb` is `total`, so the latch
+        // exits).
         let [ny, nz] =
             [Intrinsic::GridDimY, Intrinsic::GridDimZ].map(|w| self.hidden.intrinsics[w.index()]);
         let gz32 = self.builder.ins().ireduce(I32, gz);
