@@ -16,6 +16,7 @@ use wasmtime::{
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxView, WasiView, p2::bindings::Command};
 
 use crate::{
+    run::one_line,
     tenant::{TenantConfig, TenantLimiter},
     wasi::GuestOutput,
 };
@@ -137,13 +138,4 @@ pub async fn run_command(
         },
     };
     Ok(CommandRun { outcome, output })
-}
-
-/// Joins a multi-line error into one line.
-fn one_line(text: &str) -> String {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
 }

@@ -139,7 +139,7 @@ fn guest_err(message: impl Into<String>) -> RunError {
 }
 
 /// Joins a multi-line error (wasmtime's and wat's) into one line.
-fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
