@@ -64,7 +64,7 @@
 //! its nvcc twin on an H100; with one group and one base per row, and the
 //! 32-bit tests of `limits`, 0.85x).
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
@@ -753,22 +753,29 @@ fn rewrite(
     for &j in &grouped {
         pos.func.layout.remove_inst(run[j].inst);
     }
-    sink_moved(pos.func, moved, block, cold, rest);
+    sink_moved(pos.func, moved, cold, rest);
     grouped.len()
 }
 
 /// Moves the arithmetic `moved` (hoisted above the run's first test, now
-/// in `block`) that the groups' tests do not read back down: into `rest`
-/// (the hot path), at its top, and a copy into `cold` for its tests. The
+/// at the end of the block before the run) that the groups' tests do not
+/// read back down: into `rest` (the hot path), at its top, and a copy
+/// into `cold` for its tests. The
 /// hot path then computes each address where the PTX lowerer's scheduler
 /// wants it, not all of them before the branch: a gather's 64 masked
 /// indices, all live across the branch, had taken 96 registers.
-fn sink_moved(func: &mut Function, moved: &[Inst], block: Block, cold: Block, rest: Block) {
-    // What `block`'s own instructions (the groups' tests) read, and what
-    // those reads need in turn.
-    let mut kept: Vec<Value> = Vec::new();
-    for inst in func.layout.block_insts(block) {
-        if !moved.contains(&inst) {
+fn sink_moved(func: &mut Function, moved: &[Inst], cold: Block, rest: Block) {
+    // What the groups' tests read, and what those reads need in turn. Only
+    // what follows the first moved instruction (the moved ones, then the
+    // groups' tests) can read them: `moved` ends the block before the run.
+    let Some(&first_moved) = moved.first() else {
+        return;
+    };
+    let moved_set: BTreeSet<Inst> = moved.iter().copied().collect();
+    let mut kept: BTreeSet<Value> = BTreeSet::new();
+    let mut at = Some(first_moved);
+    while let Some(inst) = at {
+        if !moved_set.contains(&inst) {
             kept.extend(
                 func.dfg
                     .inst_args(inst)
@@ -776,6 +783,7 @@ fn sink_moved(func: &mut Function, moved: &[Inst], block: Block, cold: Block, re
                     .map(|&v| func.dfg.resolve_aliases(v)),
             );
         }
+        at = func.layout.next_inst(inst);
     }
     let mut sunk: Vec<Inst> = Vec::new();
     for &inst in moved.iter().rev() {
