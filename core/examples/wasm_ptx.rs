@@ -3,18 +3,24 @@
 //!
 //! ```sh
 //! cargo run -p tensorwasm-core --features lower --example wasm_ptx -- \
-//!     GUEST.wat|GUEST.wasm EXPORT [--sm 90] [--annotate] [--clif]
+//!     GUEST.wat|GUEST.wasm EXPORT [--sm 90] [--annotate] [--clif] \
+//!     [--own-grid] [--aligned|--general]
 //! ```
 //!
 //! `--annotate` writes each CLIF instruction above its PTX; `--clif`
-//! prints the translated CLIF instead.
+//! prints the translated CLIF instead. `--own-grid`, `--aligned` and
+//! `--general` pick the kernel variant (`KernelVariant`; the default
+//! serves every launch).
 
 use std::process::ExitCode;
 
 use tensorwasm_core::lower::{
     Lowerer,
     ptx::PtxLowerer,
-    translate::{function_by_export, translate_kernel},
+    translate::{
+        BodyVariant, GridVariant, KernelLimits, KernelVariant, function_by_export,
+        translate_kernel_variant,
+    },
 };
 
 fn main() -> ExitCode {
@@ -33,7 +39,10 @@ fn main() -> ExitCode {
         .map(|(_, a)| a)
         .collect();
     let [file, export] = positional[..] else {
-        eprintln!("usage: wasm_ptx GUEST EXPORT [--sm NN] [--annotate] [--clif]");
+        eprintln!(
+            "usage: wasm_ptx GUEST EXPORT [--sm NN] [--annotate] [--clif] [--own-grid] \
+             [--aligned|--general]"
+        );
         return ExitCode::from(2);
     };
     let wasm = match std::fs::read(file)
@@ -55,8 +64,22 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let lowerer = PtxLowerer { sm, isa };
+    let variant = KernelVariant {
+        grid: if flag("--own-grid") {
+            GridVariant::Own
+        } else {
+            GridVariant::Any
+        },
+        bodies: if flag("--aligned") {
+            BodyVariant::Aligned
+        } else if flag("--general") {
+            BodyVariant::General
+        } else {
+            BodyVariant::Both
+        },
+    };
     let result = function_by_export(&wasm, export)
-        .and_then(|index| translate_kernel(&wasm, index))
+        .and_then(|index| translate_kernel_variant(&wasm, index, KernelLimits::HOST, variant))
         .and_then(|kernel| {
             if flag("--clif") {
                 Ok(kernel.function.display().to_string())

@@ -20,12 +20,17 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use tensorwasm_core::{
     DeviceMemory, Dim3, DriverError, ErrorKind, GpuDriver, KernelParam, LaunchConfig,
     lower::{
-        Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer, status, translate::translate_kernel,
+        Intrinsic, KernelAbi, KernelTrap, LowerError, Lowerer, status,
+        translate::{
+            BodyVariant, GridVariant, KernelLimits, KernelVariant, translate_kernel,
+            translate_kernel_variant,
+        },
     },
 };
 use tensorwasm_cpu::{CpuDeviceBuffer, CpuDriver, CpuError, CpuManagedBuffer};
 use tensorwasm_embed::kernel::cpu::{
     CpuKernel, CpuKernelLowerer, HiddenParams, STATUS_BYTES, launch_params, one_block_each,
+    own_grid_launch_params,
 };
 
 /// Elements of the large tests: not a multiple of any block size.
@@ -231,6 +236,25 @@ impl Launcher {
         time_limit: u64,
         stopped: bool,
     ) -> Result<(), CpuError> {
+        self.run_marked(
+            kernel, config, args, mem_len, fuel, time_limit, stopped, false,
+        )
+    }
+
+    /// [`Launcher::run_limited`]; with `own_grid`, the launch says that its
+    /// physical grid is the guest's own (`KernelAbi::own_grid_params`).
+    #[allow(clippy::too_many_arguments)]
+    fn run_marked(
+        &self,
+        kernel: &CpuKernel,
+        config: LaunchConfig,
+        args: &[KernelParam],
+        mem_len: usize,
+        fuel: u64,
+        time_limit: u64,
+        stopped: bool,
+        own_grid: bool,
+    ) -> Result<(), CpuError> {
         assert!(mem_len <= self.memory.len());
         let d = &self.driver;
         d.memset(self.status.full(), 0)
@@ -243,17 +267,19 @@ impl Launcher {
         let module = d.host_module([("k", kernel.host_kernel())]);
         let function = d.function(&module, "k").expect("the kernel");
         let stream = d.create_stream().expect("stream");
-        let params = launch_params(
-            args,
-            HiddenParams {
-                mem_base: self.memory.device_ptr(),
-                mem_len: mem_len as u64,
-                status: self.status.device_ptr(),
-                fuel,
-                time_limit,
-                grid: (config.grid.x, config.grid.y, config.grid.z),
-            },
-        );
+        let hidden = HiddenParams {
+            mem_base: self.memory.device_ptr(),
+            mem_len: mem_len as u64,
+            status: self.status.device_ptr(),
+            fuel,
+            time_limit,
+            grid: (config.grid.x, config.grid.y, config.grid.z),
+        };
+        let params = if own_grid {
+            own_grid_launch_params(args, hidden)
+        } else {
+            launch_params(args, hidden)
+        };
         let config = LaunchConfig {
             grid: one_block_each(config.grid),
             ..config
@@ -1033,6 +1059,90 @@ fn translated_kernels_run_natively() {
     )
     .expect("spin");
     assert_eq!(l.status().0, KernelTrap::OutOfFuel.code());
+}
+
+/// Each kernel variant runs the launches it serves exactly as the kernel
+/// for every launch does, and traps `LaunchMismatch` (writing nothing) on
+/// a launch it does not serve (misaligned arguments for the aligned copy;
+/// a grid spread over virtual blocks, or a time limit, for the own-grid
+/// variant): its own guard, in case the host's ever picks wrong.
+#[test]
+fn kernel_variants_serve_their_launches_and_trap_on_others() {
+    let mut rng = Rng::new("kernel_variants_serve_their_launches_and_trap_on_others");
+    let wasm = wat::parse_str(TRANSLATED).expect("the WAT parses");
+    let variant = |grid, bodies| {
+        let kernel =
+            translate_kernel_variant(&wasm, 4, KernelLimits::HOST, KernelVariant { grid, bodies })
+                .expect("the translator takes it");
+        let aligned = kernel.aligned_args.clone();
+        (lower("saxpy", (kernel.function, kernel.abi)), aligned)
+    };
+    const M: usize = 10_007;
+    let mem_len = 1 << 20;
+    let l = Launcher::new(mem_len);
+    let alpha = rng.float();
+    let x: Vec<f32> = (0..M).map(|_| rng.float()).collect();
+    let y: Vec<f32> = (0..M).map(|_| rng.float()).collect();
+    let want: Vec<u32> = (0..M).map(|i| (alpha * x[i] + y[i]).to_bits()).collect();
+    let check_timed = |kernel: &CpuKernel, x_at: usize, own_grid: bool, time: u64, serves: bool| {
+        let y_at = 8 * M + 64;
+        l.write_u32s(x_at, x.iter().map(|v| v.to_bits()));
+        l.write_u32s(y_at, y.iter().map(|v| v.to_bits()));
+        let args = [
+            KernelParam::F32(alpha),
+            i32p(x_at as u32),
+            i32p(y_at as u32),
+            i32p(M as u32),
+        ];
+        l.run_marked(
+            kernel,
+            config(M, 128),
+            &args,
+            mem_len,
+            1,
+            time,
+            false,
+            own_grid,
+        )
+        .expect("saxpy");
+        let got = l.read_u32s(y_at, M);
+        if serves {
+            assert_eq!(l.status(), (0, 0), "x at {x_at}, own grid {own_grid}");
+            assert!(got == want, "x at {x_at}, own grid {own_grid}: wrong y");
+        } else {
+            assert_eq!(
+                l.status().0,
+                KernelTrap::LaunchMismatch.code(),
+                "x at {x_at}, own grid {own_grid}"
+            );
+            let old: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
+            assert!(got == old, "a mismatched launch wrote y");
+        }
+    };
+    let check = |kernel: &CpuKernel, x_at: usize, own_grid: bool, serves: bool| {
+        check_timed(kernel, x_at, own_grid, u64::MAX, serves)
+    };
+    let (aligned, args) = variant(GridVariant::Any, BodyVariant::Aligned);
+    assert!(
+        !args.is_empty(),
+        "saxpy has an aligned copy: its x and y are assumed aligned"
+    );
+    check(&aligned, 16, false, true);
+    check(&aligned, 16, true, true);
+    check(&aligned, 17, false, false);
+    let (general, _) = variant(GridVariant::Any, BodyVariant::General);
+    check(&general, 17, false, true);
+    check(&general, 16, true, true);
+    let (own, _) = variant(GridVariant::Own, BodyVariant::Aligned);
+    check(&own, 16, true, true);
+    check(&own, 16, false, false);
+    // Its own grid, but with a time limit: the variant has no time checks.
+    check_timed(&own, 16, true, 1 << 40, false);
+    check_timed(&aligned, 16, true, 1 << 40, true);
+    check(&own, 18, true, false);
+    let (own_general, _) = variant(GridVariant::Own, BodyVariant::General);
+    check(&own_general, 18, true, true);
+    check(&own_general, 18, false, false);
 }
 
 #[test]

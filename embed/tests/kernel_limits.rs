@@ -418,7 +418,9 @@ fn the_compile_budget_and_the_compile_slots_are_quotas() {
 fn a_cached_kernel_is_checked_against_each_tenants_limits() {
     let w = world();
     let wat = Shape::Loads.wat(100);
-    let mut big = tenant(&w, &wat, TenantQuota::unlimited());
+    // The same quota but for the kernel's size: both tenants' launches
+    // want the same kernel variant (docs/kernels.md, "Kernel variants").
+    let mut big = tenant(&w, &wat, quota(KernelLimits::HOST));
     assert_eq!(kernel_get(&mut big), 0);
     let mut small = tenant(
         &w,

@@ -73,6 +73,41 @@ fn vector_add_and_saxpy_as_wasm_kernels() {
     assert_eq!(rt.kernel_cache().lowerings(), 2);
 }
 
+/// `kernel_get` makes the kernel's variant for aligned arguments only
+/// (`docs/kernels.md`, "Kernel variants"); the first launch with an
+/// argument it assumes aligned that is not makes the general variant
+/// (once), and runs it: right results, no trap.
+#[test]
+fn a_misaligned_launch_makes_and_runs_the_general_variant_once() {
+    let rt = runtime(1 << 20);
+    let misaligned = WASM_KERNELS.replace(
+        "(global $DATA i32 (i32.const 65536))",
+        "(global $DATA i32 (i32.const 65537))",
+    );
+    assert_ne!(misaligned, WASM_KERNELS);
+    let (mut store, instance) = instantiate(&rt, WASM_KERNELS);
+    let run = instance
+        .get_typed_func::<i32, i32>(&mut store, "run")
+        .unwrap();
+    assert_eq!(
+        futures::executor::block_on(run.call_async(&mut store, 1000)).unwrap(),
+        0
+    );
+    // vadd and saxpy: one variant each.
+    assert_eq!(rt.kernel_cache().lowerings(), 2);
+    let (mut other, instance) = instantiate(&rt, &misaligned);
+    let run = instance
+        .get_typed_func::<i32, i32>(&mut other, "run")
+        .unwrap();
+    for n in [1000, 4097] {
+        let status = futures::executor::block_on(run.call_async(&mut other, n)).unwrap();
+        assert_eq!(status, 0, "run({n}): {}", other.data().cuda.last_error());
+        // Another module (its bytes differ): its two kernels, each in
+        // both variants, made once.
+        assert_eq!(rt.kernel_cache().lowerings(), 6, "after run({n})");
+    }
+}
+
 #[test]
 fn traps_end_the_thread_not_the_process_and_write_nothing_outside() {
     let rt = runtime(1 << 16);

@@ -58,11 +58,16 @@ pub enum KernelTrap {
     /// An atomic access at an address that is not a multiple of its size
     /// (`docs/kernels.md`, "Atomics").
     HeapMisaligned = 12,
+    /// The host launched a kernel variant under an assumption the launch
+    /// does not meet ([`translate::KernelVariant`]): a host bug, never the
+    /// guest's doing. The variant checks its assumption once, at its
+    /// start, and stops before it touches anything.
+    LaunchMismatch = 13,
 }
 
 impl KernelTrap {
     /// Every trap, in code order.
-    pub const ALL: [KernelTrap; 12] = [
+    pub const ALL: [KernelTrap; 13] = [
         KernelTrap::Unreachable,
         KernelTrap::HeapOutOfBounds,
         KernelTrap::IntegerDivideByZero,
@@ -75,6 +80,7 @@ impl KernelTrap {
         KernelTrap::BadSignature,
         KernelTrap::StackOverflow,
         KernelTrap::HeapMisaligned,
+        KernelTrap::LaunchMismatch,
     ];
 
     /// The status-word code.
@@ -89,7 +95,7 @@ impl KernelTrap {
 
     /// The CLIF trap code the translator emits for it.
     pub fn trap_code(self) -> TrapCode {
-        // `user` is `None` only for 0; every code here is 1..=12.
+        // `user` is `None` only for 0; every code here is 1..=13.
         TrapCode::user(self as u8).unwrap_or(TrapCode::HEAP_OUT_OF_BOUNDS)
     }
 
@@ -113,6 +119,9 @@ impl KernelTrap {
             KernelTrap::BadSignature => "indirect call type mismatch",
             KernelTrap::StackOverflow => "call stack exhausted",
             KernelTrap::HeapMisaligned => "unaligned atomic",
+            KernelTrap::LaunchMismatch => {
+                "kernel variant launched against its assumption (a host bug)"
+            }
         }
     }
 }
@@ -634,7 +643,8 @@ mod tests {
         assert_eq!(KernelTrap::from_code(7), Some(KernelTrap::TimeLimit));
         assert_eq!(KernelTrap::from_code(11), Some(KernelTrap::StackOverflow));
         assert_eq!(KernelTrap::from_code(12), Some(KernelTrap::HeapMisaligned));
-        assert_eq!(KernelTrap::from_code(13), None);
+        assert_eq!(KernelTrap::from_code(13), Some(KernelTrap::LaunchMismatch));
+        assert_eq!(KernelTrap::from_code(14), None);
     }
 
     #[test]

@@ -14,7 +14,10 @@ use tensorwasm_core::{
     abi::tensor::TensorOp,
     lower::{
         status,
-        translate::{TranslatedKernel, WasmType, function_by_export, translate_kernel},
+        translate::{
+            BodyVariant, GridVariant, KernelLimits, KernelVariant, TranslatedKernel, WasmType,
+            function_by_export, translate_kernel_variant,
+        },
     },
 };
 use tensorwasm_embed::kernel::{
@@ -193,6 +196,13 @@ impl<'a, D: GpuDriver> Launch<'a, D> {
     }
 }
 
+/// The variant `kernel_get` makes for a guest with the device to itself
+/// (a full share, no time limit), which is how the benches launch.
+pub const KERNEL_GET_VARIANT: KernelVariant = KernelVariant {
+    grid: GridVariant::Own,
+    bodies: BodyVariant::Aligned,
+};
+
 /// A Wasm kernel of a guest module, translated, lowered and loaded.
 pub struct WasmKernel<D: GpuDriver> {
     pub translated: TranslatedKernel,
@@ -204,10 +214,14 @@ pub struct WasmKernel<D: GpuDriver> {
 }
 
 impl<D: KernelTarget> WasmKernel<D> {
-    /// Export `name` of `wasm`, as `kernel_get` makes it.
+    /// Export `name` of `wasm`, as `kernel_get` makes it for a guest with
+    /// the device to itself: the variant for launches of the guest's own
+    /// grid with aligned arguments ([`KERNEL_GET_VARIANT`]).
     pub fn load(d: &D, wasm: &[u8], name: &str) -> Result<WasmKernel<D>, String> {
         let index = function_by_export(wasm, name).map_err(|e| format!("{name}: {e}"))?;
-        let translated = translate_kernel(wasm, index).map_err(|e| format!("{name}: {e}"))?;
+        let translated =
+            translate_kernel_variant(wasm, index, KernelLimits::HOST, KERNEL_GET_VARIANT)
+                .map_err(|e| format!("{name}: {e}"))?;
         let module = d
             .load_kernel(&translated)
             .map_err(|e| format!("{name}: {e}"))?;
@@ -245,6 +259,16 @@ impl<D: KernelTarget> WasmKernel<D> {
     ) -> Launch<'_, D> {
         let mut wasm_args = args.to_vec();
         wasm_args.extend(self.globals.iter().copied());
+        let arg = |i: usize| match wasm_args.get(i) {
+            Some(KernelParam::I32(v)) => Some(*v as u32),
+            _ => None,
+        };
+        assert!(
+            self.translated
+                .admits_aligned(arg, guest.memory.len() as u64),
+            "{}: the benches launch the aligned variant with aligned arguments",
+            self.translated.name
+        );
         let params = own_grid_launch_params(
             &wasm_args,
             HiddenParams {

@@ -10,7 +10,7 @@ use tensorwasm_core::{
     GpuDriver, KernelParam, LaunchConfig,
     lower::{
         Lowerer,
-        translate::{function_by_export, translate_kernel},
+        translate::{KernelLimits, function_by_export, translate_kernel_variant},
     },
 };
 use tensorwasm_cuda::CudaDriver;
@@ -18,7 +18,7 @@ use tensorwasm_embed::kernel::{KernelTarget, ptx_target};
 
 use crate::common::{
     DeviceRecord, command_line,
-    kernels::{GuestMemory, Launch, WasmKernel},
+    kernels::{GuestMemory, KERNEL_GET_VARIANT, Launch, WasmKernel},
     stats::median,
     utc_timestamp, write_record,
 };
@@ -334,8 +334,11 @@ fn small_launches(
 }
 
 /// Item 3: each Wasm kernel's first load with no JIT cache (translate,
-/// lower, JIT), its translation and lowering timed alone too, against
-/// loading nvcc's PTX of every twin (one module) with no JIT cache.
+/// lower, JIT the variant `kernel_get` makes), its translation and
+/// lowering timed alone too, against loading nvcc's PTX of the same
+/// kernel alone (its entry cut out of the twins' PTX: one module a
+/// kernel, as ours are), and of every twin as one module, with no JIT
+/// cache.
 fn first_loads(
     d: &CudaDriver,
     modules: &[(Source, Vec<u8>)],
@@ -346,7 +349,7 @@ fn first_loads(
     let lowerer = ptx_target(d.device()).map_err(|e| e.to_string())?;
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     let mut kernels = Vec::new();
-    let mut total = 0.0;
+    let (mut total, mut nvcc_each_total) = (0.0, 0.0);
     for (source, wasm) in modules {
         let mut names: Vec<&'static str> = programs
             .iter()
@@ -358,25 +361,40 @@ fn first_loads(
         for name in names {
             let (mut load_ms, mut translate_ms, mut lower_ms) =
                 (Vec::new(), Vec::new(), Vec::new());
+            let mut ptx_lines = 0;
             for _ in 0..LOAD_REPS {
                 let start = Instant::now();
                 let index = function_by_export(wasm, name).map_err(|e| e.to_string())?;
-                let translated = translate_kernel(wasm, index).map_err(|e| e.to_string())?;
+                let translated =
+                    translate_kernel_variant(wasm, index, KernelLimits::HOST, KERNEL_GET_VARIANT)
+                        .map_err(|e| e.to_string())?;
                 translate_ms.push(ms(start));
                 let start = Instant::now();
-                lowerer
+                let ptx = lowerer
                     .lower(&translated.name, &translated.function, translated.abi)
                     .map_err(|e| e.to_string())?;
                 lower_ms.push(ms(start));
+                ptx_lines = ptx.lines().count();
                 let start = Instant::now();
                 drop(WasmKernel::load(&cold, wasm, name)?);
                 load_ms.push(ms(start));
             }
+            let alone = twin_ptx_alone(TWINS_PTX, name)?;
+            let mut twin_ms = Vec::new();
+            for _ in 0..LOAD_REPS {
+                let start = Instant::now();
+                drop(Twins::load(&cold, &alone, &[name])?);
+                twin_ms.push(ms(start));
+            }
             total += median(&load_ms);
+            nvcc_each_total += median(&twin_ms);
             kernels.push(json!({
                 "kernel": name, "source": source.label(),
                 "first_load_ms": median(&load_ms), "translate_ms": median(&translate_ms),
                 "lower_ms": median(&lower_ms), "first_load_ms_samples": load_ms,
+                "nvcc_alone_ms": median(&twin_ms), "nvcc_alone_ms_samples": twin_ms,
+                "ours_over_nvcc_alone": median(&load_ms) / median(&twin_ms),
+                "ptx_lines": ptx_lines, "nvcc_ptx_lines": alone.lines().count(),
             }));
         }
     }
@@ -389,20 +407,50 @@ fn first_loads(
     let nvcc = median(&nvcc_ms);
     println!(
         "\nfirst kernel_get, no JIT cache (translate, lower, JIT), {} kernels: {total:.1} ms in all \
-         ({:.2} ms each on average); module_load_ptx of nvcc's PTX of all {} twins: {nvcc:.1} ms \
+         ({:.2} ms each on average); module_load_ptx of nvcc's PTX of each kernel alone: \
+         {nvcc_each_total:.1} ms in all ({:.2}x); of all {} twins as one module: {nvcc:.1} ms \
          ({:.2}x)",
         kernels.len(),
         total / kernels.len().max(1) as f64,
+        total / nvcc_each_total,
         twin_names.len(),
         total / nvcc
     );
     Ok(json!({
         "jit_cache": "none: a driver without TENSORWASM_JIT_CACHE's cache for these loads",
         "cuda_cache_disable": std::env::var("CUDA_CACHE_DISABLE").ok(),
+        "variant": format!("{KERNEL_GET_VARIANT:?}"),
         "ours_total_ms": total,
+        "nvcc_alone_total_ms": nvcc_each_total,
+        "ours_over_nvcc_alone": total / nvcc_each_total,
         "nvcc_module_load_ms": nvcc,
         "nvcc_module_load_ms_samples": nvcc_ms,
         "ours_over_nvcc": total / nvcc,
         "kernels": kernels,
     }))
+}
+
+/// nvcc's PTX of the twin `name` alone: the module's header (everything
+/// before the first `// .globl`) and that entry's part.
+fn twin_ptx_alone(ptx: &str, name: &str) -> BenchResult<String> {
+    let first = ptx
+        .find("// .globl")
+        .ok_or("the twins' PTX has no `// .globl` entries")?;
+    let header = &ptx[..first];
+    let entry = format!(".entry {name}(");
+    let part = ptx[first..]
+        .split_inclusive('\n')
+        .fold(Vec::<String>::new(), |mut parts, line| {
+            if line.trim_start().starts_with("// .globl") || parts.is_empty() {
+                parts.push(String::new());
+            }
+            if let Some(last) = parts.last_mut() {
+                last.push_str(line);
+            }
+            parts
+        })
+        .into_iter()
+        .find(|p| p.contains(&entry))
+        .ok_or_else(|| format!("the twins' PTX has no entry {name}"))?;
+    Ok(format!("{header}{part}"))
 }

@@ -30,8 +30,8 @@ use tensorwasm_core::{
         LowerError, Lowerer, UnsupportedOp,
         ptx::PtxLowerer,
         translate::{
-            KernelGlobal, KernelLimits, KernelSize, StackWindow, TranslatedKernel, WasmType,
-            translate_kernel_within,
+            AlignedArg, KernelGlobal, KernelLimits, KernelSize, KernelVariant, StackWindow,
+            TranslatedKernel, WasmType, translate_kernel_variant,
         },
     },
     quota::{OwnedCharge, QuotaLedger},
@@ -318,10 +318,16 @@ pub struct LoadedKernel<D: GpuDriver> {
     /// Its size, callees inlined: a cache hit is checked against the
     /// asking tenant's limits with it.
     pub size: KernelSize,
+    /// The launches it serves (`docs/kernels.md`, "Kernel variants").
+    pub variant: KernelVariant,
+    /// What its aligned copy assumes of the arguments
+    /// ([`TranslatedKernel::aligned_args`]).
+    pub aligned_args: Vec<AlignedArg>,
 }
 
-/// A cache key: the module's identity and the function's index.
-type KernelKey = ((u64, usize), u32);
+/// A cache key: the module's identity, the function's index and the
+/// variant.
+type KernelKey = ((u64, usize), u32, KernelVariant);
 
 /// What a kernel being made is answered with.
 type Made<D> = Result<Arc<LoadedKernel<D>>, KernelError>;
@@ -357,28 +363,19 @@ enum Claim<D: GpuDriver> {
     Make,
 }
 
-impl<D: KernelTarget> KernelCache<D> {
-    /// The kernel of function `index` of `source`, made on first use, within
-    /// the host's caps ([`KernelLimits::HOST`]), on the calling thread.
-    pub fn get(
-        &self,
-        driver: &D,
-        source: &KernelSource,
-        index: u32,
-    ) -> Result<Arc<LoadedKernel<D>>, KernelError> {
-        self.get_within(driver, source, index, KernelLimits::HOST)
-    }
-
-    /// The kernel of function `index` of `source` if it is cached and fits
-    /// `limits` (`Some(Err(TooLarge))` when cached but larger).
+impl<D: GpuDriver> KernelCache<D> {
+    /// The kernel of function `index` of `source`, `variant`, if it is
+    /// cached and fits `limits` (`Some(Err(TooLarge))` when cached but
+    /// larger).
     pub fn lookup(
         &self,
         source: &KernelSource,
         index: u32,
+        variant: KernelVariant,
         limits: KernelLimits,
     ) -> Option<Result<Arc<LoadedKernel<D>>, KernelError>> {
         let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        let hit = entries.get(&(source.id, index))?;
+        let hit = entries.get(&(source.id, index, variant))?;
         Some(if limits.admits(hit.size) {
             Ok(Arc::clone(hit))
         } else {
@@ -393,6 +390,19 @@ impl<D: KernelTarget> KernelCache<D> {
             })))
         })
     }
+}
+
+impl<D: KernelTarget> KernelCache<D> {
+    /// The kernel of function `index` of `source`, made on first use, within
+    /// the host's caps ([`KernelLimits::HOST`]), on the calling thread.
+    pub fn get(
+        &self,
+        driver: &D,
+        source: &KernelSource,
+        index: u32,
+    ) -> Result<Arc<LoadedKernel<D>>, KernelError> {
+        self.get_within(driver, source, index, KernelLimits::HOST)
+    }
 
     /// As [`get`](Self::get), refusing a kernel larger than `limits`. The
     /// cache's locks are not held while a kernel is made, so a slow compile
@@ -405,35 +415,49 @@ impl<D: KernelTarget> KernelCache<D> {
         index: u32,
         limits: KernelLimits,
     ) -> Result<Arc<LoadedKernel<D>>, KernelError> {
-        match self.claim(source, index, limits) {
+        self.get_variant(driver, source, index, KernelVariant::ANY, limits)
+    }
+
+    /// As [`get_within`](Self::get_within), for the launches `variant`
+    /// serves.
+    pub fn get_variant(
+        &self,
+        driver: &D,
+        source: &KernelSource,
+        index: u32,
+        variant: KernelVariant,
+        limits: KernelLimits,
+    ) -> Result<Arc<LoadedKernel<D>>, KernelError> {
+        let key = (source.id, index, variant);
+        match self.claim(source, key, limits) {
             Claim::Ready(made) => made,
             Claim::Wait(answer) => answer.recv().unwrap_or_else(|_| {
                 Err(KernelError::Panicked(
                     "the kernel's make ended without an answer".into(),
                 ))
             }),
-            Claim::Make => self.make_and_publish(driver, source, index, limits),
+            Claim::Make => self.make_and_publish(driver, source, key, limits),
         }
     }
 
     /// Where a request for the kernel stands; `Make` registers the caller
     /// as its maker, who must then call [`make_and_publish`]
     /// (Self::make_and_publish).
-    fn claim(&self, source: &KernelSource, index: u32, limits: KernelLimits) -> Claim<D> {
+    fn claim(&self, source: &KernelSource, key: KernelKey, limits: KernelLimits) -> Claim<D> {
         // Lock order: `making`, then `entries` (in `lookup`); the maker
         // publishes in the same order.
         let mut making = self.making.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(hit) = self.lookup(source, index, limits) {
+        if let Some(hit) = self.lookup(source, key.1, key.2, limits) {
             return Claim::Ready(hit);
         }
-        match making.get_mut(&((source.id, index), limits)) {
+        match making.get_mut(&(key, limits)) {
             Some(waiters) => {
                 let (sent, answer) = mpsc::channel();
                 waiters.push(sent);
                 Claim::Wait(answer)
             }
             None => {
-                making.insert(((source.id, index), limits), Vec::new());
+                making.insert((key, limits), Vec::new());
                 Claim::Make
             }
         }
@@ -445,52 +469,50 @@ impl<D: KernelTarget> KernelCache<D> {
         &self,
         driver: &D,
         source: &KernelSource,
-        index: u32,
+        key: KernelKey,
         limits: KernelLimits,
     ) -> Made<D> {
         let made = panic::catch_unwind(AssertUnwindSafe(|| {
-            self.make(driver, source, index, limits)
+            self.make(driver, source, key.1, key.2, limits)
         }))
         .unwrap_or_else(|payload| Err(KernelError::Panicked(panic_text(&*payload))));
-        self.publish(source, index, limits, made)
+        self.publish(key, limits, made)
     }
 
     /// Ends the claimed make of the kernel with `made`: caches it if it was
     /// made, answers everyone who waited for it, and lets the next request
     /// claim it again if it failed.
-    fn publish(
-        &self,
-        source: &KernelSource,
-        index: u32,
-        limits: KernelLimits,
-        made: Made<D>,
-    ) -> Made<D> {
+    fn publish(&self, key: KernelKey, limits: KernelLimits, made: Made<D>) -> Made<D> {
         let mut making = self.making.lock().unwrap_or_else(PoisonError::into_inner);
         let made = made.map(|loaded| {
             let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-            Arc::clone(entries.entry((source.id, index)).or_insert(loaded))
+            Arc::clone(entries.entry(key).or_insert(loaded))
         });
-        for waiter in making
-            .remove(&((source.id, index), limits))
-            .unwrap_or_default()
-        {
+        for waiter in making.remove(&(key, limits)).unwrap_or_default() {
             // A waiter that gave up is gone: nobody to answer.
             let _ = waiter.send(made.clone());
         }
         made
     }
 
-    /// Translates, lowers and loads the kernel.
-    fn make(&self, driver: &D, source: &KernelSource, index: u32, limits: KernelLimits) -> Made<D> {
+    /// Translates, lowers and loads the kernel's `variant`.
+    fn make(
+        &self,
+        driver: &D,
+        source: &KernelSource,
+        index: u32,
+        variant: KernelVariant,
+        limits: KernelLimits,
+    ) -> Made<D> {
         let started = std::time::Instant::now();
-        let translated =
-            translate_kernel_within(source.wasm(), index, limits).map_err(KernelError::Lower)?;
+        let translated = translate_kernel_variant(source.wasm(), index, limits, variant)
+            .map_err(KernelError::Lower)?;
         let translate = started.elapsed();
         let module = driver.load_kernel(&translated)?;
         let function = driver
             .function(&module, &translated.name)
             .map_err(driver_error)?;
-        tracing::debug!(kernel = %translated.name, ?translate,
+        tracing::debug!(kernel = %translated.name, ?variant, ?translate,
             lower_and_jit = ?started.elapsed() - translate, "Wasm kernel made");
         self.lowerings.fetch_add(1, Ordering::Relaxed);
         Ok(Arc::new(LoadedKernel {
@@ -502,6 +524,8 @@ impl<D: KernelTarget> KernelCache<D> {
             name: translated.name.clone(),
             index,
             size: translated.size,
+            variant,
+            aligned_args: translated.aligned_args.clone(),
         }))
     }
 
@@ -528,7 +552,7 @@ pub struct CompileBounds {
 /// kernels at the caps on it). Only the pages touched are ever mapped.
 pub const COMPILE_STACK_BYTES: usize = 256 << 20;
 
-/// Makes the kernel of function `index` of `source` on a worker thread of
+/// Makes `variant` of the kernel of function `index` of `source` on a worker thread of
 /// its own (never the guest's fiber, whose stack is small, and never the
 /// executor's thread, which other guests share), within `bounds`.
 ///
@@ -542,17 +566,20 @@ pub const COMPILE_STACK_BYTES: usize = 256 << 20;
 /// kernel another request is making with the same limits waits for that
 /// make (within its own `bounds.wait`) and gives `compile_slot` back at
 /// once: one make, charged to the tenant that started it.
+#[allow(clippy::too_many_arguments)]
 pub fn compile_bounded<D: KernelTarget + Clone + 'static>(
     driver: &D,
     cache: &Arc<KernelCache<D>>,
     source: &KernelSource,
     index: u32,
+    variant: KernelVariant,
     bounds: CompileBounds,
     ledger: Arc<QuotaLedger>,
     compile_slot: OwnedCharge,
 ) -> DispatchFuture<Made<D>> {
     let (done, result) = dispatch();
-    let received = match cache.claim(source, index, bounds.limits) {
+    let key = (source.id, index, variant);
+    let received = match cache.claim(source, key, bounds.limits) {
         Claim::Ready(made) => {
             let _ = done.complete(made);
             return result;
@@ -571,7 +598,7 @@ pub fn compile_bounded<D: KernelTarget + Clone + 'static>(
                 .stack_size(COMPILE_STACK_BYTES)
                 .spawn(move || {
                     let start = Instant::now();
-                    let made = w_cache.make_and_publish(&w_driver, &w_source, index, bounds.limits);
+                    let made = w_cache.make_and_publish(&w_driver, &w_source, key, bounds.limits);
                     let spent = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
                     ledger.spend_compile_time(spent);
                     drop(compile_slot);
@@ -584,7 +611,7 @@ pub fn compile_bounded<D: KernelTarget + Clone + 'static>(
                     kind: ErrorKind::OutOfMemory,
                     message: format!("no compile worker could be started: {e}"),
                 });
-                let _ = done.complete(cache.publish(source, index, bounds.limits, failed));
+                let _ = done.complete(cache.publish(key, bounds.limits, failed));
                 return result;
             }
             received

@@ -390,7 +390,13 @@ impl<D: KernelTarget + Clone + 'static> WasiCudaCtx<D> {
                 let charge = self.charge(Resource::Functions, 1)?;
                 let loaded = self
                     .kernels
-                    .get_within(&self.driver, source, *index, self.compile_bounds.limits)
+                    .get_variant(
+                        &self.driver,
+                        source,
+                        *index,
+                        self.kernel_get_variant(),
+                        self.compile_bounds.limits,
+                    )
                     .map_err(|e| kernel_error(&e))?;
                 Ok(kernel_entry(&loaded, charge))
             }

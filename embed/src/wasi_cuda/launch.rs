@@ -13,12 +13,16 @@ use tensorwasm_core::{
     dispatch::dispatch,
     lower::{
         KernelAbi, KernelTrap, status,
-        translate::{KernelGlobal, WasmType},
+        translate::{KernelGlobal, KernelVariant, WasmType},
     },
     quota::{OwnedCharge, Resource},
 };
 
-use crate::{builtins::BuiltinFunction, kernel::KernelTarget, memory::GuestRegionInfo};
+use crate::{
+    builtins::BuiltinFunction,
+    kernel::{KernelTarget, LoadedKernel},
+    memory::GuestRegionInfo,
+};
 
 use super::{
     buffers::GuestBuffer,
@@ -51,6 +55,8 @@ enum LaunchState<D: GpuDriver> {
 struct Held<D: GpuDriver> {
     _buffers: Vec<GuestBuffer<D>>,
     _function: Launched<D>,
+    /// The kernel variant launched, when not the handle's own.
+    _variant: Option<Arc<LoadedKernel<D>>>,
     _memory: Option<GuestRegionInfo>,
     _charge: OwnedCharge,
 }
@@ -124,6 +130,15 @@ pub(crate) enum NotQueued {
     /// limit; `EQUOTA`: the tenant's quota): waiting for the guest's own
     /// launches may free one, and this is the error when none can.
     Full(AbiError),
+    /// A Wasm kernel's launch needs a variant of it that is not made yet
+    /// (`docs/kernels.md`, "Kernel variants"): once it is, the launch may
+    /// be tried again.
+    Compile {
+        /// The kernel's function index.
+        index: u32,
+        /// The variant.
+        variant: KernelVariant,
+    },
     /// Anything else, reported as it is.
     Failed(AbiError),
 }
@@ -196,6 +211,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             block,
             shared_mem_bytes,
         };
+        let mut variant: Option<Arc<LoadedKernel<D>>> = None;
         if let Some(kernel) = &function.kernel {
             check_kernel_args(kernel, &params, &buffers)?;
             if globals.len() != kernel.globals.len() {
@@ -242,6 +258,27 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                             format!("{shared_mem_bytes} bytes of shared memory per block"),
                         )
                     })?;
+            let own = [config.grid.x, config.grid.y, config.grid.z] == [grid.x, grid.y, grid.z]
+                && self.launch_time_ticks() == u64::MAX;
+            let needed = kernel.variant_for(&params, guest.len as u64, own);
+            if needed != kernel.variant {
+                let source = self.kernel_source.as_ref().ok_or_else(|| {
+                    AbiError::new(Errno::EDRIVER, "a Wasm kernel without its module")
+                })?;
+                match self
+                    .kernels
+                    .lookup(source, kernel.index, needed, self.compile_bounds.limits)
+                {
+                    Some(Ok(made)) => variant = Some(made),
+                    Some(Err(e)) => return Err(NotQueued::Failed(kernel_error(&e))),
+                    None => {
+                        return Err(NotQueued::Compile {
+                            index: kernel.index,
+                            variant: needed,
+                        });
+                    }
+                }
+            }
         }
         let kernel = function.kernel.as_ref().map(|k| k.name.clone());
         let is_kernel = kernel.is_some();
@@ -250,6 +287,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             _function: Launched::Handle {
                 _entry: Arc::clone(&function),
             },
+            _variant: variant.clone(),
             _memory: if uses_guest_memory || is_kernel {
                 region
             } else {
@@ -290,6 +328,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             };
             params.extend(grid_params.map(KernelParam::I64));
         }
+        let target = variant.as_ref().map_or(&function.function, |v| &v.function);
         self.clock_before_launch();
         // SAFETY: every pointer parameter was produced by the decoder inside
         // the guest's memory (device-addressable, checked) or by
@@ -299,13 +338,11 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         // (and, on CUDA, each size) is checked against the kernel by the
         // driver. A Wasm kernel gets the guest memory's base and current
         // length (every access it makes is checked against that length by
-        // the translated code) and its own status word. What raw PTX or a
-        // cubin does is the loaded module's responsibility: they are
-        // trusted code.
-        let queued = unsafe {
-            self.driver
-                .launch(&self.stream, &function.function, &config, &params)
-        };
+        // the translated code) and its own status word; a kernel variant
+        // (the launch entry holds it) checks the assumption it was made
+        // under before it touches memory. What raw PTX or a cubin does is
+        // the loaded module's responsibility: they are trusted code.
+        let queued = unsafe { self.driver.launch(&self.stream, target, &config, &params) };
         self.clock_after_launch();
         if let Err(e) = queued {
             let _ = self.launches.remove(handle);
@@ -456,7 +493,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         // time limit bounds the launch only while every physical block is
         // resident at once: with a limit, the grid is capped at the share
         // (100% is one wave of the device) even for a full share.
-        let cap = if self.launch_share_percent >= 100 && self.launch_time_ns == u64::MAX {
+        let cap = if self.launches_own_grid() {
             u64::MAX
         } else {
             share
@@ -473,6 +510,13 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             y: 1,
             z: 1,
         })
+    }
+
+    /// Whether every Wasm kernel launch of this guest runs the guest's grid
+    /// itself ([`physical_grid`](Self::physical_grid)): a full share of the
+    /// device and no launch time limit.
+    pub(super) fn launches_own_grid(&self) -> bool {
+        self.launch_share_percent >= 100 && self.launch_time_ns == u64::MAX
     }
 
     /// The status words of kernel launches, made (and zeroed) on first use.
@@ -567,6 +611,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             shared_mem_bytes: plan.shared_bytes,
         };
         let held = Held {
+            _variant: None,
             _buffers: held,
             _function: Launched::Builtin {
                 _entry: Arc::clone(&function),

@@ -36,12 +36,13 @@ use launch::NotQueued;
 use modules::KernelGet;
 use tensorwasm_core::{
     Dim3, GpuDriver,
-    abi::Handle,
+    abi::{AbiError, Errno, Handle},
     lower::{INTRINSIC_MODULE, Intrinsic, cooperative::CoopIntrinsic, math::MathIntrinsic},
 };
 use wait::Room;
 
 use crate::kernel::KernelTarget;
+use errors::kernel_error;
 use wasmtime::{Caller, Extern, FuncType, Linker, Val};
 
 /// The import module name.
@@ -142,17 +143,45 @@ async fn quiesce<T, D: GpuDriver>(
 /// ([`make_room`]) and tries again; it fails with the slot's error
 /// (`EQUOTA`, `ELIMIT`) only once the guest has nothing in flight whose
 /// end could free one. Each round retires at least one of the guest's
-/// launches and queues none, so it ends.
-async fn queue_launch<T, D: GpuDriver>(
+/// launches and queues none, so it ends. A Wasm kernel's launch that needs
+/// a variant not made yet (`docs/kernels.md`, "Kernel variants") suspends
+/// the guest while it compiles, as `kernel_get` does, and tries again
+/// (then the variant is cached); a failed compile fails the launch.
+async fn queue_launch<T, D>(
     caller: &mut Caller<'_, T>,
     get: GetCtx<T, D>,
     call: &str,
     mut attempt: impl FnMut(&mut Caller<'_, T>) -> Result<(), NotQueued>,
-) -> i32 {
+) -> i32
+where
+    T: Send + 'static,
+    D: KernelTarget + Clone + 'static,
+{
+    let mut compiled = false;
     loop {
         let full = match attempt(caller) {
             Ok(()) => return 0,
             Err(NotQueued::Failed(e)) => return get(caller.data_mut()).fail(call, e),
+            Err(NotQueued::Compile { index, variant }) => {
+                let ctx = get(caller.data_mut());
+                if compiled {
+                    // The cache keeps what it made: a second miss is a bug.
+                    let e = AbiError::new(
+                        Errno::EDRIVER,
+                        format!("kernel variant {variant:?} was made but is not cached"),
+                    );
+                    return ctx.fail(call, e);
+                }
+                compiled = true;
+                let compiling = match ctx.compile_variant(index, variant) {
+                    Ok(compiling) => compiling,
+                    Err(e) => return ctx.fail(call, e),
+                };
+                if let Err(e) = compiling.await {
+                    return get(caller.data_mut()).fail(call, kernel_error(&e));
+                }
+                continue;
+            }
             Err(NotQueued::Full(e)) => e,
         };
         match make_room(caller, get, call).await {

@@ -5,10 +5,13 @@
 use std::{sync::Arc, time::Duration};
 
 use tensorwasm_core::{
-    GpuDriver,
+    GpuDriver, KernelParam,
     abi::{self, AbiError, Errno, Handle},
     dispatch::DispatchFuture,
-    lower::translate::{KernelGlobal, StackWindow, WasmType},
+    lower::translate::{
+        AlignedArg, BodyVariant, GridVariant, KernelGlobal, KernelVariant, StackWindow, WasmType,
+        admits_aligned,
+    },
     quota::{OwnedCharge, Resource},
 };
 
@@ -68,6 +71,42 @@ pub(crate) struct KernelInfo {
     pub(super) globals: Arc<[KernelGlobal]>,
     /// Its threads' shadow-stack window.
     pub(super) stack_window: Option<StackWindow>,
+    /// Its function index in the guest's module.
+    pub(super) index: u32,
+    /// The variant the handle's function is (`docs/kernels.md`, "Kernel
+    /// variants"): a launch it does not serve runs another.
+    pub(super) variant: KernelVariant,
+    /// What the aligned copy assumes of the arguments.
+    pub(super) aligned_args: Arc<[AlignedArg]>,
+}
+
+impl KernelInfo {
+    /// The variant a launch with `params` (the Wasm arguments, then the
+    /// globals' launch values) over a memory of `mem_len` bytes runs;
+    /// `own_grid` when the host launches the guest's grid itself without a
+    /// time limit.
+    pub(super) fn variant_for(
+        &self,
+        params: &[KernelParam],
+        mem_len: u64,
+        own_grid: bool,
+    ) -> KernelVariant {
+        let grid = match self.variant.grid {
+            GridVariant::Own if own_grid => GridVariant::Own,
+            _ => GridVariant::Any,
+        };
+        let arg = |i: usize| match params.get(i) {
+            Some(KernelParam::I32(v)) => Some(*v as u32),
+            _ => None,
+        };
+        let bodies = match self.variant.bodies {
+            BodyVariant::Aligned if !admits_aligned(&self.aligned_args, arg, mem_len) => {
+                BodyVariant::General
+            }
+            bodies => bodies,
+        };
+        KernelVariant { grid, bodies }
+    }
 }
 
 impl<D: GpuDriver> WasiCudaCtx<D> {
@@ -202,28 +241,68 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         };
         let index = self.kernel_names.resolve(mem.bytes, source.wasm(), name)?;
         let charge = self.charge(Resource::Functions, 1)?;
-        let bounds = self.compile_bounds;
-        if let Some(hit) = self.kernels.lookup(source, index, bounds.limits) {
+        let variant = self.kernel_get_variant();
+        if let Some(hit) = self
+            .kernels
+            .lookup(source, index, variant, self.compile_bounds.limits)
+        {
             return Ok(KernelGet::Ready(hit.map_err(|e| kernel_error(&e))?, charge));
         }
+        let compiling = self.compile_variant(index, variant)?;
+        Ok(KernelGet::Compiling(compiling, charge))
+    }
+
+    /// The variant `kernel_get` makes (`docs/kernels.md`, "Kernel
+    /// variants"): the aligned copy alone, and the guest's own grid alone
+    /// when this guest's launches always run it (a full share of the
+    /// device and no time limit). A launch it does not serve makes the
+    /// variant it needs then.
+    pub(super) fn kernel_get_variant(&self) -> KernelVariant {
+        KernelVariant {
+            grid: if self.launches_own_grid() {
+                GridVariant::Own
+            } else {
+                GridVariant::Any
+            },
+            bodies: BodyVariant::Aligned,
+        }
+    }
+
+    /// Starts the compile of `variant` of the kernel of function `index`
+    /// of the guest's module on a worker ([`compile_bounded`]), within the
+    /// tenant's compile bounds, charged to its compile budget.
+    pub(crate) fn compile_variant(
+        &mut self,
+        index: u32,
+        variant: KernelVariant,
+    ) -> Result<DispatchFuture<MadeKernel<D>>, AbiError>
+    where
+        D: Clone + 'static,
+    {
+        let Some(source) = &self.kernel_source else {
+            return Err(AbiError::new(
+                Errno::ENOTSUP,
+                "the host did not register this guest's module for Wasm kernels",
+            ));
+        };
         // A compile costs the tenant time: refuse once its budget is spent,
         // and wait no longer than what is left of it.
         let left = self.ledger.compile_time_left()?;
         let slot = self.charge(Resource::Compiles, 1)?;
         let bounds = CompileBounds {
-            wait: bounds.wait.min(Duration::from_nanos(left)),
-            ..bounds
+            wait: self.compile_bounds.wait.min(Duration::from_nanos(left)),
+            ..self.compile_bounds
         };
-        let compiling = compile_bounded(
+        Ok(compile_bounded(
             &self.driver,
             &self.kernels,
             source,
             index,
+            variant,
             bounds,
             Arc::clone(&self.ledger),
             slot,
-        );
-        Ok(KernelGet::Compiling(compiling, charge))
+        ))
     }
 
     /// The second half of `kernel_get`: the kernel is made (or failed);
@@ -241,6 +320,9 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
     }
 }
 
+/// What a kernel's compile ends with.
+pub(crate) type MadeKernel<D> = Result<Arc<LoadedKernel<D>>, KernelError>;
+
 /// A function handle's entry for a made Wasm kernel, paid by `charge`.
 pub(crate) fn kernel_entry<D: GpuDriver>(
     loaded: &LoadedKernel<D>,
@@ -256,6 +338,9 @@ pub(crate) fn kernel_entry<D: GpuDriver>(
             params: loaded.params.clone(),
             globals: loaded.globals.clone().into(),
             stack_window: loaded.stack_window,
+            index: loaded.index,
+            variant: loaded.variant,
+            aligned_args: loaded.aligned_args.clone().into(),
         }),
     })
 }

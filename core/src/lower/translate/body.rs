@@ -27,7 +27,7 @@ use wasmparser::{BlockType, BrTable, MemArg, Operator, ValType};
 
 use super::detect::{Cooperation, op_name};
 use super::module::{ConstValue, GlobalKind, ModuleInfo, invalid};
-use super::{KernelGlobal, WasmType};
+use super::{GridVariant, KernelGlobal, WasmType};
 use crate::lower::atomic::AtomicIntrinsic;
 use crate::lower::cooperative::CoopIntrinsic;
 use crate::lower::math::MathIntrinsic;
@@ -66,6 +66,7 @@ pub(super) fn translate(
     globals: &[KernelGlobal],
     stack: Option<(u32, u64)>,
     cooperation: Cooperation,
+    grid: GridVariant,
 ) -> Result<(Function, bool, Option<[Value; 4]>), LowerError> {
     let once = |plan| {
         translate_once(
@@ -75,6 +76,7 @@ pub(super) fn translate(
             globals,
             stack,
             cooperation,
+            grid,
             plan,
         )
     };
@@ -103,6 +105,7 @@ struct Translation {
 /// function, the placements it found (without `plan`), how many other
 /// operations reach the window by address (atomics, bulk memory: each
 /// spills and reloads a promoted window), and the shared bounds.
+#[allow(clippy::too_many_arguments)]
 fn translate_once(
     module: &ModuleInfo<'_>,
     func_index: u32,
@@ -110,6 +113,7 @@ fn translate_once(
     globals: &[KernelGlobal],
     stack: Option<(u32, u64)>,
     cooperation: Cooperation,
+    grid_variant: GridVariant,
     plan: Option<&[Placement]>,
 ) -> Result<Translation, LowerError> {
     let abi = KernelAbi {
@@ -220,6 +224,7 @@ fn translate_once(
         spill_sites: 0,
         sites: 0,
         views: simd::Views::default(),
+        untimed: grid_variant == GridVariant::Own,
     };
     let def = module
         .defined(func_index)
@@ -236,7 +241,11 @@ fn translate_once(
         .func
         .params
         .ensure_base_srcloc(SourceLoc::new(0));
-    translator.virtual_blocks(grid, fuel_param, body_srcloc, |t| {
+    let run = match grid_variant {
+        GridVariant::Any => Translator::virtual_blocks,
+        GridVariant::Own => Translator::own_block,
+    };
+    run(&mut translator, grid, fuel_param, body_srcloc, &mut |t| {
         // A trap here carries the kernel body's offset.
         t.builder.set_srcloc(body_srcloc);
         for g in &t.globals {
@@ -322,6 +331,9 @@ struct Translator<'m, 'a, 'f> {
     sites: i32,
     /// The typed lanes `v128` words were packed from (`simd`).
     views: simd::Views,
+    /// The launches have no time limit ([`GridVariant::Own`]): no time
+    /// checks.
+    untimed: bool,
 }
 
 /// A thread's copy of a mutable global.
@@ -491,7 +503,7 @@ impl<'m> Translator<'m, '_, '_> {
         grid: [Value; 3],
         fuel: Value,
         body_srcloc: SourceLoc,
-        body: impl FnOnce(&mut Self) -> Result<bool, LowerError>,
+        body: &mut dyn FnMut(&mut Self) -> Result<bool, LowerError>,
     ) -> Result<(), LowerError> {
         let physical = |which: Intrinsic, t: &mut Self| {
             let v = t.hidden.intrinsics[which.index()];
@@ -681,6 +693,55 @@ impl<'m> Translator<'m, '_, '_> {
         Ok(())
     }
 
+    /// The kernel for launches of the guest's grid itself without a time
+    /// limit only ([`GridVariant::Own`]): the block index is `ctaid`, and
+    /// the body runs once with fresh fuel, no loop and no time checks. A
+    /// launch the host did not mark as its own grid
+    /// ([`KernelAbi::own_grid_params`]), or one with a time limit, traps
+    /// `LaunchMismatch` first.
+    fn own_block(
+        &mut self,
+        grid: [Value; 3],
+        fuel: Value,
+        body_srcloc: SourceLoc,
+        body: &mut dyn FnMut(&mut Self) -> Result<bool, LowerError>,
+    ) -> Result<(), LowerError> {
+        // The entry block ends in a jump (the copy for aligned arguments,
+        // `specialize`, replaces it).
+        let enter = self.builder.create_block();
+        self.builder.ins().jump(enter, &[]);
+        self.builder.seal_block(enter);
+        self.builder.switch_to_block(enter);
+        self.builder.set_srcloc(body_srcloc);
+        let own_grid = (u64::from(KernelAbi::OWN_GRID) << 32) as i64;
+        let own =
+            self.builder
+                .ins()
+                .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, grid[0], own_grid);
+        let untimed = self
+            .builder
+            .ins()
+            .icmp_imm_s(IntCC::Equal, self.hidden.time_limit, -1);
+        let serves = self.builder.ins().band(own, untimed);
+        self.builder
+            .ins()
+            .trapz(serves, KernelTrap::LaunchMismatch.trap_code());
+        // `ctaid` and `nctaid` (the intrinsics' physical values) are the
+        // guest's block index and grid: the host marks only a launch of
+        // the guest's grid itself.
+        self.builder.def_var(self.fuel, fuel);
+        if self.hidden.cooperative {
+            self.runtime_call(RuntimeCheck::BlockBegin, &[]);
+        }
+        if body(self)? {
+            if self.hidden.cooperative {
+                self.runtime_call(RuntimeCheck::BlockDone, &[]);
+            }
+            self.builder.ins().return_(&[]);
+        }
+        Ok(())
+    }
+
     /// Ends the current block in a branch on `one_d`: a 1-D grid's block
     /// `v` (`v32` its low bits) jumps to `start` as index `(v, 0, 0)`; the
     /// returned block (switched to, not sealed) is the other grids' path.
@@ -718,6 +779,9 @@ impl<'m> Translator<'m, '_, '_> {
     /// own: no memory is read, so a check every thread makes costs no
     /// shared traffic.
     fn time_check(&mut self) {
+        if self.untimed {
+            return;
+        }
         let Hidden {
             time_limit,
             clock,

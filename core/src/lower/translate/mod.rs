@@ -167,6 +167,84 @@ pub struct StackWindow {
     pub registers: bool,
 }
 
+/// Which launches a translation serves (`docs/kernels.md`, "Kernel
+/// variants"). The host knows, before each launch, whether the launch runs
+/// the guest's grid itself and whether the arguments the aligned copy
+/// assumes aligned are ([`TranslatedKernel::aligned_args`]); a variant made
+/// for one kind of launch leaves out the code the others need, so the
+/// driver's JIT compiles less. The default serves every launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KernelVariant {
+    /// The launches' grid.
+    pub grid: GridVariant,
+    /// The bodies it holds.
+    pub bodies: BodyVariant,
+}
+
+impl KernelVariant {
+    /// Every launch: the virtual-block loop and both bodies.
+    pub const ANY: KernelVariant = KernelVariant {
+        grid: GridVariant::Any,
+        bodies: BodyVariant::Both,
+    };
+}
+
+/// The grid a [`KernelVariant`] runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GridVariant {
+    /// Any launch: the loop over virtual blocks (`docs/kernels.md`,
+    /// "Virtual blocks").
+    #[default]
+    Any,
+    /// Only launches of the guest's grid itself
+    /// ([`KernelAbi::own_grid_params`]) without a time limit
+    /// (`time_limit` `u64::MAX`): each thread runs its own block once, no
+    /// loop, no time checks. Another launch traps
+    /// [`KernelTrap::LaunchMismatch`](super::KernelTrap::LaunchMismatch)
+    /// before it touches anything.
+    Own,
+}
+
+/// The bodies a [`KernelVariant`] holds (the aligned copy: `specialize`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BodyVariant {
+    /// Both, the entry choosing by the arguments and the memory's length.
+    #[default]
+    Both,
+    /// Only the aligned copy, when the kernel has one (else the one body
+    /// there is): for launches that meet [`TranslatedKernel::aligned_args`]
+    /// and whose memory's length is within [`ALIGNED_MEMORY_LEN`]. Another
+    /// launch traps
+    /// [`KernelTrap::LaunchMismatch`](super::KernelTrap::LaunchMismatch)
+    /// before it touches anything.
+    Aligned,
+    /// Only the body for any arguments: what a launch that does not meet
+    /// the aligned copy's assumption runs.
+    General,
+}
+
+/// The memory lengths (bytes) the aligned copy runs on: one page to 4 GiB
+/// less 16 MiB (`docs/kernels.md`, "The launch").
+pub const ALIGNED_MEMORY_LEN: core::ops::RangeInclusive<u64> =
+    (specialize::BOUNDED_MIN_LEN as u64)..=(specialize::BOUNDED_LEN as u64);
+
+/// An argument the aligned copy assumes aligned: its low `bits` bits are
+/// zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AlignedArg {
+    /// Its index among the kernel's Wasm parameters (an `i32` one).
+    pub param: usize,
+    /// How many low bits are zero.
+    pub bits: u32,
+}
+
+impl AlignedArg {
+    /// Whether `value` (the argument, as the kernel reads it) meets it.
+    pub fn admits(self, value: u32) -> bool {
+        value & ((1u32 << self.bits) - 1) == 0
+    }
+}
+
 /// A kernel translated to CLIF.
 #[derive(Clone, Debug)]
 pub struct TranslatedKernel {
@@ -189,6 +267,37 @@ pub struct TranslatedKernel {
     pub stack_window: Option<StackWindow>,
     /// Its size, every callee inlined.
     pub size: KernelSize,
+    /// The variant it was translated for.
+    pub variant: KernelVariant,
+    /// What the aligned copy assumes of the arguments (with the memory's
+    /// length within [`ALIGNED_MEMORY_LEN`]); empty when the kernel has
+    /// no aligned copy, and then [`BodyVariant::Aligned`] and
+    /// [`BodyVariant::General`] translate the same code.
+    pub aligned_args: Vec<AlignedArg>,
+}
+
+impl TranslatedKernel {
+    /// Whether a launch with Wasm arguments `args` (the `i32` ones read
+    /// as `u32`, by parameter index: `None` for others) over a memory of
+    /// `mem_len` bytes may run the aligned copy
+    /// ([`BodyVariant::Aligned`]).
+    pub fn admits_aligned(&self, args: impl Fn(usize) -> Option<u32>, mem_len: u64) -> bool {
+        admits_aligned(&self.aligned_args, args, mem_len)
+    }
+}
+
+/// [`TranslatedKernel::admits_aligned`] for a kernel whose aligned copy
+/// assumes `aligned_args`.
+pub fn admits_aligned(
+    aligned_args: &[AlignedArg],
+    args: impl Fn(usize) -> Option<u32>,
+    mem_len: u64,
+) -> bool {
+    aligned_args.is_empty()
+        || (ALIGNED_MEMORY_LEN.contains(&mem_len)
+            && aligned_args
+                .iter()
+                .all(|a| args(a.param).is_some_and(|v| a.admits(v))))
 }
 
 /// Translates function `func_index` (in the Wasm function index space:
@@ -211,6 +320,16 @@ pub fn translate_kernel_within(
     wasm: &[u8],
     func_index: u32,
     limits: KernelLimits,
+) -> Result<TranslatedKernel, LowerError> {
+    translate_kernel_variant(wasm, func_index, limits, KernelVariant::ANY)
+}
+
+/// [`translate_kernel_within`] for the launches `variant` serves.
+pub fn translate_kernel_variant(
+    wasm: &[u8],
+    func_index: u32,
+    limits: KernelLimits,
+    variant: KernelVariant,
 ) -> Result<TranslatedKernel, LowerError> {
     let mut module = module::ModuleInfo::parse(wasm)?;
     let params = module.kernel_params(func_index)?;
@@ -241,6 +360,7 @@ pub fn translate_kernel_within(
         &globals,
         detected.stack,
         detected.cooperation,
+        variant.grid,
     )?;
     let abi = KernelAbi {
         wasm_params: params.len() + globals.len(),
@@ -251,16 +371,33 @@ pub fn translate_kernel_within(
         .ok_or_else(|| LowerError::Invalid(String::from("translator: no entry block")))?;
     let mem_base = function.dfg.block_params(entry)[abi.hidden(KernelAbi::MEM_BASE)];
     let mem_len = function.dfg.block_params(entry)[abi.hidden(KernelAbi::MEM_LEN)];
-    let specialized = specialize::specialize_for_aligned_arguments(
-        &mut function,
-        abi.wasm_params,
-        mem_base,
-        mem_len,
-    );
-    let unspecialized = specialized.as_deref().unwrap_or_default();
+    let (specialized, aligned_args) = match variant.bodies {
+        BodyVariant::General => (None, Vec::new()),
+        bodies => {
+            let only = bodies == BodyVariant::Aligned;
+            match specialize::specialize_for_aligned_arguments(
+                &mut function,
+                abi.wasm_params,
+                mem_base,
+                mem_len,
+                only,
+            ) {
+                Some((body, assumed)) => (Some(body), assumed),
+                None => (None, Vec::new()),
+            }
+        }
+    };
+    // The aligned copy alone: the original body is unreachable.
+    straighten::remove_unreachable(&mut function);
+    let unspecialized: Vec<_> = specialized
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|&b| function.layout.is_block_inserted(b))
+        .collect();
     align::drop_proven_alignment_tests(&mut function);
     counted::charge_counted_loops(&mut function);
-    version::version_loops(&mut function, mem_base, unspecialized);
+    version::version_loops(&mut function, mem_base, &unspecialized);
     let mut limits = limits::GuestLimits::new(&function, specialized.is_some())
         .ok_or_else(|| LowerError::Invalid(String::from("translator: no entry block")))?;
     merge::merge_bounds_tests(&mut function, shared_bounds.as_ref(), &mut limits);
@@ -269,6 +406,7 @@ pub fn translate_kernel_within(
     let blocks: Vec<_> = function.layout.blocks().collect();
     version::drop_unused(&mut function, &blocks);
     straighten::straighten(&mut function);
+    straighten::remove_unreachable(&mut function);
 
     #[cfg(debug_assertions)]
     {
@@ -291,6 +429,8 @@ pub fn translate_kernel_within(
             registers,
         }),
         size: detected.size,
+        variant,
+        aligned_args,
     })
 }
 

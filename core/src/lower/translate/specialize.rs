@@ -25,6 +25,13 @@
 //! runs for misaligned pointers, rarely, and keeps every check (which
 //! halves the code the kernel adds).
 //!
+//! Made for launches that meet the assumption only
+//! ([`BodyVariant::Aligned`](super::BodyVariant::Aligned)), the entry's
+//! other way goes to a trap (`LaunchMismatch`) instead of the original
+//! body, which the translator then drops: the host checks the arguments
+//! and the memory's length before the launch and launches the general
+//! variant when they fail, so the driver compiles one body, not two.
+//!
 //! The copy also runs only on memories of [`BOUNDED_MIN_LEN`] (one page)
 //! to [`BOUNDED_LEN`] bytes (4 GiB less 16 MiB: every memory but the empty
 //! one and the largest few hundred page counts). There `merge` may test
@@ -41,8 +48,10 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::I32;
 use cranelift_codegen::ir::{Block, BlockArg, Function, InstBuilder, InstructionData, Value};
 
+use super::AlignedArg;
 use super::align::{guest_accesses, unproven_accesses};
 use super::copy::copy_blocks;
+use crate::lower::KernelTrap;
 
 /// The most arguments the analysis considers (the first `i32` ones): each
 /// costs up to four runs of the alignment analysis over the kernel, and a
@@ -62,15 +71,18 @@ const MAX_KERNEL_INSTS: usize = 4096;
 /// Makes the aligned-argument copy of `func` when it proves some access
 /// aligned (module docs); the blocks of the original body (which runs only
 /// when an argument is not aligned or the memory's length is outside
-/// [`BOUNDED_MIN_LEN`]..=[`BOUNDED_LEN`]) if it did. `wasm_params` are the kernel's Wasm
-/// parameters (the first entry parameters), `mem_base` and `mem_len` its
-/// memory's base and length.
+/// [`BOUNDED_MIN_LEN`]..=[`BOUNDED_LEN`]) if it did, with the arguments
+/// assumed aligned. `wasm_params` are the kernel's Wasm parameters (the
+/// first entry parameters), `mem_base` and `mem_len` its memory's base and
+/// length. With `only`, a launch that fails the test traps
+/// `LaunchMismatch` instead of running the original body (now unreachable).
 pub(super) fn specialize_for_aligned_arguments(
     func: &mut Function,
     wasm_params: usize,
     mem_base: Value,
     mem_len: Value,
-) -> Option<Vec<Block>> {
+    only: bool,
+) -> Option<(Vec<Block>, Vec<AlignedArg>)> {
     let entry = func.layout.entry_block()?;
     let size: usize = func
         .layout
@@ -85,6 +97,14 @@ pub(super) fn specialize_for_aligned_arguments(
         return None;
     }
     let assumed = choose(func, entry, wasm_params, mem_base)?;
+    let params = func.dfg.block_params(entry);
+    let described: Vec<AlignedArg> = assumed
+        .iter()
+        .filter_map(|&(argument, bits)| {
+            let param = params.iter().position(|&p| p == argument)?;
+            Some(AlignedArg { param, bits })
+        })
+        .collect();
 
     // The masked arguments and the test, before the entry's jump.
     let srcloc = func.srcloc(jump);
@@ -125,13 +145,22 @@ pub(super) fn specialize_for_aligned_arguments(
         .collect();
     let index = body.iter().position(|&b| b == target)?;
     let copy_target = copy.blocks[index];
-    let plain: Vec<BlockArg> = args.iter().map(|&v| v.into()).collect();
     let mapped: Vec<BlockArg> = args.iter().map(|&v| copy.value(v).into()).collect();
+    let (other, plain): (Block, Vec<BlockArg>) = if only {
+        let mismatch = func.dfg.make_block();
+        func.layout.append_block(mismatch);
+        let mut pos = FuncCursor::new(func)
+            .at_bottom(mismatch)
+            .with_srcloc(srcloc);
+        pos.ins().trap(KernelTrap::LaunchMismatch.trap_code());
+        (mismatch, Vec::new())
+    } else {
+        (target, args.iter().map(|&v| v.into()).collect())
+    };
     let mut pos = FuncCursor::new(func).at_inst(jump).with_srcloc(srcloc);
-    pos.ins()
-        .brif(aligned, copy_target, &mapped, target, &plain);
+    pos.ins().brif(aligned, copy_target, &mapped, other, &plain);
     func.layout.remove_inst(jump);
-    Some(body)
+    Some((body, described))
 }
 
 /// The arguments to assume aligned, each with its low zero bits: `None`

@@ -221,6 +221,36 @@ fn merge(func: &mut Function, block: Block, next: Block) {
     func.layout.remove_block(next);
 }
 
+/// Removes the blocks no path from the entry reaches (a variant's entry
+/// that no longer branches to the other variant's body leaves it behind).
+pub(super) fn remove_unreachable(func: &mut Function) {
+    let Some(entry) = func.layout.entry_block() else {
+        return;
+    };
+    let mut seen = BTreeSet::new();
+    let mut work = alloc::vec![entry];
+    seen.insert(entry);
+    while let Some(block) = work.pop() {
+        let Some(last) = func.layout.last_inst(block) else {
+            continue;
+        };
+        let dfg = &func.dfg;
+        for call in dfg.insts[last].branch_destination(&dfg.jump_tables, &dfg.exception_tables) {
+            let to = call.block(&dfg.value_lists);
+            if seen.insert(to) {
+                work.push(to);
+            }
+        }
+    }
+    let dead: Vec<Block> = func.layout.blocks().filter(|b| !seen.contains(b)).collect();
+    for block in dead {
+        while let Some(inst) = func.layout.first_inst(block) {
+            func.layout.remove_inst(inst);
+        }
+        func.layout.remove_block(block);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use alloc::vec::Vec;
