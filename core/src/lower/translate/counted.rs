@@ -54,8 +54,9 @@ struct Counted {
     /// The header's fuel test (`trapz`) and its location.
     fuel_test: Inst,
     srcloc: SourceLoc,
-    /// The header's time check, its `trapnz` first, then what computes it.
-    time_check: [Inst; 4],
+    /// The header's time check, its `trapnz` first, then what computes it
+    /// (none in a kernel for launches without a time limit).
+    time_check: Option<[Inst; 4]>,
     /// The entry `jump`s, each with its fuel argument and trip count.
     entries: Vec<(Inst, Value, i64)>,
 }
@@ -77,7 +78,7 @@ pub(super) fn charge_counted_loops(func: &mut Function) -> usize {
             pos.ins().trapnz(short, KernelTrap::OutOfFuel.trap_code());
         }
         func.layout.remove_inst(loop_.fuel_test);
-        for &inst in &loop_.time_check {
+        for &inst in loop_.time_check.iter().flatten() {
             func.layout.remove_inst(inst);
         }
     }
@@ -119,7 +120,7 @@ fn counted(
             _ => {}
         }
     }
-    let ((fuel_test, fuel), time_check) = (fuel_test?, time_check?);
+    let (fuel_test, fuel) = fuel_test?;
     let form = loop_form(func, cfg, header, blocks)?;
     if minus_one(func, form.back[fuel]) != Some(params[fuel]) {
         return None;

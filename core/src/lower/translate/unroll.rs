@@ -3,13 +3,16 @@
 //! count known at its entry; a small body run once per pass still makes
 //! the GPU wait on each pass's loads before it can issue the next pass's
 //! (ptxas left the matmul's copy, with its time check's branch to a trap
-//! stub, not unrolled; nvcc unrolls the twin's loop by 16). So the copy
-//! gets more copies chained one after another, the *links*: [`FACTOR`]
-//! (four links made the benchmark's matmul 1.00x of nvcc on an H100, eight
-//! 1.06x), or [`WIDE_FACTOR`] for a body of at most [`NARROW_LOADS`] loads
-//! and half the size (a column sum's one load a pass kept eight loads in
-//! flight where nvcc's twin, unrolled four times by NVVM and four by
-//! ptxas, kept sixteen):
+//! stub, not unrolled; nvcc unrolls the twin's loop by 16). So the copy of
+//! a body of at most [`NARROW_LOADS`] loads and [`MAX_BODY_INSTS`]
+//! instructions gets more copies chained one after another, the *links*:
+//! [`FACTOR`] (a column sum's one load a pass kept eight loads in flight
+//! with eight links where nvcc's twin, unrolled four times by NVVM and four
+//! by ptxas, kept sixteen). Wider bodies are left to ptxas: chained, a
+//! triangular solve's four loads a pass (a C loop LLVM had unrolled twice)
+//! ran 1.5x slower with eight links and 2x with four on an H200 than not
+//! chained at all, which ptxas unrolled and scheduled itself (at nvcc's
+//! speed):
 //!
 //! - a *dispatch* block with the header's parameters (and, where no
 //!   header parameter counts the passes left, one more: the passes left)
@@ -20,9 +23,10 @@
 //!   on, and the back edge a `jump` to the next link's header; the last
 //!   link's back edge goes to the dispatch block (with the passes left
 //!   less the links), its exit stays;
-//! - only the first link reads the clock: the chain is a few passes of
-//!   a body without loops between two time checks, bounded work as a
-//!   counted loop's passes are (`counted`).
+//! - only the first link reads the clock (a kernel for launches without a
+//!   time limit has no time checks): the chain is a few passes of a body
+//!   without loops between two time checks, bounded work as a counted
+//!   loop's passes are (`counted`).
 //!
 //! The loop versioning's entry test then branches to the dispatch block
 //! instead of the copy's header.
@@ -42,17 +46,13 @@ use super::counted::clock_chain;
 use crate::lower::KernelTrap;
 
 /// Links of a chain.
-const FACTOR: i64 = 8;
+const FACTOR: i64 = 16;
 
-/// Links of a chain whose body has at most [`NARROW_LOADS`] loads and at
-/// most half of [`MAX_BODY_INSTS`] instructions.
-const WIDE_FACTOR: i64 = 16;
-
-/// The most loads of a body chained [`WIDE_FACTOR`] times.
+/// The most loads of a body that is chained.
 const NARROW_LOADS: usize = 2;
 
 /// The most instructions a copy may have to be unrolled.
-const MAX_BODY_INSTS: usize = 96;
+const MAX_BODY_INSTS: usize = 48;
 
 /// What tells the dispatch block how many passes are left.
 #[derive(Clone, Copy, Debug)]
@@ -68,7 +68,7 @@ pub(super) enum Remaining {
 /// Unrolls the versioned copy `blocks` (header `header`, back edge `latch`,
 /// exit test `exit`, a `brif` whose destination `leaving` leaves the loop;
 /// module docs); the dispatch block to enter it by, or `None` when it is
-/// not unrolled (too large, or not of the expected shape).
+/// not unrolled (too large, too many loads, or not of the expected shape).
 pub(super) fn unroll(
     func: &mut Function,
     blocks: &[Block],
@@ -90,12 +90,12 @@ pub(super) fn unroll(
         .flat_map(|&b| func.layout.block_insts(b))
         .filter(|&i| func.dfg.insts[i].opcode().can_load())
         .count();
-    let factor = if loads <= NARROW_LOADS && size <= MAX_BODY_INSTS / 2 {
-        WIDE_FACTOR
-    } else {
-        FACTOR
-    };
-    let time_check = time_check(func, header)?;
+    if loads > NARROW_LOADS {
+        return None;
+    }
+    let factor = FACTOR;
+    // None in a kernel for launches without a time limit.
+    let time_check = time_check(func, header);
     if !matches!(func.dfg.insts[exit], InstructionData::Brif { .. }) {
         return None;
     }
@@ -162,7 +162,7 @@ pub(super) fn unroll(
             retarget(func, back, here, dispatch, extra);
         }
         if k > 0 {
-            for inst in time_check {
+            for inst in time_check.into_iter().flatten() {
                 func.layout.remove_inst(link.insts[&inst]);
             }
         }
