@@ -586,6 +586,44 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
                 held.push(buf);
                 Ok(at)
             })?;
+        let handle = self.queue_tensor_op(op, held, region)?;
+        Ok(abi::write_u64(mem.bytes, out, handle.0)?)
+    }
+
+    /// Checks a built-in op given as its fields, whose operands all lie
+    /// in buffers (the component API's tensor ops), and queues its kernel;
+    /// the launch handle, or [`NotQueued::Full`] as `launch`.
+    pub(crate) fn tensor_op_on_buffers(
+        &mut self,
+        header: &abi::tensor::TensorHeader,
+        operands: &[abi::tensor::OperandDescriptor],
+    ) -> Result<Handle, NotQueued> {
+        self.allowed(self.policy.builtins, "built-in tensor kernels")?;
+        // No guest memory: an operand located there is refused (`EFAULT`).
+        let guest = abi::GuestMemoryRef {
+            base: DevicePtr(0),
+            len: 0,
+            device_addressable: false,
+        };
+        let mut held = Vec::new();
+        let buffers = &self.buffers;
+        let op = abi::tensor::check_tensor_op(header, operands, &guest, &mut |handle| {
+            let buf = Arc::clone(buffers.get(handle)?);
+            let at = (buf.device_ptr(), buf.len() as u64);
+            held.push(buf);
+            Ok(at)
+        })?;
+        self.queue_tensor_op(op, held, None)
+    }
+
+    /// Queues checked op `op`, keeping `held` (its buffers) and `region`
+    /// (the guest memory it touches, if any) alive until it has finished.
+    fn queue_tensor_op(
+        &mut self,
+        op: abi::tensor::TensorOp,
+        held: Vec<GuestBuffer<D>>,
+        region: Option<GuestRegionInfo>,
+    ) -> Result<Handle, NotQueued> {
         let (work, limit) = (op.work(), self.ledger.quota().tensor_work());
         if work > limit {
             return Err(NotQueued::Failed(AbiError::new(
@@ -622,7 +660,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         let (handle, seq) = self.insert_launch(held)?;
         self.clock_before_launch();
         // SAFETY: every pointer parameter is an operand that
-        // `decode_tensor_op` checked to lie, with the whole extent its shape
+        // `check_tensor_op` checked to lie, with the whole extent its shape
         // and strides give, inside the guest's device-addressable memory or
         // a live buffer; `plan` derives the kernel's sizes from the same
         // checked shapes, and the kernels touch nothing outside those
@@ -639,7 +677,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         }
         self.queued(seq, handle);
         self.count_launch();
-        Ok(abi::write_u64(mem.bytes, out, handle.0)?)
+        Ok(handle)
     }
 }
 
