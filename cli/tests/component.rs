@@ -11,9 +11,10 @@
 //! The GPU API (`tensorwasm:gpu`, `wit/gpu.wit`): the test component
 //! `guest/examples/gpu-component` (Rust, wit-bindgen) runs an MLP forward
 //! pass on device buffers and built-in ops and checks it against its own
-//! CPU computation, from random inputs or a model file in a `--dir`; calls
-//! the API wrongly and prints the error codes; and meets its tenant's
-//! quotas and policy. A component in WAT calls it with no bindings
+//! CPU computation, from random inputs or a model file in a `--dir`;
+//! launches the repo's vector-add PTX as a raw module; calls the API
+//! wrongly and prints the error codes; and meets its tenant's quotas and
+//! policy. A component in WAT calls it with no bindings
 //! generator at all.
 
 use std::{
@@ -559,6 +560,55 @@ fn the_gemm_is_right() {
     expect(
         &run_gpu(&[], &["gemm"]),
         "[19.0, 22.0, 43.0, 50.0]\n",
+        "",
+        0,
+    );
+}
+
+#[test]
+fn a_trusted_component_launches_raw_ptx_over_its_buffers() {
+    // The repo's vector-add PTX, run by its host twin on the CPU driver;
+    // a partial last block and a single element.
+    for n in ["1000", "1"] {
+        expect(
+            &run_gpu(&[], &["vadd", n]),
+            &format!("vadd ok {n}\n"),
+            "",
+            0,
+        );
+    }
+    // The raw-module API's errors (on the CPU driver: PTX it has no twin
+    // for is not supported there, where CUDA would refuse the image).
+    expect(
+        &run_gpu(&[], &["module-errors"]),
+        "load-ptx of text that is not PTX: ErrorCode::Enotsup\n\
+         load-cubin of no image: ErrorCode::Eimage\n\
+         function that is not there: ErrorCode::Enoent\n\
+         launch with a pointer past the buffer: ErrorCode::Efault\n\
+         launch with an empty grid: ErrorCode::Einval\n\
+         launch: none\n",
+        "",
+        0,
+    );
+}
+
+#[test]
+fn an_untrusted_component_may_not_load_raw_modules() {
+    let dir = scratch("raw-untrusted");
+    let file = tenant(&dir, "name = \"t\"\n");
+    let out = run_gpu(&["--tenant", &file], &["vadd", "10"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("ErrorCode::Eperm: module.load-ptx: ")
+            && err.contains("does not allow raw PTX modules"),
+        "{err}"
+    );
+    // A tenant whose policy allows them may.
+    let file = tenant(&dir, "name = \"t\"\n[policy]\nraw_modules = true\n");
+    expect(
+        &run_gpu(&["--tenant", &file], &["vadd", "10"]),
+        "vadd ok 10\n",
         "",
         0,
     );

@@ -17,6 +17,11 @@
 //!   the error (code and message) with exit code 1.
 //! - `gemm`: one 2 x 2 GEMM; prints its result or the error with exit
 //!   code 1.
+//! - `vadd N`: loads the repo's `kernels/test/vector_add.ptx` as a raw
+//!   module (a trusted tenant's), launches `vadd` over three buffers of N
+//!   floats and checks `c = a + b`; prints `vadd ok N`, or the error with
+//!   exit code 1.
+//! - `module-errors`: calls the raw-module API wrongly, as `errors` does.
 
 use std::process::ExitCode;
 
@@ -33,6 +38,7 @@ use bindings::tensorwasm::gpu::{
     buffers::Buffer,
     devices,
     launches::{self, Launch},
+    modules::{BufferPointer, Dim3, KernelArg, Module},
     tensor_ops::{self, Dtype, Tensor},
     types::Error,
 };
@@ -57,6 +63,11 @@ fn main() -> ExitCode {
         }
         "alloc" => alloc(arg(2).expect("alloc BYTES").parse().expect("BYTES")),
         "gemm" => gemm(),
+        "module-errors" => {
+            module_errors();
+            Ok(())
+        }
+        "vadd" => vadd(arg(2).map_or(1000, |n| n.parse().expect("N is a number"))),
         other => Err(format!("unknown mode {other}")),
     };
     match result {
@@ -469,4 +480,104 @@ fn gemm() -> Result<(), String> {
     let c = run().map_err(|e| describe(&e))?;
     println!("{c:?}");
     Ok(())
+}
+
+/// The repo's vector-add PTX (`vadd(a, b, c, n)`, one thread an element):
+/// its exact text, which the CPU driver runs through a host twin.
+const VECTOR_ADD_PTX: &str = include_str!("../../../../kernels/test/vector_add.ptx");
+
+fn vadd(n: u32) -> Result<(), String> {
+    let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 + 1.0).collect();
+    let b: Vec<f32> = (0..n).map(|i| 3.0 - i as f32 * 0.25).collect();
+    let run = || -> Result<Vec<f32>, Error> {
+        let module = Module::load_ptx(VECTOR_ADD_PTX)?;
+        let function = module.function("vadd")?;
+        let (da, db) = (upload(&a)?, upload(&b)?);
+        let dc = output(n as usize)?;
+        let pointer = |buffer| KernelArg::Pointer(BufferPointer { buffer, offset: 0 });
+        let block = 256;
+        function
+            .launch(
+                Dim3 {
+                    x: n.div_ceil(block),
+                    y: 1,
+                    z: 1,
+                },
+                Dim3 {
+                    x: block,
+                    y: 1,
+                    z: 1,
+                },
+                0,
+                &[
+                    pointer(&da),
+                    pointer(&db),
+                    pointer(&dc),
+                    KernelArg::Int32(n as i32),
+                ],
+            )?
+            .wait()?;
+        Ok(floats(&dc.read(0, 4 * n)?))
+    };
+    let c = run().map_err(|e| describe(&e))?;
+    for (i, ((x, y), z)) in a.iter().zip(&b).zip(&c).enumerate() {
+        if x + y != *z {
+            return Err(format!("vadd: c[{i}] is {z}, not {x} + {y}"));
+        }
+    }
+    println!("vadd ok {n}");
+    Ok(())
+}
+
+fn module_errors() {
+    case(
+        "load-ptx of text that is not PTX",
+        Module::load_ptx("not ptx"),
+    );
+    case("load-cubin of no image", Module::load_cubin(&[0; 16]));
+    let (Ok(module), Ok(buffer)) = (Module::load_ptx(VECTOR_ADD_PTX), Buffer::alloc(64)) else {
+        println!("setup failed");
+        return;
+    };
+    case("function that is not there", module.function("vsub"));
+    let Ok(function) = module.function("vadd") else {
+        println!("function failed");
+        return;
+    };
+    let one = Dim3 { x: 1, y: 1, z: 1 };
+    let pointer = |offset| {
+        KernelArg::Pointer(BufferPointer {
+            buffer: &buffer,
+            offset,
+        })
+    };
+    case(
+        "launch with a pointer past the buffer",
+        function.launch(
+            one,
+            one,
+            0,
+            &[pointer(0), pointer(0), pointer(65), KernelArg::Int32(1)],
+        ),
+    );
+    case(
+        "launch with an empty grid",
+        function.launch(
+            Dim3 { x: 0, y: 1, z: 1 },
+            one,
+            0,
+            &[pointer(0), pointer(0), pointer(0), KernelArg::Int32(1)],
+        ),
+    );
+    case(
+        "launch",
+        function
+            .launch(
+                one,
+                one,
+                0,
+                &[pointer(0), pointer(16), pointer(32), KernelArg::Int32(4)],
+            )
+            .and_then(|l| l.wait()),
+    );
 }
