@@ -452,6 +452,17 @@ fn a_component_runs_an_mlp_on_buffers_and_built_in_ops() {
 }
 
 #[test]
+fn a_component_waits_for_launches_with_wasi_io_poll() {
+    // Two launches' pollables in one `poll`, until both are ready; a
+    // waited launch's pollable is ready at once. One launch in flight at
+    // a time as well: the second op waits for a slot.
+    mlp_ok(&run_gpu(&[], &["mlp-poll", "31"]));
+    let dir = scratch("poll");
+    let file = tenant(&dir, "name = \"t\"\n[quota]\nlaunches_in_flight = 1\n");
+    mlp_ok(&run_gpu(&["--tenant", &file], &["mlp-poll"]));
+}
+
+#[test]
 fn a_component_reads_its_model_from_a_preopened_dir() {
     let dir = scratch("model");
     let mapped = format!("{}::/data", dir.display());

@@ -8,10 +8,11 @@
 //! the context's. The tensor ops and the raw modules sit beside it
 //! (`tensor_ops`, `modules`).
 
-use std::marker::PhantomData;
+use std::{future::Future, marker::PhantomData, pin::Pin};
 
 use tensorwasm_core::abi::{AbiError, Errno, Handle};
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable, ResourceTableError};
+use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 use crate::{kernel::KernelTarget, wasi_cuda::WasiCudaCtx};
 
@@ -48,6 +49,7 @@ mod bindings {
             "tensorwasm:gpu/types.error" => crate::component::gpu::GpuError,
         },
         with: {
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
             "tensorwasm:gpu/buffers.buffer": crate::component::gpu::GpuBuffer,
             "tensorwasm:gpu/launches.launch": crate::component::gpu::GpuLaunch,
             "tensorwasm:gpu/modules.module": crate::component::gpu::modules::GpuModule,
@@ -78,10 +80,36 @@ pub struct GpuBuffer {
 }
 
 /// A `launch` resource: the `wasi_cuda` launch handle until it is waited
-/// for, then its result (waiting again returns it).
+/// for, then its result (waiting again returns it); and, once subscribed
+/// to, when it is ready.
 pub struct GpuLaunch {
     handle: Handle,
     result: Option<Result<(), AbiError>>,
+    ready: Readiness,
+}
+
+/// Where a launch's `pollable` stands.
+enum Readiness {
+    /// Nobody subscribed.
+    Unasked,
+    /// Resolves once the work queued up to the subscription (the launch
+    /// among it) has finished, or the stream has failed.
+    Waiting(Pin<Box<dyn Future<Output = ()> + Send>>),
+    /// It has.
+    Ready,
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for GpuLaunch {
+    async fn ready(&mut self) {
+        if self.result.is_some() {
+            return;
+        }
+        if let Readiness::Waiting(finished) = &mut self.ready {
+            finished.as_mut().await;
+            self.ready = Readiness::Ready;
+        }
+    }
 }
 
 /// A component's GPU state in its store: its tenant's context (stream,
@@ -153,7 +181,15 @@ where
     T: Send + 'static,
     D: KernelTarget + Clone + 'static,
 {
-    bindings::GpuGuest::add_to_linker::<T, HasGpu<D>>(linker, get)
+    // Interface by interface: `wasi:io`, whose `pollable` `launch` uses,
+    // is wasmtime-wasi's (linked with WASI 0.2), not this package's.
+    use bindings::tensorwasm::gpu as api;
+    api::types::add_to_linker::<T, HasGpu<D>>(linker, get)?;
+    api::devices::add_to_linker::<T, HasGpu<D>>(linker, get)?;
+    api::buffers::add_to_linker::<T, HasGpu<D>>(linker, get)?;
+    api::launches::add_to_linker::<T, HasGpu<D>>(linker, get)?;
+    api::tensor_ops::add_to_linker::<T, HasGpu<D>>(linker, get)?;
+    api::modules::add_to_linker::<T, HasGpu<D>>(linker, get)
 }
 
 impl<D: KernelTarget> GpuView<'_, D> {
@@ -177,6 +213,7 @@ impl<D: KernelTarget> GpuView<'_, D> {
         Ok(self.table.push(GpuLaunch {
             handle,
             result: None,
+            ready: Readiness::Unasked,
         })?)
     }
 }
@@ -348,7 +385,7 @@ impl<D: KernelTarget> buffers::HostBuffer for GpuView<'_, D> {
     }
 }
 
-impl<D: KernelTarget> launches::Host for GpuView<'_, D> {
+impl<D: KernelTarget + Clone + 'static> launches::Host for GpuView<'_, D> {
     async fn sync(&mut self) -> Result<(), GpuError> {
         let result = self.gpu.cuda.quiesce().await;
         self.gpu.reap();
@@ -356,7 +393,7 @@ impl<D: KernelTarget> launches::Host for GpuView<'_, D> {
     }
 }
 
-impl<D: KernelTarget> launches::HostLaunch for GpuView<'_, D> {
+impl<D: KernelTarget + Clone + 'static> launches::HostLaunch for GpuView<'_, D> {
     async fn wait(&mut self, launch: Resource<GpuLaunch>) -> Result<(), GpuError> {
         let state = self.table.get(&launch)?;
         let result = match &state.result {
@@ -371,8 +408,20 @@ impl<D: KernelTarget> launches::HostLaunch for GpuView<'_, D> {
         self.checked("launch.wait", result)
     }
 
+    fn subscribe(
+        &mut self,
+        launch: Resource<GpuLaunch>,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        let state = self.table.get_mut(&launch)?;
+        if state.result.is_none() && matches!(state.ready, Readiness::Unasked) {
+            // Behind everything queued so far, this launch included.
+            state.ready = Readiness::Waiting(Box::pin(self.gpu.cuda.finished_signal()));
+        }
+        subscribe(self.table, launch)
+    }
+
     fn drop(&mut self, launch: Resource<GpuLaunch>) -> wasmtime::Result<()> {
-        let GpuLaunch { handle, result } = self.table.delete(launch)?;
+        let GpuLaunch { handle, result, .. } = self.table.delete(launch)?;
         if result.is_none() {
             // Not waited for: released once it has finished (what it uses
             // stays alive until then).

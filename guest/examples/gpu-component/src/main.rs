@@ -7,6 +7,9 @@
 //!   computation on the CPU here; prints `mlp ok` and the largest error,
 //!   or what differs with exit code 1. Inputs are random (never zero) from
 //!   SEED (printed); odd sizes.
+//! - `mlp-poll [SEED]`: the same, but the guest waits for its last launch
+//!   with `wasi:io/poll` (the launch's pollable beside a second launch's)
+//!   before `wait`.
 //! - `mlp-file PATH`: the same pass on the inputs and weights in PATH (a
 //!   file in a preopened directory, the format `write_model` writes).
 //! - `write-model PATH SEED`: writes a model file to PATH.
@@ -31,6 +34,8 @@ mod bindings {
     wit_bindgen::generate!({
         path: "../../../wit",
         world: "tensorwasm:gpu/gpu-guest",
+        // wasi:io's `poll` too (its `pollable` is in `launches`).
+        generate_all,
     });
 }
 
@@ -40,8 +45,9 @@ use bindings::tensorwasm::gpu::{
     launches::{self, Launch},
     modules::{BufferPointer, Dim3, KernelArg, Module},
     tensor_ops::{self, Dtype, Tensor},
-    types::Error,
+    types::{Error, ErrorCode},
 };
+use bindings::wasi::io::poll::{Pollable, poll};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -50,6 +56,11 @@ fn main() -> ExitCode {
         "mlp" => {
             let seed = arg(2).map_or(0x5eed, |s| s.parse().expect("SEED is a number"));
             mlp_seeded(seed)
+        }
+        "mlp-poll" => {
+            let seed = arg(2).map_or(0x5eed, |s| s.parse().expect("SEED is a number"));
+            println!("seed {seed}");
+            mlp(&Model::random(seed), Wait::Poll)
         }
         "mlp-file" => mlp_file(arg(2).expect("mlp-file PATH")),
         "write-model" => write_model(
@@ -255,8 +266,8 @@ impl Model {
     }
 
     /// The forward pass on the device: every op queued, only the last
-    /// one waited for (the stream runs them in order).
-    fn forward_gpu(&self) -> Result<Vec<f32>, Error> {
+    /// one waited for (the stream runs them in order), by `how`.
+    fn forward_gpu(&self, how: Wait) -> Result<Vec<f32>, Error> {
         let (b, i, h, o) = (
             self.batch as u64,
             self.inputs as u64,
@@ -303,17 +314,54 @@ impl Model {
             &tensor(&biased, &[b, o]),
         )?;
         let last: Launch = tensor_ops::softmax(&tensor(&biased, &[b, o]), &tensor(&y, &[b, o]))?;
+        if how == Wait::Poll {
+            // A second launch queued after it: both pollables become
+            // ready, in any order, and `poll` says which.
+            let other = tensor_ops::relu(&tensor(&x, &[b, i]), &tensor(&act, &[b, i]))?;
+            let pollables = [last.subscribe(), other.subscribe()];
+            let mut pending: Vec<usize> = vec![0, 1];
+            while !pending.is_empty() {
+                let list: Vec<&Pollable> = pending.iter().map(|&p| &pollables[p]).collect();
+                let ready = poll(&list);
+                if ready.is_empty() {
+                    return Err(Error {
+                        code: ErrorCode::Einval,
+                        message: "poll returned no pollable".into(),
+                    });
+                }
+                let done: Vec<usize> = ready.iter().map(|&r| pending[r as usize]).collect();
+                pending.retain(|p| !done.contains(p));
+            }
+            drop(pollables);
+            other.wait()?;
+        }
         last.wait()?;
-        // Waiting again gives the same result.
+        // Waiting again gives the same result, and a pollable made now is
+        // ready at once.
         last.wait()?;
+        if how == Wait::Poll && poll(&[&last.subscribe()]) != [0] {
+            return Err(Error {
+                code: ErrorCode::Einval,
+                message: "a waited launch's pollable is not ready".into(),
+            });
+        }
         Ok(floats(&y.read(0, 4 * b as u32 * o as u32)?))
     }
 }
 
+/// How the MLP waits for its last launch.
+#[derive(Clone, Copy, PartialEq)]
+enum Wait {
+    /// `launch.wait`.
+    Block,
+    /// `wasi:io/poll`'s `poll` on its pollable, then `wait`.
+    Poll,
+}
+
 /// Runs `model` on the device and on the CPU and compares.
-fn mlp(model: &Model) -> Result<(), String> {
+fn mlp(model: &Model, how: Wait) -> Result<(), String> {
     let gpu = model
-        .forward_gpu()
+        .forward_gpu(how)
         .map_err(|e| format!("mlp: {}", describe(&e)))?;
     let cpu = model.forward_cpu();
     let mut worst = 0f32;
@@ -342,12 +390,15 @@ fn mlp(model: &Model) -> Result<(), String> {
 
 fn mlp_seeded(seed: u64) -> Result<(), String> {
     println!("seed {seed}");
-    mlp(&Model::random(seed))
+    mlp(&Model::random(seed), Wait::Block)
 }
 
 fn mlp_file(path: &str) -> Result<(), String> {
     let file = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    mlp(&Model::decode(&file).map_err(|e| format!("{path}: {e}"))?)
+    mlp(
+        &Model::decode(&file).map_err(|e| format!("{path}: {e}"))?,
+        Wait::Block,
+    )
 }
 
 fn write_model(path: &str, seed: u64) -> Result<(), String> {
