@@ -431,3 +431,20 @@ impl<D: KernelTarget + Clone + 'static> launches::HostLaunch for GpuView<'_, D> 
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_errno_is_the_wit_code_of_its_name_in_its_order() {
+        for errno in Errno::ALL {
+            let code = error_code(errno);
+            let debug = format!("{code:?}");
+            let name = debug.rsplit("::").next().unwrap_or_default();
+            assert_eq!(name.to_lowercase(), errno.name().to_lowercase(), "{errno}");
+            // The WIT enum lists them in errno order, from EINVAL = 1.
+            assert_eq!(code as i32 + 1, errno.code(), "{errno}");
+        }
+    }
+}
