@@ -185,21 +185,40 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         let trap = self.launch_result(entry);
         status.and(trap)
     }
+}
 
+impl<D: KernelTarget + Clone + 'static> WasiCudaCtx<D> {
     /// Queues a launch that `attempt` checks and queues, as `launch` and
     /// `tensor_op` do, for a host that holds the context across the wait
     /// (the component API): while every slot it may take is held it waits
     /// for the guest's oldest launches ([`make_room`](Self::make_room))
     /// and tries again; the slot's error (`EQUOTA`, `ELIMIT`) only once
-    /// nothing in flight could free one.
+    /// nothing in flight could free one. A Wasm kernel's variant that is
+    /// not made yet is compiled (the guest suspended) and the launch tried
+    /// again, as `launch` does.
     pub(crate) async fn queue_with_room<R>(
         &mut self,
         mut attempt: impl FnMut(&mut Self) -> Result<R, NotQueued>,
-    ) -> Result<R, tensorwasm_core::abi::AbiError> {
+    ) -> Result<R, AbiError> {
+        let mut compiled = false;
         loop {
             let full = match attempt(self) {
                 Ok(queued) => return Ok(queued),
                 Err(NotQueued::Failed(e)) => return Err(e),
+                Err(NotQueued::Compile { index, variant }) => {
+                    if compiled {
+                        // The cache keeps what it made: a second miss is a bug.
+                        return Err(AbiError::new(
+                            Errno::EDRIVER,
+                            format!("kernel variant {variant:?} was made but is not cached"),
+                        ));
+                    }
+                    compiled = true;
+                    self.compile_variant(index, variant)?
+                        .await
+                        .map_err(|e| kernel_error(&e))?;
+                    continue;
+                }
                 Err(NotQueued::Full(e)) => e,
             };
             if !self.make_room().await? {

@@ -26,7 +26,7 @@ pub struct GpuFunction {
     handle: Handle,
 }
 
-impl<D: KernelTarget> GpuView<'_, D> {
+impl<D: KernelTarget + Clone + 'static> GpuView<'_, D> {
     /// A module resource for a new module handle, or the handle freed.
     fn module(
         &mut self,
@@ -44,9 +44,9 @@ impl<D: KernelTarget> GpuView<'_, D> {
     }
 }
 
-impl<D: KernelTarget> modules::Host for GpuView<'_, D> {}
+impl<D: KernelTarget + Clone + 'static> modules::Host for GpuView<'_, D> {}
 
-impl<D: KernelTarget> modules::HostModule for GpuView<'_, D> {
+impl<D: KernelTarget + Clone + 'static> modules::HostModule for GpuView<'_, D> {
     fn load_ptx(&mut self, ptx: String) -> Result<Resource<GpuModule>, GpuError> {
         let loaded = self.gpu.cuda.load_ptx(&ptx);
         self.module(loaded, "module.load-ptx")
@@ -93,7 +93,7 @@ fn dim3(d: Dim3) -> GridDim {
     }
 }
 
-impl<D: KernelTarget> modules::HostFunction for GpuView<'_, D> {
+impl<D: KernelTarget + Clone + 'static> modules::HostFunction for GpuView<'_, D> {
     async fn launch(
         &mut self,
         function: Resource<GpuFunction>,

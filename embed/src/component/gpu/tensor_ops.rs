@@ -38,7 +38,7 @@ fn operand(handle: Handle, tensor: &Tensor) -> OperandDescriptor {
     }
 }
 
-impl<D: KernelTarget> GpuView<'_, D> {
+impl<D: KernelTarget + Clone + 'static> GpuView<'_, D> {
     /// Checks and queues built-in op `header` on `tensors` (waiting for a
     /// free launch slot if need be) and returns its launch.
     async fn tensor_op(
@@ -67,7 +67,7 @@ impl<D: KernelTarget> GpuView<'_, D> {
     }
 }
 
-impl<D: KernelTarget> tensor_ops::Host for GpuView<'_, D> {
+impl<D: KernelTarget + Clone + 'static> tensor_ops::Host for GpuView<'_, D> {
     async fn gemm(
         &mut self,
         a: Tensor,
