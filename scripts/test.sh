@@ -55,6 +55,16 @@ step "WASI 0.2 component (wasm32-wasip2): rustfmt, clippy, release build"
     cargo build --release
 )
 
+# The GPU test component (tensorwasm:gpu through wit-bindgen, from
+# wit/gpu.wit) likewise; cli/tests/component.rs runs it.
+step "GPU component (wasm32-wasip2, tensorwasm:gpu): rustfmt, clippy, release build"
+(
+    cd guest/examples/gpu-component
+    cargo fmt --all --check
+    cargo clippy --release --all-targets -- -D warnings
+    cargo build --release
+)
+
 # The C guests (guest/c/examples, zig cc for wasm32-wasi) land in
 # guest/target/c; embed/tests/c_guest.rs loads them.
 step "C guests (wasm32-wasi): zig cc build"

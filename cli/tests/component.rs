@@ -7,6 +7,15 @@
 //! a `wasmtime` binary is on PATH and compares stdout, stderr and exit code.
 //! Tenants' WASI capabilities and fuel hold for components as for core
 //! modules; components in WAT check the errors for bad input.
+//!
+//! The GPU API (`tensorwasm:gpu`, `wit/gpu.wit`): the test component
+//! `guest/examples/gpu-component` (Rust, wit-bindgen) runs an MLP forward
+//! pass on device buffers and built-in ops and checks it against its own
+//! CPU computation, from random inputs or a model file in a `--dir`;
+//! launches the repo's vector-add PTX as a raw module; calls the API
+//! wrongly and prints the error codes; and meets its tenant's quotas and
+//! policy. A component in WAT calls it with no bindings
+//! generator at all.
 
 use std::{
     path::{Path, PathBuf},
@@ -28,6 +37,24 @@ fn guest() -> PathBuf {
         path.exists(),
         "{}: build the component first (scripts/test.sh does: \
          `cd guest/examples/wasip2-cli && cargo build --release`)",
+        path.display()
+    );
+    path
+}
+
+/// The built GPU component: `$GPU_COMPONENT_GUEST_WASM` when set, else the
+/// guest build's output.
+fn gpu_guest() -> PathBuf {
+    let path = std::env::var_os("GPU_COMPONENT_GUEST_WASM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../guest/target/wasm32-wasip2/release/gpu-component.wasm")
+        });
+    assert!(
+        path.exists(),
+        "{}: build the component first (scripts/test.sh does: \
+         `cd guest/examples/gpu-component && cargo build --release`)",
         path.display()
     );
     path
@@ -323,22 +350,30 @@ fn bad_components_are_one_line_errors() {
         2,
         "exports no `wasi:cli/run` (it is not a WASI 0.2 command component; it exports nothing)",
     );
-    let gpu = RUN_WAT
+    let unknown = RUN_WAT
         .replace(
             "IMPORT",
-            r#"(import "tensorwasm:gpu/devices@0.1.0" (instance (export "count" (func (result u32)))))"#,
+            r#"(import "tensorwasm:gpu/kernels@0.1.0" (instance (export "count" (func (result u32)))))"#,
         )
         .replace("RESULT", "0");
     one_line_error(
-        &run_wat("import", &gpu, &[]),
+        &run_wat("import", &unknown, &[]),
         1,
-        "component imports instance `tensorwasm:gpu/devices@0.1.0`",
+        "component imports instance `tensorwasm:gpu/kernels@0.1.0`",
     );
     one_line_error(
-        &run_wat("import", &gpu, &[]),
+        &run_wat("import", &unknown, &[]),
         1,
-        "the GPU API is not available to components yet",
+        "components get WASI 0.2 and tensorwasm:gpu@0.1.0",
     );
+    // The right interface with a function of the wrong type.
+    let mistyped = RUN_WAT
+        .replace(
+            "IMPORT",
+            r#"(import "tensorwasm:gpu/devices@0.1.0" (instance (export "count" (func (result u64)))))"#,
+        )
+        .replace("RESULT", "0");
+    one_line_error(&run_wat("mistyped", &mistyped, &[]), 1, "instantiating");
     one_line_error(
         &run_wat(
             "invalid",
@@ -353,5 +388,239 @@ fn bad_components_are_one_line_errors() {
         &run_wat("invoke", &ok, &["--invoke", "run"]),
         2,
         "is a component: --invoke calls a core module's export",
+    );
+}
+
+/// A command component in WAT whose `run` calls `tensorwasm:gpu`'s
+/// `devices.count` and returns `ok` when it is `COUNT`, `err` otherwise:
+/// the API from a guest no bindings generator made.
+const COUNT_WAT: &str = r#"(component
+  (import "tensorwasm:gpu/devices@0.1.0" (instance $devices
+    (export "count" (func (result u32)))))
+  (core func $count (canon lower (func $devices "count")))
+  (core module $m
+    (import "gpu" "count" (func $count (result i32)))
+    (func (export "run") (result i32)
+      (i32.ne (call $count) (i32.const COUNT))))
+  (core instance $gpu (export "count" (func $count)))
+  (core instance $i (instantiate $m (with "gpu" (instance $gpu))))
+  (func $run (result (result)) (canon lift (core func $i "run")))
+  (instance $r (export "run" (func $run)))
+  (export "wasi:cli/run@0.2.0" (instance $r)))"#;
+
+#[test]
+fn a_wat_component_calls_the_gpu_api() {
+    let out = run_wat("count-1", &COUNT_WAT.replace("COUNT", "1"), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The same component expecting two devices gets one: `err`.
+    let out = run_wat("count-2", &COUNT_WAT.replace("COUNT", "2"), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+}
+
+/// `tensorwasm run --driver cpu OPTIONS gpu-component.wasm ARGS...`.
+fn run_gpu(options: &[&str], args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorwasm"));
+    cmd.env_remove("RUST_LOG")
+        .args(["run", "--driver", "cpu"])
+        .args(options)
+        .arg(gpu_guest())
+        .args(args);
+    cmd.output().unwrap()
+}
+
+/// Asserts that the MLP ran and matched its CPU computation.
+fn mlp_ok(out: &Output) {
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("mlp ok: batch 5, 37 -> 67 -> 10, largest error "),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn a_component_runs_an_mlp_on_buffers_and_built_in_ops() {
+    for seed in ["24301", "7", "1234567890123"] {
+        let out = run_gpu(&[], &["mlp", seed]);
+        assert!(
+            text(&out.stdout).starts_with(&format!("seed {seed}\n")),
+            "{}",
+            text(&out.stdout)
+        );
+        mlp_ok(&out);
+    }
+}
+
+#[test]
+fn a_component_waits_for_launches_with_wasi_io_poll() {
+    // Two launches' pollables in one `poll`, until both are ready; a
+    // waited launch's pollable is ready at once. One launch in flight at
+    // a time as well: the second op waits for a slot.
+    mlp_ok(&run_gpu(&[], &["mlp-poll", "31"]));
+    let dir = scratch("poll");
+    let file = tenant(&dir, "name = \"t\"\n[quota]\nlaunches_in_flight = 1\n");
+    mlp_ok(&run_gpu(&["--tenant", &file], &["mlp-poll"]));
+}
+
+#[test]
+fn a_component_reads_its_model_from_a_preopened_dir() {
+    let dir = scratch("model");
+    let mapped = format!("{}::/data", dir.display());
+    let out = run_gpu(
+        &["--dir", &mapped],
+        &["write-model", "/data/model.bin", "99"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    mlp_ok(&run_gpu(
+        &["--dir", &mapped],
+        &["mlp-file", "/data/model.bin"],
+    ));
+    // A model cut short is the guest's own error.
+    let model = std::fs::read(dir.join("model.bin")).unwrap();
+    std::fs::write(dir.join("short.bin"), &model[..model.len() - 4]).unwrap();
+    let out = run_gpu(&["--dir", &mapped], &["mlp-file", "/data/short.bin"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("need"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_component_sees_one_device() {
+    let out = run_gpu(&[], &["info"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(lines[0], "devices 1");
+    assert_eq!(lines[1], "driver DriverKind::Cpu");
+    assert!(lines[2].starts_with("name CPU"), "{stdout}");
+    assert_eq!(lines[3], "device 1: ErrorCode::Enodev");
+}
+
+#[test]
+fn wrong_calls_get_the_wasi_cuda_error_codes() {
+    let out = run_gpu(&[], &["errors"]);
+    expect(
+        &out,
+        "alloc 0: ErrorCode::Einval\n\
+         len 64\n\
+         write past the end: ErrorCode::Efault\n\
+         write nothing: ErrorCode::Einval\n\
+         read past the end: ErrorCode::Efault\n\
+         read at an offset that overflows: ErrorCode::Eoverflow\n\
+         fill: none\n\
+         read back: none\n\
+         copy-from: none\n\
+         copy-from onto itself: ErrorCode::Einval\n\
+         gemm with mismatched inner sizes: ErrorCode::Einval\n\
+         relu past the buffer: ErrorCode::Efault\n\
+         relu onto its input: ErrorCode::Einval\n\
+         relu of rank 5: ErrorCode::Einval\n\
+         relu with strides for another rank: ErrorCode::Einval\n\
+         layernorm with a negative eps: ErrorCode::Einval\n\
+         reduce over axis 3 of a matrix: ErrorCode::Einval\n\
+         relu: none\n\
+         sync: none\n",
+        "",
+        0,
+    );
+}
+
+#[test]
+fn a_tenants_quota_and_policy_hold_for_a_component() {
+    let dir = scratch("gpu-tenant");
+    // Device bytes: what the quota allows, and no more (the message names
+    // the quota).
+    let file = tenant(&dir, "name = \"t\"\n[quota]\ndevice_bytes = 4096\n");
+    let out = run_gpu(&["--tenant", &file], &["alloc", "4096"]);
+    expect(&out, "len 4096\n", "", 0);
+    let out = run_gpu(&["--tenant", &file], &["alloc", "4097"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("ErrorCode::Equota: buffer.alloc: ") && err.contains("device"),
+        "{err}"
+    );
+    // No built-ins: the op is refused before anything runs.
+    let file = tenant(&dir, "name = \"t\"\n[policy]\nbuiltins = false\n");
+    let out = run_gpu(&["--tenant", &file], &["gemm"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("ErrorCode::Eperm: gemm: ") && err.contains("built-in"),
+        "{err}"
+    );
+    // One launch in flight at a time: each op waits for the one before
+    // (the host suspends the guest until a slot is free), and the MLP
+    // still matches.
+    let file = tenant(&dir, "name = \"t\"\n[quota]\nlaunches_in_flight = 1\n");
+    mlp_ok(&run_gpu(&["--tenant", &file], &["mlp"]));
+    // A tensor op's work: the first GEMM asks for 5 * 37 * 67 multiply-adds.
+    let file = tenant(&dir, "name = \"t\"\n[quota]\ntensor_work = 1000\n");
+    let out = run_gpu(&["--tenant", &file], &["mlp"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("mlp: ErrorCode::Equota: gemm: tensor-op work quota exceeded"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_gemm_is_right() {
+    // [[1, 2], [3, 4]] @ [[5, 6], [7, 8]]
+    expect(
+        &run_gpu(&[], &["gemm"]),
+        "[19.0, 22.0, 43.0, 50.0]\n",
+        "",
+        0,
+    );
+}
+
+#[test]
+fn a_trusted_component_launches_raw_ptx_over_its_buffers() {
+    // The repo's vector-add PTX, run by its host twin on the CPU driver;
+    // a partial last block and a single element.
+    for n in ["1000", "1"] {
+        expect(
+            &run_gpu(&[], &["vadd", n]),
+            &format!("vadd ok {n}\n"),
+            "",
+            0,
+        );
+    }
+    // The raw-module API's errors (on the CPU driver: PTX it has no twin
+    // for is not supported there, where CUDA would refuse the image).
+    expect(
+        &run_gpu(&[], &["module-errors"]),
+        "load-ptx of text that is not PTX: ErrorCode::Enotsup\n\
+         load-cubin of no image: ErrorCode::Eimage\n\
+         function that is not there: ErrorCode::Enoent\n\
+         launch with a pointer past the buffer: ErrorCode::Efault\n\
+         launch with an empty grid: ErrorCode::Einval\n\
+         launch: none\n",
+        "",
+        0,
+    );
+}
+
+#[test]
+fn an_untrusted_component_may_not_load_raw_modules() {
+    let dir = scratch("raw-untrusted");
+    let file = tenant(&dir, "name = \"t\"\n");
+    let out = run_gpu(&["--tenant", &file], &["vadd", "10"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("ErrorCode::Eperm: module.load-ptx: ")
+            && err.contains("does not allow raw PTX modules"),
+        "{err}"
+    );
+    // A tenant whose policy allows them may.
+    let file = tenant(&dir, "name = \"t\"\n[policy]\nraw_modules = true\n");
+    expect(
+        &run_gpu(&["--tenant", &file], &["vadd", "10"]),
+        "vadd ok 10\n",
+        "",
+        0,
     );
 }

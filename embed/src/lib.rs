@@ -9,7 +9,8 @@
 //! - [`wasi_cuda`]: the guest API (`docs/ABI.md`) and its per-guest context.
 //! - [`wasi`]: WASI preview 1 beside it (wasmtime-wasi), what a guest's WASI
 //!   may reach, and one `add_to_linker` for both.
-//! - [`component`]: WASI 0.2 command components (no GPU API yet).
+//! - [`component`]: WASI 0.2 command components, with the GPU API as the
+//!   WIT package `tensorwasm:gpu` (`wit/gpu.wit`).
 //! - [`runtime`]: engine + linker + stores for one driver, ready to run guests.
 //! - [`tenant`]: an untrusted party's store: quota, policy, limiter, WASI.
 //! - [`run`]: run a guest file as `wasmtime run` does (what `tensorwasm

@@ -389,21 +389,26 @@ where
             if precompiled.is_some() {
                 tracing::warn!("precompiled code is for core modules; compiling the component");
             }
-            let run =
-                crate::component::run_command(runtime.engine(), wasm, &name.to_string(), &config)
-                    .await
-                    .map_err(|e| match e {
-                        ComponentError::NotACommand(m) => usage(m),
-                        ComponentError::Guest(m) => guest_err(m),
-                    })?;
+            let run = crate::component::run_command(&runtime, wasm, &name.to_string(), &config)
+                .await
+                .map_err(|e| match e {
+                    ComponentError::NotACommand(m) => usage(m),
+                    ComponentError::Guest(m) => guest_err(m),
+                })?;
             replay_captured(&run.output, &config.name, &config);
+            let exit_code = run.outcome.map_err(|mut message| {
+                if let Some(last) = &run.last_error {
+                    message.push_str(&format!("\nlast GPU error: {last}"));
+                }
+                guest_err(message)
+            })?;
             return Ok(RunReport {
                 driver: kind,
                 device,
                 cuda_unavailable,
                 results: Vec::new(),
-                exit_code: run.outcome.map_err(guest_err)?,
-                last_error: None,
+                exit_code,
+                last_error: run.last_error,
             });
         }
     };

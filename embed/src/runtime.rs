@@ -158,16 +158,7 @@ where
         config: &TenantConfig,
         ledger: Arc<QuotaLedger>,
     ) -> wasmtime::Result<Store<GuestState<D>>> {
-        let lookup = self.creator.as_ref().map(|c| c.lookup());
-        let mut cuda = WasiCudaCtx::for_tenant(
-            self.driver.clone(),
-            lookup,
-            self.limits,
-            Arc::clone(&ledger),
-            config.policy,
-        )
-        .map_err(|e| wasmtime::format_err!("tenant `{}`: {e}", config.name))?;
-        cuda.set_builtin_cache(Arc::clone(&self.builtins));
+        let cuda = self.tenant_context(config, &ledger)?;
         let limiter = TenantLimiter::new(ledger);
         let (wasi, output) = config
             .wasi
@@ -185,6 +176,28 @@ where
         store.limiter(|s| &mut s.limiter);
         store.set_fuel(config.guest_fuel.unwrap_or(u64::MAX))?;
         Ok(store)
+    }
+
+    /// A tenant's GPU context on this runtime's driver: its own stream,
+    /// this runtime's limits and built-in kernels, charging `ledger` and
+    /// following the config's policy (what [`tenant_store`](Self::tenant_store)
+    /// puts in a core module's store, and a component's store holds too).
+    pub fn tenant_context(
+        &self,
+        config: &TenantConfig,
+        ledger: &Arc<QuotaLedger>,
+    ) -> wasmtime::Result<WasiCudaCtx<D>> {
+        let lookup = self.creator.as_ref().map(|c| c.lookup());
+        let mut cuda = WasiCudaCtx::for_tenant(
+            self.driver.clone(),
+            lookup,
+            self.limits,
+            Arc::clone(ledger),
+            config.policy,
+        )
+        .map_err(|e| wasmtime::format_err!("tenant `{}`: {e}", config.name))?;
+        cuda.set_builtin_cache(Arc::clone(&self.builtins));
+        Ok(cuda)
     }
 
     /// Instantiates `module` in `store`; the guest may turn the module's

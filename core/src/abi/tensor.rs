@@ -682,22 +682,51 @@ pub fn decode_tensor_op(
             bytes.len()
         )));
     }
+    let descriptors: Vec<OperandDescriptor> = (0..count)
+        .map(|i| {
+            let at = TENSOR_HEADER_SIZE + i * TENSOR_OPERAND_SIZE;
+            OperandDescriptor::decode(&bytes[at..at + TENSOR_OPERAND_SIZE])
+        })
+        .collect();
+    check_tensor_op(&header, &descriptors, guest, buffer)
+}
+
+/// Checks an op given as its fields rather than as bytes in guest memory
+/// (what [`decode_tensor_op`] does after reading them; the component API
+/// builds them from its records): the same rules, the same errors.
+/// `guest` is the memory of operands located in the guest's memory;
+/// `buffer` resolves buffer handles as for [`decode_tensor_op`].
+pub fn check_tensor_op(
+    header: &TensorHeader,
+    descriptors: &[OperandDescriptor],
+    guest: &GuestMemoryRef,
+    buffer: &mut dyn FnMut(Handle) -> Result<(DevicePtr, u64), AbiError>,
+) -> Result<TensorOp, AbiError> {
+    let kind = TensorOpKind::from_u32(header.op)
+        .ok_or_else(|| AbiError::invalid(format!("op {} is not a built-in op", header.op)))?;
+    if header.operand_count as usize != kind.operand_count()
+        || descriptors.len() != kind.operand_count()
+    {
+        return Err(AbiError::invalid(format!(
+            "{kind} takes {} operands; {} given",
+            kind.operand_count(),
+            descriptors.len()
+        )));
+    }
     if header.flags != 0 {
         return Err(AbiError::invalid(format!(
             "flags {:#x} set; no flags are defined",
             header.flags
         )));
     }
-    check_unused_fields(kind, &header)?;
-    let mut operands = Vec::with_capacity(count);
-    for i in 0..count {
-        let at = TENSOR_HEADER_SIZE + i * TENSOR_OPERAND_SIZE;
-        let d = OperandDescriptor::decode(&bytes[at..at + TENSOR_OPERAND_SIZE]);
-        let operand = decode_operand(&d, guest, buffer)
+    check_unused_fields(kind, header)?;
+    let mut operands = Vec::with_capacity(descriptors.len());
+    for (i, d) in descriptors.iter().enumerate() {
+        let operand = decode_operand(d, guest, buffer)
             .map_err(|e| e.context(format_args!("{kind} operand {i}")))?;
         operands.push(operand);
     }
-    let op = check_op(kind, &header, &operands).map_err(|e| e.context(kind))?;
+    let op = check_op(kind, header, &operands).map_err(|e| e.context(kind))?;
     check_no_overlap(kind, &operands)?;
     Ok(op)
 }
@@ -1238,6 +1267,31 @@ mod tests {
 
     fn decode(header: &TensorHeader, ops: &[OperandDescriptor]) -> Result<TensorOp, AbiError> {
         decode_with(&guest(), header, ops)
+    }
+
+    #[test]
+    fn fields_are_checked_as_the_bytes_are() {
+        let relu = TensorHeader::new(TensorOpKind::Relu);
+        let x = OperandDescriptor::buffer(Handle(7), 0, DType::F32, &[3, 5]);
+        let y = OperandDescriptor::buffer(Handle(7), 60, DType::F32, &[3, 5]);
+        let check = |header: &TensorHeader, ops: &[OperandDescriptor]| {
+            check_tensor_op(header, ops, &guest(), &mut buffers)
+        };
+        // The same op either way, accepted or refused alike.
+        let op = check(&relu, &[x, y]).unwrap();
+        assert_eq!(decode(&relu, &[x, y]), Ok(op));
+        let overlapping = OperandDescriptor::buffer(Handle(7), 56, DType::F32, &[3, 5]);
+        let refused = check(&relu, &[x, overlapping]).unwrap_err();
+        assert_eq!(decode(&relu, &[x, overlapping]).unwrap_err(), refused);
+        assert_eq!(refused.errno, Errno::EINVAL);
+        let bad_handle = OperandDescriptor::buffer(Handle(8), 0, DType::F32, &[3, 5]);
+        assert_eq!(
+            check(&relu, &[bad_handle, y]).unwrap_err().errno,
+            Errno::EBADH
+        );
+        // Too few or too many operands for the op.
+        assert_eq!(check(&relu, &[x]).unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(check(&relu, &[x, y, y]).unwrap_err().errno, Errno::EINVAL);
     }
 
     fn errno(r: Result<TensorOp, AbiError>) -> Errno {

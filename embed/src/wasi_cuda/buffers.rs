@@ -51,6 +51,13 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         out: u32,
     ) -> Result<(), AbiError> {
         check_out_u64(mem.bytes, out)?;
+        let handle = self.alloc_buffer(size)?;
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// A new buffer of `size` bytes, charged to the tenant: `buffer_alloc`
+    /// without the out-pointer (the component API's `buffer.alloc`).
+    pub(crate) fn alloc_buffer(&mut self, size: u64) -> Result<Handle, AbiError> {
         if size == 0 {
             return Err(AbiError::new(Errno::EINVAL, "size is 0"));
         }
@@ -71,11 +78,10 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             .driver
             .alloc_device(bytes)
             .map_err(|e| driver_error("alloc_device", e))?;
-        let handle = self.buffers.insert(Arc::new(Charged {
+        self.buffers.insert(Arc::new(Charged {
             value: buffer,
             _charge: charge,
-        }))?;
-        abi::write_u64(mem.bytes, out, handle.0)
+        }))
     }
 
     pub(crate) fn buffer_free(&mut self, buffer: u64) -> Result<(), AbiError> {
@@ -90,8 +96,13 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         out: u32,
     ) -> Result<(), AbiError> {
         check_out_u64(mem.bytes, out)?;
-        let len = self.buffers.get(Handle(buffer))?.len();
-        abi::write_u64(mem.bytes, out, len as u64)
+        let len = self.buffer_len(Handle(buffer))?;
+        abi::write_u64(mem.bytes, out, len)
+    }
+
+    /// A buffer's size in bytes.
+    pub(crate) fn buffer_len(&self, buffer: Handle) -> Result<u64, AbiError> {
+        Ok(self.buffers.get(buffer)?.len() as u64)
     }
 
     /// `offset .. offset + len` of a buffer, checked.
@@ -132,11 +143,24 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         src: u32,
         len: u32,
     ) -> Result<(), AbiError> {
-        let (buf, offset, len) = self.buffer_range(dst, dst_offset, u64::from(len), "dst")?;
-        let src = abi::guest_range(mem.bytes.len(), src, len as u64)?;
+        // The buffer's range first: its errors come before the guest's.
+        self.buffer_range(dst, dst_offset, u64::from(len), "dst")?;
+        let src = abi::guest_range(mem.bytes.len(), src, u64::from(len))?;
+        self.write_buffer(dst, dst_offset, &mem.bytes[src])
+    }
+
+    /// Copies `bytes` into `dst` at `dst_offset` (the queue must be idle:
+    /// the caller waited for the guest's launches).
+    pub(crate) fn write_buffer(
+        &mut self,
+        dst: u64,
+        dst_offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), AbiError> {
+        let (buf, offset, len) = self.buffer_range(dst, dst_offset, bytes.len() as u64, "dst")?;
         let dst = buf.range(offset, len).ok_or_else(out_of_buffer)?;
         self.driver
-            .copy_to_device(dst, &mem.bytes[src])
+            .copy_to_device(dst, bytes)
             .map_err(|e| driver_error("copy_to_device", e))
     }
 
@@ -148,11 +172,38 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         src_offset: u64,
         len: u32,
     ) -> Result<(), AbiError> {
-        let (buf, offset, len) = self.buffer_range(src, src_offset, u64::from(len), "src")?;
-        let dst = abi::guest_range(mem.bytes.len(), dst, len as u64)?;
+        self.buffer_range(src, src_offset, u64::from(len), "src")?;
+        let dst = abi::guest_range(mem.bytes.len(), dst, u64::from(len))?;
+        self.read_buffer(src, src_offset, &mut mem.bytes[dst])
+    }
+
+    /// Bytes `src_offset .. src_offset + len` of `src`, the range checked
+    /// before anything is allocated (the component API's `buffer.read`;
+    /// the queue must be idle, as for [`write_buffer`](Self::write_buffer)).
+    pub(crate) fn read_buffer_to_vec(
+        &mut self,
+        src: u64,
+        src_offset: u64,
+        len: u32,
+    ) -> Result<Vec<u8>, AbiError> {
+        self.buffer_range(src, src_offset, u64::from(len), "src")?;
+        let mut out = vec![0; len as usize];
+        self.read_buffer(src, src_offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Copies `out.len()` bytes of `src` from `src_offset` into `out` (the
+    /// queue must be idle, as for [`write_buffer`](Self::write_buffer)).
+    pub(crate) fn read_buffer(
+        &mut self,
+        src: u64,
+        src_offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), AbiError> {
+        let (buf, offset, len) = self.buffer_range(src, src_offset, out.len() as u64, "src")?;
         let src = buf.range(offset, len).ok_or_else(out_of_buffer)?;
         self.driver
-            .copy_from_device(&mut mem.bytes[dst], src)
+            .copy_from_device(out, src)
             .map_err(|e| driver_error("copy_from_device", e))
     }
 

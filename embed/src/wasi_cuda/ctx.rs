@@ -133,7 +133,7 @@ impl GuestMem<'_> {
 /// a function that reaches it.
 pub struct WasiCudaCtx<D: GpuDriver> {
     pub(crate) driver: D,
-    pub(crate) stream: D::Stream,
+    pub(crate) stream: Arc<D::Stream>,
     memories: Option<Arc<dyn GuestMemoryLookup>>,
     /// The region behind the guest's memory, found once: memories never move.
     region: Option<GuestRegionInfo>,
@@ -246,7 +246,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         policy: TenantPolicy,
         stream_charge: OwnedCharge,
     ) -> Result<Self, D::Error> {
-        let stream = driver.create_stream()?;
+        let stream = Arc::new(driver.create_stream()?);
         let owner = OwnerId::allocate();
         Ok(WasiCudaCtx {
             driver,

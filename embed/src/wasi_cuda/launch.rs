@@ -124,6 +124,17 @@ impl<D: GpuDriver> LaunchEntry<D> {
     }
 }
 
+/// A launch as the guest asked for it, its arguments decoded: the grid,
+/// the block, the dynamic shared memory, the arguments, and the launch
+/// values of a Wasm kernel's globals.
+struct LaunchCall {
+    grid: Dim3,
+    block: Dim3,
+    shared_mem_bytes: u32,
+    args: Vec<LaunchArg>,
+    globals: Vec<KernelParam>,
+}
+
 /// Why a launch (`launch`, `tensor_op`) was not queued.
 pub(crate) enum NotQueued {
     /// Every launch slot it may take is held (`ELIMIT`: the guest's own
@@ -184,6 +195,62 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         let function = Arc::clone(self.functions.get(Handle(function))?);
         let (guest, region) = self.guest_ref(&mem);
         let args = abi::decode_launch_args(mem.bytes, &guest, args_ptr, args_count)?;
+        let call = LaunchCall {
+            grid,
+            block,
+            shared_mem_bytes,
+            args,
+            globals,
+        };
+        let handle = self.queue_decoded(&function, call, guest, region)?;
+        Ok(abi::write_u64(mem.bytes, out, handle.0)?)
+    }
+
+    /// Checks and queues a launch of function `function` whose arguments
+    /// are all scalars or buffer pointers (the component API's raw
+    /// launches: it has no guest memory to point into); the launch handle,
+    /// or [`NotQueued::Full`] as `launch`.
+    pub(crate) fn launch_on_buffers(
+        &mut self,
+        function: Handle,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem_bytes: u32,
+        args: Vec<LaunchArg>,
+    ) -> Result<Handle, NotQueued> {
+        let function = Arc::clone(self.functions.get(function)?);
+        // No guest memory: a Wasm kernel is refused (`ENOTADDR`).
+        let guest = abi::GuestMemoryRef {
+            base: DevicePtr(0),
+            len: 0,
+            device_addressable: false,
+        };
+        let call = LaunchCall {
+            grid,
+            block,
+            shared_mem_bytes,
+            args,
+            globals: Vec::new(),
+        };
+        self.queue_decoded(&function, call, guest, None)
+    }
+
+    /// Checks and queues a launch of `function` with decoded arguments
+    /// over guest memory `guest` (backed by `region`, when managed).
+    fn queue_decoded(
+        &mut self,
+        function: &Arc<FunctionEntry<D>>,
+        call: LaunchCall,
+        guest: abi::GuestMemoryRef,
+        region: Option<GuestRegionInfo>,
+    ) -> Result<Handle, NotQueued> {
+        let LaunchCall {
+            grid,
+            block,
+            shared_mem_bytes,
+            args,
+            globals,
+        } = call;
         let uses_guest_memory = args
             .iter()
             .any(|a| matches!(a, LaunchArg::Param(KernelParam::Ptr(_))));
@@ -285,7 +352,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         let held = Held {
             _buffers: buffers,
             _function: Launched::Handle {
-                _entry: Arc::clone(&function),
+                _entry: Arc::clone(function),
             },
             _variant: variant.clone(),
             _memory: if uses_guest_memory || is_kernel {
@@ -350,7 +417,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         }
         self.queued(seq, handle);
         self.count_launch();
-        Ok(abi::write_u64(mem.bytes, out, handle.0)?)
+        Ok(handle)
     }
 
     /// A launch slot: one of the guest's own (its launch limit, `ELIMIT`),
@@ -586,6 +653,44 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
                 held.push(buf);
                 Ok(at)
             })?;
+        let handle = self.queue_tensor_op(op, held, region)?;
+        Ok(abi::write_u64(mem.bytes, out, handle.0)?)
+    }
+
+    /// Checks a built-in op given as its fields, whose operands all lie
+    /// in buffers (the component API's tensor ops), and queues its kernel;
+    /// the launch handle, or [`NotQueued::Full`] as `launch`.
+    pub(crate) fn tensor_op_on_buffers(
+        &mut self,
+        header: &abi::tensor::TensorHeader,
+        operands: &[abi::tensor::OperandDescriptor],
+    ) -> Result<Handle, NotQueued> {
+        self.allowed(self.policy.builtins, "built-in tensor kernels")?;
+        // No guest memory: an operand located there is refused (`EFAULT`).
+        let guest = abi::GuestMemoryRef {
+            base: DevicePtr(0),
+            len: 0,
+            device_addressable: false,
+        };
+        let mut held = Vec::new();
+        let buffers = &self.buffers;
+        let op = abi::tensor::check_tensor_op(header, operands, &guest, &mut |handle| {
+            let buf = Arc::clone(buffers.get(handle)?);
+            let at = (buf.device_ptr(), buf.len() as u64);
+            held.push(buf);
+            Ok(at)
+        })?;
+        self.queue_tensor_op(op, held, None)
+    }
+
+    /// Queues checked op `op`, keeping `held` (its buffers) and `region`
+    /// (the guest memory it touches, if any) alive until it has finished.
+    fn queue_tensor_op(
+        &mut self,
+        op: abi::tensor::TensorOp,
+        held: Vec<GuestBuffer<D>>,
+        region: Option<GuestRegionInfo>,
+    ) -> Result<Handle, NotQueued> {
         let (work, limit) = (op.work(), self.ledger.quota().tensor_work());
         if work > limit {
             return Err(NotQueued::Failed(AbiError::new(
@@ -622,7 +727,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         let (handle, seq) = self.insert_launch(held)?;
         self.clock_before_launch();
         // SAFETY: every pointer parameter is an operand that
-        // `decode_tensor_op` checked to lie, with the whole extent its shape
+        // `check_tensor_op` checked to lie, with the whole extent its shape
         // and strides give, inside the guest's device-addressable memory or
         // a live buffer; `plan` derives the kernel's sizes from the same
         // checked shapes, and the kernels touch nothing outside those
@@ -639,7 +744,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         }
         self.queued(seq, handle);
         self.count_launch();
-        Ok(abi::write_u64(mem.bytes, out, handle.0)?)
+        Ok(handle)
     }
 }
 

@@ -95,46 +95,137 @@ fn with_ctx<T, D: GpuDriver>(
 }
 
 /// Suspends the guest until the work it queued so far has finished; `Err`
-/// carries the errno when that work failed. One non-blocking query first:
-/// work that is already done costs no callback. While suspended it also
-/// asks the stream every [`tick::CALLBACK_POLL`]: a driver may never call
-/// the completion callback once the device is lost (CUDA's
-/// `cuLaunchHostFunc`), and the failure must reach the guest.
+/// carries the errno when that work failed ([`WasiCudaCtx::quiesce`]).
 async fn quiesce<T, D: GpuDriver>(
     caller: &mut Caller<'_, T>,
     get: GetCtx<T, D>,
     call: &str,
 ) -> Result<(), i32> {
     let ctx = get(caller.data_mut());
-    match ctx.settle() {
-        Ok(true) => {
-            ctx.retire_through(u64::MAX);
+    ctx.quiesce().await.map_err(|e| ctx.fail(call, e))
+}
+
+impl<D: GpuDriver> WasiCudaCtx<D> {
+    /// Waits (the guest suspended) until the work queued so far has
+    /// finished; `Err` when that work failed. One non-blocking query first:
+    /// work that is already done costs no callback. While suspended it also
+    /// asks the stream every [`tick::CALLBACK_POLL`]: a driver may never
+    /// call the completion callback once the device is lost (CUDA's
+    /// `cuLaunchHostFunc`), and the failure must reach the guest.
+    pub(crate) async fn quiesce(&mut self) -> Result<(), tensorwasm_core::abi::AbiError> {
+        if self.settle()? {
+            self.retire_through(u64::MAX);
             return Ok(());
         }
-        Ok(false) => {}
-        Err(e) => return Err(ctx.fail(call, e)),
+        let mut done = self.completion();
+        let fired = loop {
+            match futures::future::select(done, tick::poll_tick()).await {
+                Either::Left((fired, _)) => break fired,
+                Either::Right(((), waiting)) => {
+                    done = waiting;
+                    if self.poll_stream()? {
+                        break std::time::Instant::now();
+                    }
+                }
+            }
+        };
+        self.launch_status(fired)?;
+        // Every launch queued so far has finished: their slots are free,
+        // their handles keep their results.
+        self.retire_through(u64::MAX);
+        Ok(())
     }
-    let mut done = ctx.completion();
-    let fired = loop {
-        match futures::future::select(done, tick::poll_tick()).await {
-            Either::Left((fired, _)) => break fired,
-            Either::Right(((), waiting)) => {
-                done = waiting;
-                let ctx = get(caller.data_mut());
-                match ctx.poll_stream() {
-                    Ok(false) => {}
-                    Ok(true) => break std::time::Instant::now(),
-                    Err(e) => return Err(ctx.fail(call, e)),
+
+    /// Frees launch slots for a launch that found them all held: retires
+    /// the guest's launches that have finished, waiting (the guest
+    /// suspended, its fuel untouched, its thread free) until a checkpoint
+    /// behind its oldest ones passes if none has. `Ok(false)` when the
+    /// guest has nothing in flight; `Err` once work on its stream has
+    /// failed. Like [`quiesce`](Self::quiesce) it asks the stream every
+    /// [`tick::CALLBACK_POLL`] while suspended, so a lost device ends the
+    /// wait.
+    pub(crate) async fn make_room(&mut self) -> Result<bool, tensorwasm_core::abi::AbiError> {
+        let checkpoint = match self.room()? {
+            Room::Made => return Ok(true),
+            Room::None => return Ok(false),
+            Room::Wait(checkpoint) => checkpoint,
+        };
+        let mut passed = checkpoint.passed;
+        loop {
+            match futures::future::select(passed, tick::poll_tick()).await {
+                Either::Left(_) => break,
+                Either::Right(((), waiting)) => {
+                    passed = waiting;
+                    if self.poll_stream()? {
+                        break;
+                    }
                 }
             }
         }
-    };
-    let ctx = get(caller.data_mut());
-    ctx.launch_status(fired).map_err(|e| ctx.fail(call, e))?;
-    // Every launch queued so far has finished: their slots are free, their
-    // handles keep their results.
-    ctx.retire_through(u64::MAX);
-    Ok(())
+        self.passed(checkpoint.after)?;
+        Ok(true)
+    }
+
+    /// Waits (the guest suspended) until launch `handle` has finished and
+    /// releases it: its result, or the stream's failure (sticky: every
+    /// later wait reports it too).
+    pub(crate) async fn wait_launch(
+        &mut self,
+        handle: Handle,
+    ) -> Result<(), tensorwasm_core::abi::AbiError> {
+        let entry = self.take_launch(handle)?;
+        if !entry.in_flight() {
+            // Seen finished while the guest queued more: its own result at
+            // once, unless work on the stream has failed since.
+            return self.poll_stream().and_then(|_| self.launch_result(entry));
+        }
+        let status = self.quiesce().await;
+        // A Wasm kernel's trap, read (and its slot cleared) either way; the
+        // kernel has finished (or failed): what it used may go.
+        let trap = self.launch_result(entry);
+        status.and(trap)
+    }
+}
+
+impl<D: KernelTarget + Clone + 'static> WasiCudaCtx<D> {
+    /// Queues a launch that `attempt` checks and queues, as `launch` and
+    /// `tensor_op` do, for a host that holds the context across the wait
+    /// (the component API): while every slot it may take is held it waits
+    /// for the guest's oldest launches ([`make_room`](Self::make_room))
+    /// and tries again; the slot's error (`EQUOTA`, `ELIMIT`) only once
+    /// nothing in flight could free one. A Wasm kernel's variant that is
+    /// not made yet is compiled (the guest suspended) and the launch tried
+    /// again, as `launch` does.
+    pub(crate) async fn queue_with_room<R>(
+        &mut self,
+        mut attempt: impl FnMut(&mut Self) -> Result<R, NotQueued>,
+    ) -> Result<R, AbiError> {
+        let mut compiled = false;
+        loop {
+            let full = match attempt(self) {
+                Ok(queued) => return Ok(queued),
+                Err(NotQueued::Failed(e)) => return Err(e),
+                Err(NotQueued::Compile { index, variant }) => {
+                    if compiled {
+                        // The cache keeps what it made: a second miss is a bug.
+                        return Err(AbiError::new(
+                            Errno::EDRIVER,
+                            format!("kernel variant {variant:?} was made but is not cached"),
+                        ));
+                    }
+                    compiled = true;
+                    self.compile_variant(index, variant)?
+                        .await
+                        .map_err(|e| kernel_error(&e))?;
+                    continue;
+                }
+                Err(NotQueued::Full(e)) => e,
+            };
+            if !self.make_room().await? {
+                return Err(full);
+            }
+        }
+    }
 }
 
 /// Queues a launch (`launch`, `tensor_op`: `attempt` checks and queues it)
@@ -192,44 +283,15 @@ where
     }
 }
 
-/// Frees launch slots for a launch that found them all held: retires the
-/// guest's launches that have finished, suspending the guest (its fuel
-/// untouched, its thread free) until a checkpoint behind its oldest ones
-/// passes if none has. `Ok(false)` when the guest has nothing in flight;
-/// `Err` the errno once work on its stream has failed. Like [`quiesce`] it
-/// asks the stream every [`tick::CALLBACK_POLL`] while suspended, so a
-/// lost device ends the wait.
+/// Frees launch slots ([`WasiCudaCtx::make_room`]); `Err` carries the
+/// errno once work on the guest's stream has failed.
 async fn make_room<T, D: GpuDriver>(
     caller: &mut Caller<'_, T>,
     get: GetCtx<T, D>,
     call: &str,
 ) -> Result<bool, i32> {
     let ctx = get(caller.data_mut());
-    let checkpoint = match ctx.room() {
-        Ok(Room::Made) => return Ok(true),
-        Ok(Room::None) => return Ok(false),
-        Ok(Room::Wait(checkpoint)) => checkpoint,
-        Err(e) => return Err(ctx.fail(call, e)),
-    };
-    let mut passed = checkpoint.passed;
-    loop {
-        match futures::future::select(passed, tick::poll_tick()).await {
-            Either::Left(_) => break,
-            Either::Right(((), waiting)) => {
-                passed = waiting;
-                let ctx = get(caller.data_mut());
-                match ctx.poll_stream() {
-                    Ok(false) => {}
-                    Ok(true) => break,
-                    Err(e) => return Err(ctx.fail(call, e)),
-                }
-            }
-        }
-    }
-    let ctx = get(caller.data_mut());
-    ctx.passed(checkpoint.after)
-        .map_err(|e| ctx.fail(call, e))?;
-    Ok(true)
+    ctx.make_room().await.map_err(|e| ctx.fail(call, e))
 }
 
 /// `kernel_get` and its siblings: makes (or finds) the kernel of the
@@ -541,30 +603,9 @@ where
         "wait",
         move |mut caller: Caller<'_, T>, (launch,): (i64,)| {
             Box::new(async move {
-                const CALL: &str = "wait";
                 let ctx = get(caller.data_mut());
-                let entry = match ctx.take_launch(Handle(launch as u64)) {
-                    Ok(entry) => entry,
-                    Err(e) => return ctx.fail(CALL, e),
-                };
-                if !entry.in_flight() {
-                    // Seen finished while the guest queued more: its own
-                    // result at once, unless work on the stream has failed
-                    // since (a failure is sticky for every wait).
-                    let result = ctx.poll_stream().and_then(|_| ctx.launch_result(entry));
-                    return ctx.finish(CALL, result);
-                }
-                let status = quiesce(&mut caller, get, CALL).await;
-                let ctx = get(caller.data_mut());
-                // A Wasm kernel's trap, read (and its slot cleared) either
-                // way; the kernel has finished (or failed): what it used
-                // may go.
-                let trap = ctx.launch_result(entry);
-                match (status, trap) {
-                    (Err(errno), _) => errno,
-                    (Ok(()), Err(e)) => ctx.fail(CALL, e),
-                    (Ok(()), Ok(())) => 0,
-                }
+                let result = ctx.wait_launch(Handle(launch as u64)).await;
+                ctx.finish("wait", result)
             })
         },
     )?;

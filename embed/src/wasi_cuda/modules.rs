@@ -120,9 +120,16 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         check_out_u64(mem.bytes, out)?;
         self.allowed(self.policy.raw_modules, "raw PTX modules (not sandboxed)")?;
         let text = abi::read_str(mem.bytes, ptr, len)?;
-        let entry = self.load_module(ModuleSource::Ptx(text.into()))?;
-        let handle = self.modules.insert(entry)?;
+        let handle = self.load_ptx(text)?;
         abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// Loads PTX text as a new module handle, if the policy allows raw
+    /// modules (`module_load_ptx` without guest memory).
+    pub(crate) fn load_ptx(&mut self, text: &str) -> Result<Handle, AbiError> {
+        self.allowed(self.policy.raw_modules, "raw PTX modules (not sandboxed)")?;
+        let entry = self.load_module(ModuleSource::Ptx(text.into()))?;
+        self.modules.insert(entry)
     }
 
     pub(crate) fn module_load_cubin(
@@ -135,14 +142,20 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         check_out_u64(mem.bytes, out)?;
         self.allowed(self.policy.raw_modules, "cubin modules (not sandboxed)")?;
         let range = abi::guest_range(mem.bytes.len(), ptr, u64::from(len))?;
-        let image = &mem.bytes[range];
+        let handle = self.load_cubin(&mem.bytes[range])?;
+        abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// Loads a cubin or fatbin image as a new module handle, if the policy
+    /// allows raw modules (`module_load_cubin` without guest memory).
+    pub(crate) fn load_cubin(&mut self, image: &[u8]) -> Result<Handle, AbiError> {
+        self.allowed(self.policy.raw_modules, "cubin modules (not sandboxed)")?;
         // The image's own tables are checked here, whatever the driver.
         tensorwasm_core::image::check_module_image(image).map_err(|e| {
             AbiError::new(Errno::EIMAGE, format!("malformed cubin/fatbin image: {e}"))
         })?;
         let entry = self.load_module(ModuleSource::Cubin(image.into()))?;
-        let handle = self.modules.insert(entry)?;
-        abi::write_u64(mem.bytes, out, handle.0)
+        self.modules.insert(entry)
     }
 
     /// Charges and loads a guest's module.
@@ -201,11 +214,22 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         out: u32,
     ) -> Result<(), AbiError> {
         check_out_u64(mem.bytes, out)?;
-        let loaded = Arc::clone(self.modules.get(Handle(module))?);
+        self.modules.get(Handle(module))?;
         let name = abi::read_str(mem.bytes, name_ptr, name_len)?;
-        let entry = self.raw_function(loaded, name)?;
-        let handle = self.functions.insert(entry)?;
+        let handle = self.module_function(Handle(module), name)?;
         abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// Entry point `name` of loaded module `module` as a new function
+    /// handle (`function_get` without guest memory).
+    pub(crate) fn module_function(
+        &mut self,
+        module: Handle,
+        name: &str,
+    ) -> Result<Handle, AbiError> {
+        let loaded = Arc::clone(self.modules.get(module)?);
+        let entry = self.raw_function(loaded, name)?;
+        self.functions.insert(entry)
     }
 
     pub(crate) fn function_release(&mut self, function: u64) -> Result<(), AbiError> {

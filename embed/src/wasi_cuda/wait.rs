@@ -8,6 +8,7 @@
 
 use std::{
     collections::VecDeque,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -361,6 +362,33 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
             let _ = completer.complete(Instant::now());
         }
         done
+    }
+
+    /// A future that resolves once the work queued so far has finished or
+    /// the stream has failed, holding nothing of the context (a
+    /// component's `pollable`, which outlives the call that made it): the
+    /// completion callback, and every [`super::tick::CALLBACK_POLL`] one
+    /// query of the stream, since a lost device calls no callback.
+    pub(crate) fn finished_signal(&self) -> impl Future<Output = ()> + Send + 'static
+    where
+        D: Clone + 'static,
+    {
+        let mut done = self.completion();
+        let (driver, stream) = (self.driver.clone(), Arc::clone(&self.stream));
+        async move {
+            loop {
+                match futures::future::select(done, super::tick::poll_tick()).await {
+                    futures::future::Either::Left(_) => return,
+                    futures::future::Either::Right(((), waiting)) => {
+                        done = waiting;
+                        // Finished, or failed: either way `wait` answers now.
+                        if !matches!(driver.stream_query(&stream), Ok(false)) {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// While a wait is suspended on its callback: has the stream's work

@@ -2,13 +2,16 @@
 //! `wasi:cli/run` on wasmtime-wasi's WASI 0.2 (`p2`), with the same
 //! capabilities a core module gets from its tenant (arguments, environment,
 //! preopened directories, stdio, output cap), the same memory quota and the
-//! same fuel. Components get no GPU API yet: nothing of `wasi_cuda` is
-//! linked, so a component that imports anything but WASI 0.2 fails to
-//! instantiate with the import's name.
+//! same fuel, and the GPU API as the WIT package `tensorwasm:gpu` ([`gpu`],
+//! `wit/gpu.wit`), on a GPU context of the tenant's like a core module's.
+//! A component that imports anything else fails to instantiate with the
+//! import's name.
+
+pub mod gpu;
 
 use std::sync::Arc;
 
-use tensorwasm_core::quota::QuotaLedger;
+use tensorwasm_core::{ManagedAllocator, quota::QuotaLedger};
 use wasmtime::{
     Engine, Store,
     component::{Component, Linker, ResourceTable, types::ComponentItem},
@@ -16,19 +19,38 @@ use wasmtime::{
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxView, WasiView, p2::bindings::Command};
 
 use crate::{
+    kernel::KernelTarget,
     run::one_line,
+    runtime::GuestRuntime,
     tenant::{TenantConfig, TenantLimiter},
     wasi::GuestOutput,
 };
 
+use gpu::{ComponentGpu, GpuView};
+
 /// The store data of a component guest.
-pub struct ComponentState {
+pub struct ComponentState<D: KernelTarget> {
     wasi: WasiCtx,
     table: ResourceTable,
     limiter: TenantLimiter,
+    gpu: ComponentGpu<D>,
 }
 
-impl WasiView for ComponentState {
+impl<D: KernelTarget> ComponentState<D> {
+    /// The component's GPU state.
+    pub fn gpu(&self) -> &ComponentGpu<D> {
+        &self.gpu
+    }
+
+    fn gpu_view(&mut self) -> GpuView<'_, D> {
+        GpuView {
+            gpu: &mut self.gpu,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl<D: KernelTarget> WasiView for ComponentState<D> {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
             ctx: &mut self.wasi,
@@ -46,6 +68,9 @@ pub enum ComponentError {
     /// It did not compile, did not instantiate, or trapped.
     Guest(String),
 }
+
+/// The version of `tensorwasm:gpu` components get (`wit/gpu.wit`).
+pub const GPU_VERSION: &str = "0.1.0";
 
 /// The `wasi:cli/run` interface a command exports, without its version.
 const RUN_INTERFACE: &str = "wasi:cli/run@";
@@ -72,18 +97,25 @@ pub struct CommandRun {
     pub outcome: Result<i32, String>,
     /// What it wrote.
     pub output: GuestOutput,
+    /// Its last failed GPU call, if any (as `wasi_cuda`'s `last_error`).
+    pub last_error: Option<String>,
 }
 
-/// Runs `wasm`, a component, as a WASI 0.2 command on `engine` (which
-/// must enable async and fuel, as
-/// [`GuestRuntime`](crate::runtime::GuestRuntime)'s does), as `config`'s
-/// tenant. `name` names it in messages.
-pub async fn run_command(
-    engine: &Engine,
+/// Runs `wasm`, a component, as a WASI 0.2 command on `runtime`'s engine
+/// and driver, as `config`'s tenant: WASI 0.2 and `tensorwasm:gpu`, on a
+/// GPU context charged to the tenant's ledger (which its memory also
+/// draws on) under its policy. `name` names it in messages.
+pub async fn run_command<D>(
+    runtime: &GuestRuntime<D>,
     wasm: &[u8],
     name: &str,
     config: &TenantConfig,
-) -> Result<CommandRun, ComponentError> {
+) -> Result<CommandRun, ComponentError>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    let engine = runtime.engine();
     let guest = |m: String| ComponentError::Guest(m);
     let component = Component::new(engine, wasm)
         .map_err(|e| guest(format!("compiling {name}: {}", one_line(&format!("{e:#}")))))?;
@@ -96,20 +128,26 @@ pub async fn run_command(
             exports_list(engine, &component)
         )));
     }
-    let mut linker = Linker::<ComponentState>::new(engine);
+    let mut linker = Linker::<ComponentState<D>>::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)
         .map_err(|e| guest(format!("linking WASI 0.2: {e:#}")))?;
+    gpu::add_to_linker(&mut linker, ComponentState::gpu_view)
+        .map_err(|e| guest(format!("linking tensorwasm:gpu: {e:#}")))?;
     let (wasi, output) = config
         .wasi
         .build_p2()
         .map_err(|e| guest(format!("tenant `{}`: {e}", config.name)))?;
     let ledger = Arc::new(QuotaLedger::new(config.quota));
+    let cuda = runtime
+        .tenant_context(config, &ledger)
+        .map_err(|e| guest(one_line(&format!("{e:#}"))))?;
     let mut store = Store::new(
         engine,
         ComponentState {
             wasi,
             table: ResourceTable::new(),
             limiter: TenantLimiter::new(ledger),
+            gpu: ComponentGpu::new(cuda),
         },
     );
     store.limiter(|s| &mut s.limiter);
@@ -120,8 +158,8 @@ pub async fn run_command(
         .await
         .map_err(|e| {
             guest(format!(
-                "instantiating {name}: {} (components get WASI 0.2 only; \
-                 the GPU API is not available to components yet)",
+                "instantiating {name}: {} (components get WASI 0.2 and \
+                 tensorwasm:gpu@{GPU_VERSION})",
                 one_line(&format!("{e:#}"))
             ))
         })?;
@@ -137,5 +175,11 @@ pub async fn run_command(
             }
         },
     };
-    Ok(CommandRun { outcome, output })
+    let last = store.data().gpu.context().last_error();
+    let last_error = (!last.is_empty()).then(|| last.to_string());
+    Ok(CommandRun {
+        outcome,
+        output,
+        last_error,
+    })
 }
