@@ -543,12 +543,7 @@ impl<'m> Translator<'m, '_, '_> {
         let vb = self.builder.append_block_param(start, I64);
         let [bx, by, bz] = [(); 3].map(|()| self.builder.append_block_param(start, I32));
         let exit = self.builder.create_block();
-        // The entry block ends in a jump (the copy for aligned arguments,
-        // `specialize`, replaces it).
-        let enter = self.builder.create_block();
-        self.builder.ins().jump(enter, &[]);
-        self.builder.seal_block(enter);
-        self.builder.switch_to_block(enter);
+        self.enter_body();
         // The host launched the guest's grid itself and said so
         // (`KernelAbi::own_grid_params`): the block index is `ctaid`, and
         // the thread runs that block once (`vb` above any total, below
@@ -564,10 +559,7 @@ impl<'m> Translator<'m, '_, '_> {
         // The latch reads these on either path.
         let [gx32, gy32] = [gx, gy].map(|v| self.builder.ins().ireduce(I32, v));
         let own_grid = (u64::from(KernelAbi::OWN_GRID) << 32) as i64;
-        let own =
-            self.builder
-                .ins()
-                .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, grid[0], own_grid);
+        let own = self.own_grid_test(grid[0]);
         let own_block = self.builder.create_block();
         let general = self.builder.create_block();
         self.builder.ins().brif(own, own_block, &[], general, &[]);
@@ -639,14 +631,7 @@ impl<'m> Translator<'m, '_, '_> {
         ) {
             self.hidden.intrinsics[which.index()] = v;
         }
-        self.builder.def_var(self.fuel, fuel);
-        if self.hidden.cooperative {
-            self.runtime_call(RuntimeCheck::BlockBegin, &[]);
-        }
-        if body(self)? {
-            if self.hidden.cooperative {
-                self.runtime_call(RuntimeCheck::BlockDone, &[]);
-            }
+        if self.run_block(fuel, body)? {
             let next = self.builder.ins().iadd(vb, stride);
             let more = self
                 .builder
@@ -706,18 +691,9 @@ impl<'m> Translator<'m, '_, '_> {
         body_srcloc: SourceLoc,
         body: &mut dyn FnMut(&mut Self) -> Result<bool, LowerError>,
     ) -> Result<(), LowerError> {
-        // The entry block ends in a jump (the copy for aligned arguments,
-        // `specialize`, replaces it).
-        let enter = self.builder.create_block();
-        self.builder.ins().jump(enter, &[]);
-        self.builder.seal_block(enter);
-        self.builder.switch_to_block(enter);
+        self.enter_body();
         self.builder.set_srcloc(body_srcloc);
-        let own_grid = (u64::from(KernelAbi::OWN_GRID) << 32) as i64;
-        let own =
-            self.builder
-                .ins()
-                .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, grid[0], own_grid);
+        let own = self.own_grid_test(grid[0]);
         let untimed = self
             .builder
             .ins()
@@ -729,17 +705,47 @@ impl<'m> Translator<'m, '_, '_> {
         // `ctaid` and `nctaid` (the intrinsics' physical values) are the
         // guest's block index and grid: the host marks only a launch of
         // the guest's grid itself.
+        if self.run_block(fuel, body)? {
+            self.builder.ins().return_(&[]);
+        }
+        Ok(())
+    }
+
+    /// Ends the entry block in a jump to a new block and goes on there
+    /// (the copy for aligned arguments, `specialize`, replaces that jump).
+    fn enter_body(&mut self) {
+        let enter = self.builder.create_block();
+        self.builder.ins().jump(enter, &[]);
+        self.builder.seal_block(enter);
+        self.builder.switch_to_block(enter);
+    }
+
+    /// Whether the host marked the launch as one of the guest's grid itself
+    /// (`grid_x`'s high bits all ones: [`KernelAbi::own_grid_params`]).
+    fn own_grid_test(&mut self, grid_x: Value) -> Value {
+        let own_grid = (u64::from(KernelAbi::OWN_GRID) << 32) as i64;
+        self.builder
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, grid_x, own_grid)
+    }
+
+    /// One block's run of the kernel's body with fresh `fuel` (begun and
+    /// done for the whole block in a cooperative kernel); whether its end
+    /// is reachable.
+    fn run_block(
+        &mut self,
+        fuel: Value,
+        body: &mut dyn FnMut(&mut Self) -> Result<bool, LowerError>,
+    ) -> Result<bool, LowerError> {
         self.builder.def_var(self.fuel, fuel);
         if self.hidden.cooperative {
             self.runtime_call(RuntimeCheck::BlockBegin, &[]);
         }
-        if body(self)? {
-            if self.hidden.cooperative {
-                self.runtime_call(RuntimeCheck::BlockDone, &[]);
-            }
-            self.builder.ins().return_(&[]);
+        let reachable = body(self)?;
+        if reachable && self.hidden.cooperative {
+            self.runtime_call(RuntimeCheck::BlockDone, &[]);
         }
-        Ok(())
+        Ok(reachable)
     }
 
     /// Ends the current block in a branch on `one_d`: a 1-D grid's block
