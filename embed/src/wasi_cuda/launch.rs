@@ -406,8 +406,11 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         // driver. A Wasm kernel gets the guest memory's base and current
         // length (every access it makes is checked against that length by
         // the translated code) and its own status word; a kernel variant
-        // (the launch entry holds it) checks the assumption it was made
-        // under before it touches memory. What raw PTX or a cubin does is
+        // (the launch entry holds it) runs only on a launch that meets the
+        // assumption it was made under (`KernelInfo::variant_for` above
+        // picks it from this launch's arguments, memory length, grid and
+        // time limit; the kernel does not test it again, `docs/kernels.md`
+        // "Kernel variants"). What raw PTX or a cubin does is
         // the loaded module's responsibility: they are trusted code.
         let queued = unsafe { self.driver.launch(&self.stream, target, &config, &params) };
         self.clock_after_launch();

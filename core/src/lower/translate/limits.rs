@@ -61,13 +61,24 @@ impl GuestLimits {
     /// No limits yet; `func`'s entry block will hold them. `specialized`:
     /// whether the kernel has a copy for aligned arguments, whose entry
     /// block ends in `brif ok, copy, body`: every block reachable from
-    /// `body` is not bounded, every other but the entry is.
+    /// `body` is not bounded, every other but the entry is; or, the copy
+    /// alone (`BodyVariant::Aligned`), in a jump to the copy: every block
+    /// but the entry is.
     pub(super) fn new(func: &Function, specialized: bool) -> Option<Self> {
         let entry = func.layout.entry_block()?;
         let unbounded = if specialized {
             let last = func.layout.last_inst(entry)?;
-            let InstructionData::Brif { blocks, .. } = func.dfg.insts[last] else {
-                return None;
+            let blocks = match func.dfg.insts[last] {
+                InstructionData::Brif { blocks, .. } => blocks,
+                InstructionData::Jump { .. } => {
+                    return Some(Self {
+                        entry,
+                        made: Vec::new(),
+                        narrow: Vec::new(),
+                        unbounded: Some(BTreeSet::new()),
+                    });
+                }
+                _ => return None,
             };
             let body = blocks[1].block(&func.dfg.value_lists);
             let cfg = ControlFlowGraph::with_function(func);

@@ -199,9 +199,9 @@ pub enum GridVariant {
     /// Only launches of the guest's grid itself
     /// ([`KernelAbi::own_grid_params`]) without a time limit
     /// (`time_limit` `u64::MAX`): each thread runs its own block once, no
-    /// loop, no time checks. Another launch traps
-    /// [`KernelTrap::LaunchMismatch`](super::KernelTrap::LaunchMismatch)
-    /// before it touches anything.
+    /// loop, no time checks. The kernel does not test that it got such a
+    /// launch (`docs/kernels.md`, "Kernel variants"): on another it would
+    /// compute the wrong blocks, every access still checked.
     Own,
 }
 
@@ -213,10 +213,11 @@ pub enum BodyVariant {
     Both,
     /// Only the aligned copy, when the kernel has one (else the one body
     /// there is): for launches that meet [`TranslatedKernel::aligned_args`]
-    /// and whose memory's length is within [`ALIGNED_MEMORY_LEN`]. Another
-    /// launch traps
-    /// [`KernelTrap::LaunchMismatch`](super::KernelTrap::LaunchMismatch)
-    /// before it touches anything.
+    /// and whose memory's length is within [`ALIGNED_MEMORY_LEN`], which
+    /// the kernel does not test (`docs/kernels.md`, "Kernel variants"): it
+    /// reads those arguments with their low bits masked off, so it stays
+    /// aligned on any launch, and trusts the length's range as every
+    /// variant trusts the length.
     Aligned,
     /// Only the body for any arguments: what a launch that does not meet
     /// the aligned copy's assumption runs.
