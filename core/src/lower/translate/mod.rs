@@ -390,6 +390,14 @@ pub fn translate_kernel_variant(
     };
     // The aligned copy alone: the original body is unreachable.
     straighten::remove_unreachable(&mut function);
+    let copy_alone = specialized.is_some() && variant.bodies == BodyVariant::Aligned;
+    let most = if copy_alone {
+        specialize::BOUNDED_LEN
+    } else {
+        1 << 32
+    };
+    limits::clamp_memory_length(&mut function, mem_len, most)
+        .ok_or_else(|| LowerError::Invalid(String::from("translator: no entry block")))?;
     let unspecialized: Vec<_> = specialized
         .iter()
         .flatten()
