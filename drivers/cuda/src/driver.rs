@@ -372,7 +372,14 @@ impl GpuDriver for CudaDriver {
     fn load_ptx(&self, ptx: &str) -> Result<CudaModule, CudaError> {
         let text = CString::new(ptx)
             .map_err(|_| CudaError::invalid("load_ptx", "PTX text contains a NUL byte"))?;
-        match jit::cubin(&self.ctx, self.jit_cache.as_ref(), &text) {
+        // Without a cache nothing needs the cubin: the driver's JIT compiles
+        // the PTX as a whole program, where its linker compiles it as
+        // relocatable code and may give slower kernels
+        // (docs/cuda-driver.md, "The JIT cache").
+        let Some(cache) = self.jit_cache.as_ref() else {
+            return CudaModule::from_ptx(&self.ctx, &text);
+        };
+        match jit::cubin(&self.ctx, Some(cache), &text) {
             Ok(cubin) => CudaModule::from_cubin(&self.ctx, &cubin),
             // A driver without the linker's calls compiles as it loads.
             Err(CudaError::MissingSymbol { .. }) => CudaModule::from_ptx(&self.ctx, &text),
