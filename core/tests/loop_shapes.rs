@@ -192,8 +192,9 @@ impl Shape {
     }
 }
 
-/// `wat`'s kernel translated once and run on each of `cases` both ways
-/// from the same random memory: wasmtime's outcome and memory every time.
+/// `wat`'s kernel translated once (for every launch, and the variants the
+/// host launches: [`Kernels`]) and run on each of `cases` both ways from
+/// the same random memory: wasmtime's outcome and memory every time.
 /// How many trapped.
 fn compare_all(wat: &str, cases: &[Vec<Arg>], rng: &mut Rng) -> usize {
     compare_folded(wat, cases, rng, &[])
@@ -207,12 +208,12 @@ fn compare_all(wat: &str, cases: &[Vec<Arg>], rng: &mut Rng) -> usize {
 /// operator's).
 fn compare_folded(wat: &str, cases: &[Vec<Arg>], rng: &mut Rng, folded: &[(u32, u32)]) -> usize {
     let wasm = wat::parse_str(wat).expect("wat");
-    let kernel = translate(&wasm);
+    let kernels = Kernels::new(&wasm);
     let mut reference = Reference::new(&wasm);
     let mut trapped = 0;
     for args in cases {
         let start = image(rng);
-        let (mut want, mut got) = (start.clone(), start);
+        let mut want = start.clone();
         let expected = match reference.run(args, &mut want) {
             Outcome::Trapped { trap, offset } => Outcome::Trapped {
                 trap,
@@ -223,16 +224,23 @@ fn compare_folded(wat: &str, cases: &[Vec<Arg>], rng: &mut Rng, folded: &[(u32, 
             },
             returned => returned,
         };
-        let outcome = interpret(&kernel, args, &mut got, PLENTY);
         let shown: Vec<u64> = args.iter().map(|a| a.1).collect();
-        assert_eq!(outcome, expected, "{wat}\nargs {shown:?}");
-        if let Some(at) = (0..PAGE).find(|&i| want[i] != got[i]) {
-            panic!(
-                "{wat}\nargs {shown:?}: memory differs first at byte {at}: wasmtime {}, translated {}",
-                want[at], got[at]
-            );
+        for kernel in kernels.for_launch(args, start.len()) {
+            let name = variant_name(kernel.variant);
+            let mut got = start.clone();
+            let outcome = interpret(kernel, args, &mut got, PLENTY);
+            assert_eq!(outcome, expected, "{wat}\n{name}: args {shown:?}");
+            if want != got
+                && let Some(at) = (0..PAGE).find(|&i| want[i] != got[i])
+            {
+                panic!(
+                    "{wat}\n{name}: args {shown:?}: memory differs first at byte {at}: wasmtime \
+                     {}, translated {}",
+                    want[at], got[at]
+                );
+            }
         }
-        if let Outcome::Trapped { .. } = outcome {
+        if let Outcome::Trapped { .. } = expected {
             trapped += 1;
         }
     }

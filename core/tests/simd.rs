@@ -11,7 +11,10 @@
 #[allow(dead_code)]
 mod harness;
 
-use harness::{Arg, PAGE, PLENTY, Reference, Ty, edges, image, interpret, rng, translate};
+use harness::{
+    Arg, Kernels, PAGE, PLENTY, Reference, Ty, edges, image, interpret, rng, translate,
+    variant_name,
+};
 
 /// Where the input vectors start, and how many there are.
 const VECTORS: usize = 1024;
@@ -66,39 +69,65 @@ fn inputs(rng: &mut harness::Rng) -> Vec<u8> {
 fn check(name: &str, wat: &str, result: Result, args: impl Fn(&mut harness::Rng) -> [u32; 3]) {
     let mut rng = rng(name);
     let wasm = wat::parse_str(wat).unwrap_or_else(|e| panic!("{name}: {e}\n{wat}"));
-    let kernel = translate(&wasm);
+    let kernels = Kernels::new(&wasm);
     let mut reference = Reference::new(&wasm);
     let start = inputs(&mut rng);
     for _ in 0..RUNS {
         let a = args(&mut rng);
         let argv: Vec<Arg> = a.iter().map(|&x| Arg(Ty::I32, u64::from(x))).collect();
-        let (mut want, mut got) = (start.clone(), start.clone());
+        let mut want = start.clone();
         let expected = reference.run(&argv, &mut want);
-        let outcome = interpret(&kernel, &argv, &mut got, PLENTY);
-        assert_eq!(outcome, expected, "{name}, args {a:?}");
-        let lane = match result {
-            Result::Bits => 1,
-            Result::F32 => 4,
-            Result::F64 => 8,
-        };
-        for k in (0..16).step_by(lane) {
-            let (w, g) = (&want[k..k + lane], &got[k..k + lane]);
-            let nan = |b: &[u8]| match result {
-                Result::F32 => f32::from_le_bytes(b.try_into().unwrap()).is_nan(),
-                Result::F64 => f64::from_le_bytes(b.try_into().unwrap()).is_nan(),
-                Result::Bits => false,
-            };
-            assert!(
-                w == g || (nan(w) && nan(g)),
-                "{name}, args {a:?}: bytes {k}.. differ: wasmtime {w:02x?}, translated {g:02x?}\n\
-                 a: {:02x?}\nb: {:02x?}",
-                &start[a[0] as usize..(a[0] as usize + 16).min(PAGE)],
-                &start[a[1] as usize..(a[1] as usize + 16).min(PAGE)],
+        for kernel in kernels.for_launch(&argv, start.len()) {
+            let name = format!("{name} ({})", variant_name(kernel.variant));
+            let mut got = start.clone();
+            let outcome = interpret(kernel, &argv, &mut got, PLENTY);
+            compare(
+                &name,
+                &a,
+                &start,
+                result,
+                (expected, &want),
+                (outcome, &got),
             );
         }
-        if let Some(at) = (16..PAGE).find(|&i| want[i] != got[i]) {
-            panic!("{name}, args {a:?}: memory differs at byte {at}");
-        }
+    }
+}
+
+/// Asserts that a run of `name` with `a` (from `start`) left what
+/// wasmtime's did (`want`: outcome and memory): the result's 16 bytes at
+/// 0, NaNs of `result`'s type equal whatever their bits, and every other
+/// byte.
+fn compare(
+    name: &str,
+    a: &[u32; 3],
+    start: &[u8],
+    result: Result,
+    (expected, want): (harness::Outcome, &[u8]),
+    (outcome, got): (harness::Outcome, &[u8]),
+) {
+    assert_eq!(outcome, expected, "{name}, args {a:?}");
+    let lane = match result {
+        Result::Bits => 1,
+        Result::F32 => 4,
+        Result::F64 => 8,
+    };
+    for k in (0..16).step_by(lane) {
+        let (w, g) = (&want[k..k + lane], &got[k..k + lane]);
+        let nan = |b: &[u8]| match result {
+            Result::F32 => f32::from_le_bytes(b.try_into().unwrap()).is_nan(),
+            Result::F64 => f64::from_le_bytes(b.try_into().unwrap()).is_nan(),
+            Result::Bits => false,
+        };
+        assert!(
+            w == g || (nan(w) && nan(g)),
+            "{name}, args {a:?}: bytes {k}.. differ: wasmtime {w:02x?}, translated {g:02x?}\n\
+             a: {:02x?}\nb: {:02x?}",
+            &start[a[0] as usize..(a[0] as usize + 16).min(PAGE)],
+            &start[a[1] as usize..(a[1] as usize + 16).min(PAGE)],
+        );
+    }
+    if let Some(at) = (16..PAGE).find(|&i| want[i] != got[i]) {
+        panic!("{name}, args {a:?}: memory differs at byte {at}");
     }
 }
 
@@ -656,8 +685,8 @@ fn v128_in_the_stack_window() {
     ] {
         let wat = frame(&index);
         let wasm = wat::parse_str(&wat).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let kernel = translate(&wasm);
-        let window = kernel.stack_window.expect("a stack window");
+        let kernels = Kernels::new(&wasm);
+        let window = kernels.any.stack_window.expect("a stack window");
         // Frame accesses alone keep the window in registers.
         assert_eq!(
             window.registers,
@@ -673,16 +702,23 @@ fn v128_in_the_stack_window() {
             let mut input = start.clone();
             let low = 8192 - window.bytes as usize;
             input[low..8192].fill(0);
-            let (mut want, mut got) = (input.clone(), input);
+            let mut want = input.clone();
             let expected = reference.run(&argv, &mut want);
-            let mut launch = harness::Launch::unlimited();
-            launch.globals = vec![reference.global(0)];
-            let outcome = harness::interpret_launch(&kernel, &argv, &mut got, PLENTY, &mut launch);
-            assert_eq!(outcome, expected, "{name}, args {a:?}");
             want[low..8192].fill(0);
-            got[low..8192].fill(0);
-            if let Some(at) = (0..PAGE).find(|&i| want[i] != got[i]) {
-                panic!("{name}, args {a:?}: memory differs at byte {at}");
+            let globals = vec![reference.global(0)];
+            let params: Vec<Arg> = argv.iter().chain(&globals).copied().collect();
+            for kernel in kernels.for_launch(&params, input.len()) {
+                let variant = variant_name(kernel.variant);
+                let mut got = input.clone();
+                let mut launch = harness::Launch::unlimited();
+                launch.globals = globals.clone();
+                let outcome =
+                    harness::interpret_launch(kernel, &argv, &mut got, PLENTY, &mut launch);
+                assert_eq!(outcome, expected, "{name} ({variant}), args {a:?}");
+                got[low..8192].fill(0);
+                if let Some(at) = (0..PAGE).find(|&i| want[i] != got[i]) {
+                    panic!("{name} ({variant}), args {a:?}: memory differs at byte {at}");
+                }
             }
         }
     }

@@ -52,49 +52,69 @@ fn nan_equal(ty: Ty, a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-/// Runs every input of `case` on both sides; returns how many runs
+/// Runs every input of `case` on both sides (the kernel for every launch
+/// and the variant the host launches, [`Kernels`]); returns how many runs
 /// trapped.
 fn run_case(case: &Case) -> usize {
     let wasm = wat::parse_str(&case.wat).unwrap_or_else(|e| panic!("{}: {e}", case.name));
-    let kernel = translate(&wasm);
+    let kernels = Kernels::new(&wasm);
     let mut reference = Reference::new(&wasm);
     let mut traps = 0;
     for input in &case.inputs {
         let mut expected_memory = input.memory.clone();
         let expected = reference.run(&input.args, &mut expected_memory);
-        let mut actual_memory = input.memory.clone();
-        let actual = interpret(&kernel, &input.args, &mut actual_memory, PLENTY);
-        let context = || {
-            let slots: Vec<String> = input.memory[..64]
-                .chunks(8)
-                .map(|c| format!("{:016x}", u64::from_le_bytes(c.try_into().unwrap())))
-                .collect();
-            format!("{}: args {:?}, slots {slots:?}", case.name, input.args)
-        };
-        assert_eq!(actual, expected, "{}", context());
         if expected != Outcome::Returned {
             traps += 1;
         }
-        for &(at, ty) in &case.nan_slots {
-            let r = at..at + ty.bytes();
-            if nan_equal(ty, &expected_memory[r.clone()], &actual_memory[r.clone()]) {
-                actual_memory[r.clone()].copy_from_slice(&expected_memory[r]);
-            }
-        }
-        if expected_memory == actual_memory {
-            continue;
-        }
-        if let Some(at) = (0..PAGE).find(|&i| expected_memory[i] != actual_memory[i]) {
-            let from = at & !7;
-            panic!(
-                "{}: memory differs at {at:#x}: wasmtime {:02x?}, CLIF {:02x?}",
-                context(),
-                &expected_memory[from..from + 8],
-                &actual_memory[from..from + 8]
-            );
+        for kernel in kernels.for_launch(&input.args, input.memory.len()) {
+            run_input(case, input, kernel, expected, &expected_memory);
         }
     }
     traps
+}
+
+/// Runs `kernel` on `input` of `case` and asserts wasmtime's outcome
+/// (`expected`) and memory.
+fn run_input(
+    case: &Case,
+    input: &Input,
+    kernel: &TranslatedKernel,
+    expected: Outcome,
+    expected_memory: &[u8],
+) {
+    let mut actual_memory = input.memory.clone();
+    let actual = interpret(kernel, &input.args, &mut actual_memory, PLENTY);
+    let context = || {
+        let slots: Vec<String> = input.memory[..64]
+            .chunks(8)
+            .map(|c| format!("{:016x}", u64::from_le_bytes(c.try_into().unwrap())))
+            .collect();
+        format!(
+            "{} ({}): args {:?}, slots {slots:?}",
+            case.name,
+            variant_name(kernel.variant),
+            input.args
+        )
+    };
+    assert_eq!(actual, expected, "{}", context());
+    for &(at, ty) in &case.nan_slots {
+        let r = at..at + ty.bytes();
+        if nan_equal(ty, &expected_memory[r.clone()], &actual_memory[r.clone()]) {
+            actual_memory[r.clone()].copy_from_slice(&expected_memory[r]);
+        }
+    }
+    // Slice equality first: a byte loop is slow in a debug build.
+    if expected_memory != actual_memory
+        && let Some(at) = (0..PAGE).find(|&i| expected_memory[i] != actual_memory[i])
+    {
+        let from = at & !7;
+        panic!(
+            "{}: memory differs at {at:#x}: wasmtime {:02x?}, CLIF {:02x?}",
+            context(),
+            &expected_memory[from..from + 8],
+            &actual_memory[from..from + 8]
+        );
+    }
 }
 
 /// Input slot `i` sits at byte `8 * i`; output `j` at `256 + 8 * j`.
@@ -1526,16 +1546,18 @@ fn detector_bounds_inlining() {
 // What compilers emit: globals, the shadow stack, bulk memory, call_indirect
 // ---------------------------------------------------------------------------
 
-/// Runs export `kernel` of `wat` once on a fresh wasmtime instance and once
-/// in the interpreter, from `memory`, the globals' launch values read off
-/// the instance (the module exports each mutable global as `g<index>`).
-/// The kernel's stack window is zeroed in the input (so frames read the
-/// same on both sides) and left out of the comparison (the frames are the
-/// thread's own); every other byte and the outcome must match. Returns the
-/// outcome and the memory after the run.
+/// Runs export `kernel` of `wat` once on a fresh wasmtime instance and in
+/// the interpreter, from `memory`, the globals' launch values read off the
+/// instance (the module exports each mutable global as `g<index>`), once
+/// as the kernel for every launch and once as the variant the host
+/// launches ([`Kernels`]). The kernel's stack window is zeroed in the
+/// input (so frames read the same on both sides) and left out of the
+/// comparison (the frames are the thread's own); every other byte and the
+/// outcome must match. Returns the outcome and the memory after the run.
 fn differential(wat: &str, args: &[Arg], memory: &[u8]) -> (Outcome, Vec<u8>) {
     let wasm = wat::parse_str(wat).unwrap_or_else(|e| panic!("{e}\n{wat}"));
-    let kernel = translate(&wasm);
+    let kernels = Kernels::new(&wasm);
+    let kernel = &kernels.any;
     let mut reference = Reference::new(&wasm);
     let globals: Vec<Arg> = kernel
         .globals
@@ -1557,24 +1579,37 @@ fn differential(wat: &str, args: &[Arg], memory: &[u8]) -> (Outcome, Vec<u8>) {
     }
     let mut expected_memory = input.clone();
     let expected = reference.run(args, &mut expected_memory);
-    let mut actual_memory = input;
-    let mut launch = Launch::unlimited();
-    launch.globals = globals;
-    let actual = interpret_launch(&kernel, args, &mut actual_memory, PLENTY, &mut launch);
-    assert_eq!(actual, expected, "args {args:?}\n{wat}");
     if let Some(w) = &window {
         expected_memory[w.clone()].fill(0);
-        actual_memory[w.clone()].fill(0);
     }
-    if let Some(at) = (0..memory.len()).find(|&i| expected_memory[i] != actual_memory[i]) {
-        let from = at & !7;
-        panic!(
-            "args {args:?}: memory differs at {at:#x}: wasmtime {:02x?}, CLIF {:02x?}\n{wat}",
-            &expected_memory[from..from + 8],
-            &actual_memory[from..from + 8]
-        );
+    let params: Vec<Arg> = args.iter().chain(&globals).copied().collect();
+    let mut after = Vec::new();
+    for kernel in kernels.for_launch(&params, memory.len()) {
+        let name = variant_name(kernel.variant);
+        assert_eq!(kernel.globals, kernels.any.globals, "{name}: the globals");
+        assert_eq!(kernel.stack_window, kernels.any.stack_window, "{name}");
+        let mut actual_memory = input.clone();
+        let mut launch = Launch::unlimited();
+        launch.globals = globals.clone();
+        let actual = interpret_launch(kernel, args, &mut actual_memory, PLENTY, &mut launch);
+        assert_eq!(actual, expected, "{name}: args {args:?}\n{wat}");
+        if let Some(w) = &window {
+            actual_memory[w.clone()].fill(0);
+        }
+        if expected_memory != actual_memory
+            && let Some(at) = (0..memory.len()).find(|&i| expected_memory[i] != actual_memory[i])
+        {
+            let from = at & !7;
+            panic!(
+                "{name}: args {args:?}: memory differs at {at:#x}: wasmtime {:02x?}, CLIF \
+                 {:02x?}\n{wat}",
+                &expected_memory[from..from + 8],
+                &actual_memory[from..from + 8]
+            );
+        }
+        after = actual_memory;
     }
-    (actual, actual_memory)
+    (expected, after)
 }
 
 fn random_page(rng: &mut Rng) -> Vec<u8> {

@@ -286,6 +286,44 @@ fn the_aligned_argument_copy_matches_wasmtime() {
     assert!(clif.contains("band v0, "), "{clif}");
 }
 
+/// The host's choice of variant (`docs/kernels.md`, "Kernel variants") for
+/// [`STRAIGHT`] on the guest's own grid: aligned pointers run the aligned
+/// copy alone, a pointer off its alignment or a memory shorter than a page
+/// the general body, and each run gives wasmtime's outcome and memory. The
+/// kernel does not test the choice itself: the aligned copy launched with
+/// the misaligned pointer reads it with its low bits masked off, and its
+/// stores differ from wasmtime's, which this test also asserts, so a
+/// wrong choice in [`Kernels::host`] fails here.
+#[test]
+fn a_misaligned_argument_runs_the_general_variant() {
+    let wasm = wat::parse_str(STRAIGHT).expect("wat");
+    let kernels = Kernels::new(&wasm);
+    // `a`, `out` and `c`, inside the image's random first 4 KiB.
+    let aligned = [Arg(I32, 1024), Arg(I32, 2048), Arg(I32, 2000)];
+    let misaligned = [Arg(I32, 1026), Arg(I32, 2048), Arg(I32, 2000)];
+    let mut rng = rng("variant_choice");
+    for args in [aligned, misaligned] {
+        assert_eq!(
+            same_as_wasmtime(STRAIGHT, &args, &mut rng),
+            Outcome::Returned,
+            "{args:?}"
+        );
+    }
+    assert_eq!(kernels.host(&aligned, PAGE).variant, OWN_ALIGNED);
+    assert_eq!(kernels.host(&misaligned, PAGE).variant, OWN_GENERAL);
+    assert_eq!(kernels.host(&aligned, PAGE / 2).variant, OWN_GENERAL);
+    let wrong = translate_variant(&wasm, OWN_ALIGNED);
+    let start = image(&mut rng);
+    let (mut want, mut got) = (start.clone(), start);
+    let expected = Reference::new(&wasm).run(&misaligned, &mut want);
+    let outcome = interpret(&wrong, &misaligned, &mut got, PLENTY);
+    assert!(
+        outcome != expected || got != want,
+        "the aligned copy on a misaligned pointer matched wasmtime: the test cannot tell \
+         the variants apart"
+    );
+}
+
 /// A loop without memory accesses, counted down from `$n` (the shape of
 /// the Wasm-kernel benchmark's mul-add loop): its versioned copy drops
 /// only the fuel test, and its chain of links runs the passes in eights.

@@ -1,7 +1,8 @@
 //! Wasm kernels on a GPU against wasmtime: the `kernel_diff` fuzz target's
 //! cases (`fuzz/kernel_case`, included below: wasm-smith modules with bulk
 //! memory, `call_indirect` and mutable globals, and a kernel that calls F
-//! through a shadow-stack frame) made from seeded bytes, translated,
+//! through a shadow-stack frame) made from seeded bytes, translated (for
+//! every launch, and as the variant the runtime launches for the case),
 //! lowered to PTX for the device's compute capability, loaded and launched
 //! on the CUDA driver over managed guest memory, and compared with
 //! wasmtime: the outcome (trap kind and offset), guest memory outside the

@@ -2,16 +2,22 @@
 //! of `fuzz/kernel_case` (a wasm-smith module with bulk memory,
 //! `call_indirect`, mutable globals, and a kernel that calls F through a
 //! shadow-stack frame; that module's docs say how it is made and
-//! compared), translated (`translate_kernel`), lowered (`CpuKernelLowerer`)
-//! and launched on a `CpuDriver`. Any difference from wasmtime — trap or
-//! not, the trap's kind and offset, a byte of guest memory outside the
-//! stack window, a byte past it — is a crash.
+//! compared), translated (`translate_kernel`, and the variant the runtime
+//! launches for the case: `translate_kernel_variant` for the guest's own
+//! grid, with the aligned copy alone or the general body as the case's
+//! arguments decide; one or both, as the input picks), lowered
+//! (`CpuKernelLowerer`) and launched on a `CpuDriver`. Any difference from
+//! wasmtime — trap or not, the trap's kind and offset, a byte of guest
+//! memory outside the stack window, a byte past it — is a crash.
 //!
 //! What happened to the inputs is counted on stderr at every power of two
 //! from 1,024 inputs and every 4,096: compared (by outcome), skipped (by
 //! reason: no module from the input, a translator refusal by operator, too
 //! large, failed instantiation, out of fuel), and, among the compared, how
-//! many had `call_indirect`, `global.set`, `memory.copy`, `memory.fill`,
+//! many ran each kernel (`info: compared, variant any`, `... own+aligned`,
+//! `... own+aligned (one body)` where the kernel has no aligned copy,
+//! `... own+general`), how many had `call_indirect`, `global.set`,
+//! `memory.copy`, `memory.fill`,
 //! atomics, calls of the cooperative intrinsics (shared memory, shared
 //! atomics, `barrier`, warp operations) or of the fused multiply-adds in
 //! F's call graph, and how many called the cooperative ones (on wasmtime)
@@ -46,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
             if std::env::var_os("KERNEL_DIFF_DEBUG").is_some()
                 && let Checked::Compared {
                     outcome,
+                    kernels,
                     uses,
                     ran,
                     shared_trap,
@@ -57,8 +64,9 @@ fuzz_target!(|data: &[u8]| {
                     ""
                 };
                 eprintln!(
-                    "kernel_diff: {outcome}{place}; F's call graph has {uses:?}, the run \
+                    "kernel_diff: {outcome}{place} ({}); F's call graph has {uses:?}, the run \
                      called {ran:?}; {}",
+                    kernels.join(", "),
                     case.describe()
                 );
             }

@@ -18,7 +18,9 @@
 //! the cases), whether the cooperative intrinsics are offered (half the
 //! cases), wasm-smith's module, which operators become cooperative calls
 //! (below), the launch geometry, the thread that does the work and the
-//! block's shared bytes, F's arguments, and the frame (below).
+//! block's shared bytes, F's arguments, the frame (below), and which
+//! kernels run ([`Variants`]: mostly both, from inputs too short for the
+//! choice too).
 //!
 //! The module (docs/verification/2026-11-24-fuzz-kernel-diff-compiler-output.md
 //! says why):
@@ -61,7 +63,12 @@
 //!   (or, for the block's axes, `lane_id`). Then, as LLVM does, it
 //!   opens a frame (`global.get sp; i32.const N; i32.sub`, over-aligned
 //!   with `i32.const -A; i32.and` in some cases, `local.tee; global.set`),
-//!   may `memory.fill` it, spills F's arguments into it and reloads them,
+//!   may `memory.fill` it, spills F's arguments into it and reloads them
+//!   (in half the cases it passes its parameters to F as they are, so
+//!   the translator sees which ones F uses as addresses: those the
+//!   aligned copy assumes aligned, "Kernel variants" below; in practice
+//!   the loop cases' pointers, wasm-smith's code rarely proves an access
+//!   aligned),
 //!   calls F, stores F's results into the frame, `memory.copy`s them to
 //!   [`RESULTS_AT`] (plus 0 to 3 bytes), and restores the stack pointer.
 //!   The stack pointer starts at a multiple of 16 the bytes pick: mostly in
@@ -78,6 +85,17 @@
 //! first; a barrier returns; a shuffle reads the thread's own value;
 //! `ballot(p)` is `(p != 0) << lane`, `any` and `all` `p != 0`. A trap in
 //! a host function is attributed to its `call`, as the kernel's is.
+//!
+//! Kernel variants (`docs/kernels.md`): the translation
+//! for every launch (`translate_kernel`, `KernelVariant::ANY`), launched
+//! with one physical block per virtual block, and the variant the runtime
+//! launches for the case: the case launches the guest's grid itself
+//! without a time limit, so the own-grid variant, with the aligned copy
+//! alone where the arguments and the globals' launch values meet its
+//! assumption (`TranslatedKernel::admits_aligned` of the aligned variant's
+//! translation) and the memory's length is in range, else the general
+//! body; launched on the guest's grid, marked as its own. Neither tests
+//! the host's choice, so each is compared with wasmtime on its own.
 //!
 //! Both sides run the same bytes, so trap offsets index the same module.
 //! Modules with `externref` (none, reference types being off) would be
@@ -105,7 +123,13 @@ mod tests;
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use arbitrary::{Result as ArbitraryResult, Unstructured};
-use tensorwasm_core::lower::{LowerError, translate::translate_kernel};
+use tensorwasm_core::lower::{
+    LowerError,
+    translate::{
+        BodyVariant, GridVariant, KernelLimits, KernelVariant, TranslatedKernel,
+        translate_kernel_variant,
+    },
+};
 use tensorwasm_embed::kernel::KernelTarget;
 use wasmparser::{FuncType, ValType};
 
@@ -142,6 +166,7 @@ pub struct Case {
     launch: Launch,
     args: Vec<Arg>,
     frame: Frame,
+    variants: Variants,
     /// The refused operators rewritten in place.
     rewrote: Vec<&'static str>,
     /// The tracked operators ([`TRACKED`]) in F's call graph.
@@ -179,6 +204,7 @@ pub fn generate(u: &mut Unstructured<'_>) -> ArbitraryResult<Result<Case, String
         .map(|&ty| arbitrary_arg(u, ty, mem_len))
         .collect::<ArbitraryResult<Vec<Arg>>>()?;
     let frame = arbitrary_frame(u, &f_type, mem_len)?;
+    let variants = Variants::arbitrary(u)?;
     if inlined_operators(&facts, f).is_some_and(|n| n > MAX_INLINED_OPERATORS) {
         return Ok(Err(format!(
             "inlines to more than {MAX_INLINED_OPERATORS} operators"
@@ -199,6 +225,7 @@ pub fn generate(u: &mut Unstructured<'_>) -> ArbitraryResult<Result<Case, String
         launch,
         args,
         frame,
+        variants,
         rewrote,
         uses,
     }))
@@ -212,6 +239,7 @@ fn loop_case(u: &mut Unstructured<'_>, pages: u64) -> ArbitraryResult<Case> {
     let f_type = facts.func_type(f).clone();
     let launch = Launch::arbitrary(u, &facts)?;
     let frame = arbitrary_frame(u, &f_type, pages * PAGE)?;
+    let variants = Variants::arbitrary(u)?;
     Ok(Case {
         wasm: with_kernel(&wasm, &facts, f, &f_type, &launch, &frame),
         kernel_index: facts.funcs.len() as u32,
@@ -220,10 +248,53 @@ fn loop_case(u: &mut Unstructured<'_>, pages: u64) -> ArbitraryResult<Case> {
         launch,
         args,
         frame,
+        variants,
         rewrote: Vec::new(),
         uses: vec![TRACKED[10]],
     })
 }
+
+/// Which kernels a case runs against wasmtime (the module docs say which
+/// variant the runtime launches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variants {
+    /// The translation for every launch, then the runtime's variant.
+    Both,
+    /// The translation for every launch alone.
+    Any,
+    /// The runtime's variant alone.
+    Host,
+}
+
+impl Variants {
+    /// Both in half the cases (and where the bytes have run out), each
+    /// alone in a quarter.
+    fn arbitrary(u: &mut Unstructured<'_>) -> ArbitraryResult<Variants> {
+        Ok(match u.int_in_range(0..=3u8)? {
+            0 | 1 => Variants::Both,
+            2 => Variants::Host,
+            _ => Variants::Any,
+        })
+    }
+
+    fn any(self) -> bool {
+        self != Variants::Host
+    }
+}
+
+/// The variant the runtime makes first for a launch of the guest's grid
+/// without a time limit: the aligned copy alone (`kernel_get`'s).
+pub const OWN_ALIGNED: KernelVariant = KernelVariant {
+    grid: GridVariant::Own,
+    bodies: BodyVariant::Aligned,
+};
+
+/// The variant it launches instead where the launch does not meet the
+/// aligned copy's assumption: the general body alone.
+pub const OWN_GENERAL: KernelVariant = KernelVariant {
+    grid: GridVariant::Own,
+    bodies: BodyVariant::General,
+};
 
 /// Up to `max` Wasm scalar types.
 fn arbitrary_types(u: &mut Unstructured<'_>, max: usize) -> ArbitraryResult<Vec<ValType>> {
@@ -263,6 +334,8 @@ fn arbitrary_frame(
             None
         },
         results_at: RESULTS_AT as u32 + u.int_in_range(0..=3)?,
+        // Spilled where the bytes have run out, as before the choice.
+        spill: u.int_in_range(0..=1u8)? == 0,
     })
 }
 
@@ -270,12 +343,14 @@ impl Case {
     /// Everything that makes the case, for a report.
     pub fn describe(&self) -> String {
         format!(
-            "kernel calls function {} of type {}; args {:?}; {:?}; {:?}; module of {} bytes",
+            "kernel calls function {} of type {}; args {:?}; {:?}; {:?}; kernels {:?}; module of \
+             {} bytes",
             self.f,
             self.f_type,
             self.args,
             self.launch,
             self.frame,
+            self.variants,
             self.wasm.len()
         )
     }
@@ -283,11 +358,14 @@ impl Case {
 
 /// What [`check`] found.
 pub enum Checked {
-    /// Both sides agree: how it ended, the tracked operators in F's call
+    /// Both sides agree: how it ended, the kernels compared (`any`,
+    /// `own+aligned`, `own+aligned (one body)` for a kernel without an
+    /// aligned copy, `own+general`), the tracked operators in F's call
     /// graph, the cooperative ones the run called, and whether it trapped
     /// in a shared access.
     Compared {
         outcome: String,
+        kernels: Vec<&'static str>,
         uses: Vec<&'static str>,
         ran: Vec<&'static str>,
         shared_trap: bool,
@@ -302,48 +380,60 @@ pub enum Checked {
     DriverFailed(String),
 }
 
-/// Runs `case` on wasmtime and on `driver` (`target` names it in reports)
-/// and compares the two.
+/// Runs `case` on wasmtime and on `driver` (`target` names it in reports),
+/// as each of its kernels ([`Variants`]), and compares each with wasmtime.
 pub fn check<D: KernelTarget>(
     driver: &D,
     stream: &D::Stream,
     case: &Case,
     target: &str,
 ) -> Checked {
+    match check_kernels(driver, stream, case, target) {
+        Ok(checked) | Err(checked) => checked,
+    }
+}
+
+/// [`check`], `Err` where it ends before the comparison.
+fn check_kernels<D: KernelTarget>(
+    driver: &D,
+    stream: &D::Stream,
+    case: &Case,
+    target: &str,
+) -> Result<Checked, Checked> {
     // The reference first: a module wasmtime refuses is the harness's bug,
     // but for `externref`, which wasmtime built without its GC (as here and
     // in the embedding) refuses.
     let module = match wasmtime::Module::new(engine(), &case.wasm) {
         Ok(module) => module,
         Err(e) if format!("{e:?}").contains("requires gc") => {
-            return Checked::Skipped("wasmtime without GC refuses externref".into());
-        }
-        Err(e) => return Checked::Differs(format!("wasmtime refuses the module: {e:?}\n")),
-    };
-    let Some(mut reference) = Reference::instantiate(&module, &case.launch) else {
-        return Checked::Skipped("instantiation failed".into());
-    };
-    let kernel = match translate_kernel(&case.wasm, case.kernel_index) {
-        Ok(kernel) => kernel,
-        Err(LowerError::Unsupported(op)) => {
-            return Checked::Skipped(format!("refused `{}`", op.op));
-        }
-        Err(LowerError::TooLarge(op)) => {
-            return Checked::Skipped(format!("too large at `{}`", op.op));
-        }
-        Err(LowerError::Invalid(why)) => {
-            return Checked::Differs(format!(
-                "the translator calls a module wasmtime accepts invalid: {why}"
+            return Err(Checked::Skipped(
+                "wasmtime without GC refuses externref".into(),
             ));
         }
+        Err(e) => {
+            return Err(Checked::Differs(format!(
+                "wasmtime refuses the module: {e:?}\n"
+            )));
+        }
     };
+    let Some(mut reference) = Reference::instantiate(&module, &case.launch) else {
+        return Err(Checked::Skipped("instantiation failed".into()));
+    };
+    let first = if case.variants.any() {
+        KernelVariant::ANY
+    } else {
+        OWN_ALIGNED
+    };
+    let kernel = translate(case, first)?;
     // The launch values of the kernel's globals, then its stack window,
-    // zeroed in the image both sides start from.
+    // zeroed in the image both sides start from. Every variant has the
+    // same (the detector's), which `kernels` checks.
     let globals: Vec<Arg> = kernel
         .globals
         .iter()
         .map(|g| reference.global(g.index))
         .collect();
+    let mem_len = reference.memory().len() as u64;
     let mut window = None;
     if let Some(w) = kernel.stack_window {
         let at = kernel
@@ -351,99 +441,177 @@ pub fn check<D: KernelTarget>(
             .iter()
             .position(|g| g.index == w.global)
             .expect("the stack pointer is a kernel global");
-        let (mem_len, sp) = (reference.memory().len() as u64, globals[at].1);
+        let sp = globals[at].1;
         if sp < w.bytes {
             // The runtime refuses such a launch (`EINVAL`): the window
             // would reach below address 0 (docs/kernels.md).
-            return Checked::Skipped("stack pointer below the window (EINVAL)".into());
+            return Err(Checked::Skipped(
+                "stack pointer below the window (EINVAL)".into(),
+            ));
         }
         if sp > mem_len {
             // Refused too: the window would reach past the memory's end.
-            return Checked::Skipped("stack pointer past the memory (EINVAL)".into());
+            return Err(Checked::Skipped(
+                "stack pointer past the memory (EINVAL)".into(),
+            ));
         }
         window = Some((sp - w.bytes) as usize..sp as usize);
     }
+    let args: Vec<Arg> = case.args.iter().chain(&globals).copied().collect();
+    let kernels = kernels(case, kernel, &args, mem_len)?;
     if let Some(w) = &window {
         reference.memory()[w.clone()].fill(0);
     }
     let image = reference.memory().to_vec();
 
-    let loaded = match driver.load_kernel(&kernel) {
-        Ok(module) => module,
-        Err(e) => {
-            return Checked::Differs(format!(
-                "the {target} target refuses a translated kernel: {e}"
-            ));
-        }
-    };
-    let function = match driver.function(&loaded, &kernel.name) {
-        Ok(function) => function,
-        Err(e) => return Checked::Differs(format!("the loaded kernel has no function: {e}")),
-    };
-    let args: Vec<Arg> = case.args.iter().chain(&globals).copied().collect();
-    let ours = match launch_on(driver, stream, &function, &case.launch, &args, &image) {
-        Ok(launched) => launched,
-        Err(e) => return Checked::DriverFailed(format!("the {target} driver failed: {e}")),
-    };
+    let mut ours = Vec::new();
+    for (name, kernel) in &kernels {
+        let loaded = driver.load_kernel(kernel).map_err(|e| {
+            Checked::Differs(format!(
+                "{name}: the {target} target refuses a translated kernel: {e}"
+            ))
+        })?;
+        let function = driver.function(&loaded, &kernel.name).map_err(|e| {
+            Checked::Differs(format!("{name}: the loaded kernel has no function: {e}"))
+        })?;
+        let grid = kernel.variant.grid;
+        let launched = launch_on(driver, stream, &function, &case.launch, grid, &args, &image)
+            .map_err(|e| {
+                Checked::DriverFailed(format!("{name}: the {target} driver failed: {e}"))
+            })?;
+        ours.push((*name, launched));
+    }
     let (theirs, mut their_memory) = reference.call(&case.args);
     let (ran, shared_trap) = reference.cooperation();
-    if ours.outcome == Outcome::OutOfFuel || theirs == Outcome::OutOfFuel {
-        return Checked::Skipped("out of fuel (either side)".into());
+    if theirs == Outcome::OutOfFuel || ours.iter().any(|(_, l)| l.outcome == Outcome::OutOfFuel) {
+        return Err(Checked::Skipped("out of fuel (either side)".into()));
     }
     if theirs == Outcome::StackOverflow {
-        return Checked::Skipped("wasmtime's stack overflowed".into());
+        return Err(Checked::Skipped("wasmtime's stack overflowed".into()));
     }
-    let mut our_memory = ours.memory;
     if let Some(w) = &window {
         their_memory[w.clone()].fill(0);
-        our_memory[w.clone()].fill(0);
     }
 
     let mut diff = String::new();
-    if ours.outcome != theirs {
-        let _ = writeln!(
-            diff,
-            "outcome: wasmtime {theirs:?}, {target} kernel {:?}",
-            ours.outcome
-        );
-    }
-    // Slice equality first: a byte loop is slow under coverage tracing.
-    if our_memory != their_memory {
-        let differing: Vec<usize> = (0..image.len())
-            .filter(|&i| our_memory[i] != their_memory[i])
-            .collect();
-        let _ = writeln!(
-            diff,
-            "memory differs at {} bytes (the stack window {window:?} left out); first ones \
-             (address: wasmtime, {target} kernel):",
-            differing.len()
-        );
-        for &i in differing.iter().take(16) {
+    for (name, launched) in &mut ours {
+        let kernel = format!("{target} kernel ({name})");
+        if let Some(w) = &window {
+            launched.memory[w.clone()].fill(0);
+        }
+        let our_memory = &launched.memory;
+        if launched.outcome != theirs {
             let _ = writeln!(
                 diff,
-                "  {i:#07x}: {:#04x} {:#04x}",
-                their_memory[i], our_memory[i]
+                "outcome: wasmtime {theirs:?}, {kernel} {:?}",
+                launched.outcome
+            );
+        }
+        // Slice equality first: a byte loop is slow under coverage tracing.
+        if *our_memory != their_memory {
+            let differing: Vec<usize> = (0..image.len())
+                .filter(|&i| our_memory[i] != their_memory[i])
+                .collect();
+            let _ = writeln!(
+                diff,
+                "memory differs at {} bytes (the stack window {window:?} left out); first ones \
+                 (address: wasmtime, {kernel}):",
+                differing.len()
+            );
+            for &i in differing.iter().take(16) {
+                let _ = writeln!(
+                    diff,
+                    "  {i:#07x}: {:#04x} {:#04x}",
+                    their_memory[i], our_memory[i]
+                );
+            }
+        }
+        if let Some(at) = launched.canary {
+            let _ = writeln!(
+                diff,
+                "the {kernel} wrote past guest memory, at mem_len + {at}"
             );
         }
     }
-    if let Some(at) = ours.canary {
-        let _ = writeln!(
-            diff,
-            "the {target} kernel wrote past guest memory, at mem_len + {at}"
-        );
-    }
     if !diff.is_empty() {
-        return Checked::Differs(diff);
+        return Err(Checked::Differs(diff));
     }
-    Checked::Compared {
-        outcome: match ours.outcome {
+    Ok(Checked::Compared {
+        outcome: match theirs {
             Outcome::Trapped { trap, .. } => format!("trapped ({})", trap.description()),
             _ => "returned".into(),
         },
+        kernels: ours.iter().map(|(name, _)| *name).collect(),
         uses: case.uses.clone(),
         ran,
         shared_trap,
+    })
+}
+
+/// `case`'s kernel translated for `variant`; a refusal skips the case
+/// (`Err`), but for a module the translator calls invalid.
+fn translate(case: &Case, variant: KernelVariant) -> Result<TranslatedKernel, Checked> {
+    translate_kernel_variant(&case.wasm, case.kernel_index, KernelLimits::HOST, variant).map_err(
+        |e| match e {
+            LowerError::Unsupported(op) => Checked::Skipped(format!("refused `{}`", op.op)),
+            LowerError::TooLarge(op) => Checked::Skipped(format!("too large at `{}`", op.op)),
+            LowerError::Invalid(why) => Checked::Differs(format!(
+                "the translator calls a module wasmtime accepts invalid: {why}"
+            )),
+        },
+    )
+}
+
+/// The kernels `case` runs, named: `first` (translated for every launch
+/// or, alone, for the runtime's first choice), and the variant the runtime
+/// launches with `args` (the Wasm arguments, then the globals' launch
+/// values) over `mem_len` bytes, as `KernelInfo::variant_for` picks it.
+/// A later translation that fails, or whose globals or stack window differ
+/// from the first's, is a difference.
+fn kernels(
+    case: &Case,
+    first: TranslatedKernel,
+    args: &[Arg],
+    mem_len: u64,
+) -> Result<Vec<(&'static str, TranslatedKernel)>, Checked> {
+    let (globals, window, made) = (first.globals.clone(), first.stack_window, first.variant);
+    let again = |variant: KernelVariant| {
+        let kernel = translate(case, variant).map_err(|checked| match checked {
+            Checked::Skipped(why) | Checked::Differs(why) => Checked::Differs(format!(
+                "{variant:?} fails ({why}) where {made:?} translates"
+            )),
+            other => other,
+        })?;
+        if kernel.globals != globals || kernel.stack_window != window {
+            return Err(Checked::Differs(format!(
+                "{variant:?} has globals {:?} and window {:?}, {made:?} {globals:?} and {window:?}",
+                kernel.globals, kernel.stack_window
+            )));
+        }
+        Ok(kernel)
+    };
+    let mut kernels = Vec::new();
+    let aligned = match case.variants {
+        Variants::Host => first,
+        Variants::Any => return Ok(vec![("any", first)]),
+        Variants::Both => {
+            let aligned = again(OWN_ALIGNED)?;
+            kernels.push(("any", first));
+            aligned
+        }
+    };
+    let arg = |i: usize| match args.get(i) {
+        Some(&Arg(ValType::I32, bits)) => Some(bits as u32),
+        _ => None,
+    };
+    if !aligned.admits_aligned(arg, mem_len) {
+        kernels.push(("own+general", again(OWN_GENERAL)?));
+    } else if aligned.aligned_args.is_empty() {
+        kernels.push(("own+aligned (one body)", aligned));
+    } else {
+        kernels.push(("own+aligned", aligned));
     }
+    Ok(kernels)
 }
 
 /// Counts of what happened to the cases, by what (`compared: ...`,
@@ -475,11 +643,15 @@ impl Tally {
         match checked {
             Checked::Compared {
                 outcome,
+                kernels,
                 uses,
                 ran,
                 shared_trap,
             } => {
                 self.add(format!("compared: {outcome}"));
+                for kernel in kernels {
+                    self.add(format!("info: compared, variant {kernel}"));
+                }
                 for tracked in TRACKED {
                     if uses.contains(&tracked) {
                         self.add(format!("info: compared, F's call graph has {tracked}"));

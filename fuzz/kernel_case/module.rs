@@ -437,6 +437,10 @@ pub struct Frame {
     /// Where the results are copied to: [`super::RESULTS_AT`] plus 0 to 3 (a
     /// misaligned copy moves a byte a step).
     pub results_at: u32,
+    /// Whether F's arguments go through the frame (stored, then loaded
+    /// back, as unoptimized code passes them), else straight from the
+    /// kernel's parameters, where the translator sees which are addresses.
+    pub spill: bool,
 }
 
 /// The kernel's locals past its parameters, in order.
@@ -597,9 +601,10 @@ fn stub_unreached(contents: &[u8], reached: &[bool]) -> Vec<u8> {
 
 /// `kernel(F's params)`: unless every imported position intrinsic (and
 /// `lane_id`) returns the chosen thread's value, return; else open a frame on the shadow stack,
-/// spill F's arguments there and reload them, call F, store its results in
-/// the frame, `memory.copy` them to where the harness reads them, and
-/// close the frame.
+/// spill F's arguments there and reload them (or pass them as they are:
+/// [`Frame::spill`]), call F, store its results in the frame,
+/// `memory.copy` them to where the harness reads them, and close the
+/// frame.
 fn kernel_body(
     facts: &Facts,
     f: u32,
@@ -661,14 +666,20 @@ fn kernel_body(
             .instruction(&I::I32Const(frame.bytes as i32))
             .instruction(&I::MemoryFill(0));
     }
-    for (i, &ty) in params.iter().enumerate() {
-        body.instruction(&I::LocalGet(locals.fp))
-            .instruction(&I::LocalGet(i as u32))
-            .instruction(&store(ty, slot(i)));
-    }
-    for (i, &ty) in params.iter().enumerate() {
-        body.instruction(&I::LocalGet(locals.fp))
-            .instruction(&load(ty, slot(i)));
+    if frame.spill {
+        for (i, &ty) in params.iter().enumerate() {
+            body.instruction(&I::LocalGet(locals.fp))
+                .instruction(&I::LocalGet(i as u32))
+                .instruction(&store(ty, slot(i)));
+        }
+        for (i, &ty) in params.iter().enumerate() {
+            body.instruction(&I::LocalGet(locals.fp))
+                .instruction(&load(ty, slot(i)));
+        }
+    } else {
+        for i in 0..n {
+            body.instruction(&I::LocalGet(i));
+        }
     }
     body.instruction(&I::Call(f));
     for i in (0..results.len() as u32).rev() {

@@ -10,10 +10,12 @@ use tensorwasm_core::{
         INTRINSIC_MODULE, Intrinsic, KernelTrap,
         cooperative::{CoopIntrinsic, Vote},
         math::MathIntrinsic,
-        translate::WasmType,
+        translate::{GridVariant, WasmType},
     },
 };
-use tensorwasm_embed::kernel::cpu::{HiddenParams, STATUS_BYTES, launch_params, one_block_each};
+use tensorwasm_embed::kernel::cpu::{
+    HiddenParams, STATUS_BYTES, launch_params, one_block_each, own_grid_launch_params,
+};
 use wasmparser::ValType;
 
 use super::facts::{Facts, coop_tracked};
@@ -507,13 +509,20 @@ pub struct Launched {
 
 /// Launches `function` (a translated kernel, loaded) over a copy of
 /// `image` in managed memory (canary bytes after it), with the Wasm
-/// arguments and then the globals' launch values. `Err` where the driver
+/// arguments and then the globals' launch values, on the physical grid a
+/// kernel made for `grid` runs on: for [`GridVariant::Any`], one 1-D
+/// block per virtual block (`one_block_each`), the grid passed as virtual
+/// blocks (`launch_params`); for [`GridVariant::Own`], the guest's grid
+/// itself, marked so (`own_grid_launch_params`), as the runtime launches
+/// the own-grid variant (each thread's block index is then `ctaid`, so
+/// the physical grid must have the guest's shape). `Err` where the driver
 /// fails (on CUDA, a launch that faulted).
 pub fn launch_on<D: GpuDriver>(
     d: &D,
     stream: &D::Stream,
     function: &D::Function,
     launch: &Launch,
+    grid: GridVariant,
     args: &[Arg],
     image: &[u8],
 ) -> Result<Launched, String> {
@@ -532,21 +541,26 @@ pub fn launch_on<D: GpuDriver>(
     d.memset(status.full(), 0)
         .map_err(fail("zero the status word"))?;
     let wasm_args: Vec<KernelParam> = args.iter().map(|a| a.param()).collect();
-    let params = launch_params(
-        &wasm_args,
-        HiddenParams {
-            mem_base: memory.device_ptr(),
-            mem_len: image.len() as u64,
-            status: status.device_ptr(),
-            fuel: KERNEL_FUEL,
-            // Fuel, not time, bounds these kernels: the runs must be
-            // deterministic.
-            time_limit: u64::MAX,
-            grid: (launch.grid.x, launch.grid.y, launch.grid.z),
-        },
-    );
+    let hidden = HiddenParams {
+        mem_base: memory.device_ptr(),
+        mem_len: image.len() as u64,
+        status: status.device_ptr(),
+        fuel: KERNEL_FUEL,
+        // Fuel, not time, bounds these kernels: the runs must be
+        // deterministic (and the own-grid variant is for launches without
+        // a time limit).
+        time_limit: u64::MAX,
+        grid: (launch.grid.x, launch.grid.y, launch.grid.z),
+    };
+    let (params, physical) = match grid {
+        GridVariant::Any => (
+            launch_params(&wasm_args, hidden),
+            one_block_each(launch.grid),
+        ),
+        GridVariant::Own => (own_grid_launch_params(&wasm_args, hidden), launch.grid),
+    };
     let config = LaunchConfig {
-        grid: one_block_each(launch.grid),
+        grid: physical,
         block: launch.block,
         shared_mem_bytes: launch.shared_bytes,
     };

@@ -1,7 +1,8 @@
 //! Hand-made cases for the reference side's cooperative intrinsics: what
 //! they return for the block's one live thread, and that a trap in one (a
 //! host function on wasmtime) has the `call`'s offset, as the kernel's
-//! trap site does. They run in `embed/tests/gpu_kernel_diff.rs`, which
+//! trap site does; and that the runtime's variant of a kernel is the one
+//! for its arguments. They run in `embed/tests/gpu_kernel_diff.rs`, which
 //! includes this folder (the fuzz target builds no tests), on the CPU
 //! driver.
 
@@ -10,7 +11,7 @@ use tensorwasm_cpu::CpuDriver;
 use wasmparser::{Operator, Parser, Payload, ValType};
 
 use super::run::{Arg, Launch, Outcome, Reference, engine};
-use super::{Case, Checked, Facts, Frame, check, frame_bytes, loop_case, with_kernel};
+use super::{Case, Checked, Facts, Frame, Variants, check, frame_bytes, loop_case, with_kernel};
 
 /// Block (2, 2, 1), thread (1, 1, 0): lane 3. Grid of one block.
 fn launch(shared_bytes: u32) -> Launch {
@@ -25,8 +26,14 @@ fn launch(shared_bytes: u32) -> Launch {
 }
 
 /// A case of `wat` (imports by index, no names: the harness writes the
-/// `name` section) calling F (exported as `f`) with `args`.
+/// `name` section) calling F (exported as `f`) with `args`, spilled into
+/// the frame.
 fn case(wat: &str, launch: Launch, args: Vec<Arg>) -> Case {
+    case_spilled(wat, launch, args, true)
+}
+
+/// [`case`], `args` passed to F through the frame or not (`spill`).
+fn case_spilled(wat: &str, launch: Launch, args: Vec<Arg>, spill: bool) -> Case {
     let wasm = wat::parse_str(wat).expect("the WAT parses");
     let facts = Facts::parse(&wasm);
     let f = facts.f.expect("`f`, exported");
@@ -37,6 +44,7 @@ fn case(wat: &str, launch: Launch, args: Vec<Arg>) -> Case {
         align: 0,
         fill: None,
         results_at: 0,
+        spill,
     };
     Case {
         wasm: with_kernel(&wasm, &facts, f, &f_type, &launch, &frame),
@@ -46,6 +54,7 @@ fn case(wat: &str, launch: Launch, args: Vec<Arg>) -> Case {
         launch,
         args,
         frame,
+        variants: Variants::Both,
         rewrote: Vec::new(),
         uses: Vec::new(),
     }
@@ -237,19 +246,28 @@ fn a_lone_threads_warp_operations_and_shared_atomics() {
 /// 200 from seeded bytes on the CPU driver against wasmtime, every
 /// compare, step and test position at wrapping starts and bounds a few
 /// passes away; at least 150 compared (a case is skipped only where its
-/// stack pointer makes the launch invalid).
+/// stack pointer makes the launch invalid). It prints how many ran each
+/// kernel (those passing F its pointers as they are have the aligned
+/// copy: `own+aligned` where the pointers are aligned, else
+/// `own+general`).
 #[test]
 fn loop_cases_match_wasmtime_on_the_cpu() {
     let driver = CpuDriver::with_capacity(64 << 20).expect("the CPU driver");
     let stream = driver.create_stream().expect("a stream");
     let mut rng = tensorwasm_conformance::Rng::from_env("kernel_case loop cases");
     let mut compared = 0;
+    let mut variants = std::collections::BTreeMap::<&str, u32>::new();
     for i in 0..200u64 {
         let bytes = rng.bytes(1024);
         let mut u = arbitrary::Unstructured::new(&bytes);
         let case = loop_case(&mut u, 1 + i % 4).expect("enough bytes");
         match check(&driver, &stream, &case, "CPU") {
-            Checked::Compared { .. } => compared += 1,
+            Checked::Compared { kernels, .. } => {
+                compared += 1;
+                for kernel in kernels {
+                    *variants.entry(kernel).or_default() += 1;
+                }
+            }
             Checked::Skipped(_) => {}
             Checked::Differs(diff) | Checked::DriverFailed(diff) => {
                 panic!("case {i}: {diff}{}", case.describe())
@@ -257,4 +275,55 @@ fn loop_cases_match_wasmtime_on_the_cpu() {
         }
     }
     assert!(compared >= 150, "{compared} of 200 compared");
+    println!("loop cases compared, by kernel: {variants:?}");
+}
+
+/// F returns the `i64` at its argument and at the argument plus 8, over
+/// 32 distinct bytes at 1024.
+const LOAD_I64_AT_ARG: &str = r#"(module
+  (memory (export "memory") 1 4)
+  (data (i32.const 1024) "\01\02\03\04\05\06\07\08\09\0a\0b\0c\0d\0e\0f\10")
+  (data (i32.const 1040) "\11\12\13\14\15\16\17\18\19\1a\1b\1c\1d\1e\1f\20")
+  (func (export "f") (param i32) (result i64 i64)
+    local.get 0
+    i64.load
+    local.get 0
+    i64.load offset=8))"#;
+
+/// The runtime's variant (`docs/kernels.md`, "Kernel variants") of a
+/// kernel that loads at its argument: the aligned copy alone for an
+/// argument that is a multiple of 8, the general body for one that is
+/// not, each matching wasmtime. Run on a misaligned argument, the aligned
+/// copy would read it with its low bits masked off and load other bytes
+/// than wasmtime: the comparison fails if `check` picks the variant
+/// wrongly.
+#[test]
+fn a_misaligned_argument_runs_the_general_variant() {
+    let dim = |x, y, z| Dim3 { x, y, z };
+    for (at, variant) in [
+        (1024, "own+aligned"),
+        (1032, "own+aligned"),
+        (1028, "own+general"),
+        (1027, "own+general"),
+    ] {
+        let launch = Launch {
+            grid: dim(1, 1, 1),
+            block: dim(1, 1, 1),
+            block_idx: dim(0, 0, 0),
+            thread_idx: dim(0, 0, 0),
+            shared_bytes: 0,
+        };
+        // Not through the frame, where the translator would not see that
+        // the argument is an address.
+        let case = case_spilled(LOAD_I64_AT_ARG, launch, vec![Arg(ValType::I32, at)], false);
+        let (outcome, results) = reference(&case);
+        assert_eq!(outcome, Outcome::Returned);
+        let want =
+            |at: u64| u64::from_le_bytes(std::array::from_fn(|i| (at - 1023) as u8 + i as u8));
+        assert_eq!(results, [want(at), want(at + 8)], "argument {at}");
+        let Checked::Compared { kernels, .. } = compare(&case) else {
+            unreachable!()
+        };
+        assert_eq!(kernels, ["any", variant], "argument {at}");
+    }
 }

@@ -11,6 +11,11 @@
 //! the launch's time limit: the kernel's calls of the runtime checks
 //! (`RuntimeCheck`) are answered by the step loop from a model of the
 //! status word, with the interpreter's step count as the clock.
+//!
+//! A differential test runs two kernels per launch ([`Kernels`]): the one
+//! for every launch (`translate_kernel`) and the variant the host would
+//! launch for it (`docs/kernels.md`, "Kernel variants"), which does not
+//! test the host's choice itself.
 
 use std::sync::OnceLock;
 
@@ -28,7 +33,10 @@ use cranelift_interpreter::instruction::DfgInstructionContext;
 use cranelift_interpreter::interpreter::LibCallHandler;
 use cranelift_interpreter::state::{InterpreterFunctionRef, MemoryError, State};
 use cranelift_interpreter::step::{ControlFlow, CraneliftTrap, step};
-use tensorwasm_core::lower::translate::{TranslatedKernel, translate_kernel};
+use tensorwasm_core::lower::translate::{
+    BodyVariant, GridVariant, KernelLimits, KernelVariant, TranslatedKernel, translate_kernel,
+    translate_kernel_variant,
+};
 use tensorwasm_core::lower::{INTRINSIC_MODULE, Intrinsic, KernelAbi, KernelTrap, RuntimeCheck};
 use wasmparser::{Operator, Parser, Payload};
 
@@ -845,6 +853,100 @@ pub fn translate(wasm: &[u8]) -> TranslatedKernel {
     kernel
 }
 
+/// [`translate`] for the launches `variant` serves.
+pub fn translate_variant(wasm: &[u8], variant: KernelVariant) -> TranslatedKernel {
+    let index = export_index(wasm, "kernel");
+    let kernel = translate_kernel_variant(wasm, index, KernelLimits::HOST, variant)
+        .unwrap_or_else(|e| panic!("translation of {variant:?} failed: {e}"));
+    assert_eq!(kernel.variant, variant);
+    check_shape(&kernel);
+    kernel
+}
+
+/// The guest's own grid without a time limit, the aligned copy alone: the
+/// variant `kernel_get` makes for such launches.
+pub const OWN_ALIGNED: KernelVariant = KernelVariant {
+    grid: GridVariant::Own,
+    bodies: BodyVariant::Aligned,
+};
+
+/// The guest's own grid without a time limit, the general body alone: what
+/// the host launches when the arguments or the memory's length do not meet
+/// the aligned copy's assumption.
+pub const OWN_GENERAL: KernelVariant = KernelVariant {
+    grid: GridVariant::Own,
+    bodies: BodyVariant::General,
+};
+
+/// A variant's short name in messages: `any`, `own+aligned`, ...
+pub fn variant_name(variant: KernelVariant) -> &'static str {
+    match (variant.grid, variant.bodies) {
+        (GridVariant::Any, BodyVariant::Both) => "any",
+        (GridVariant::Any, BodyVariant::Aligned) => "any+aligned",
+        (GridVariant::Any, BodyVariant::General) => "any+general",
+        (GridVariant::Own, BodyVariant::Both) => "own+both",
+        (GridVariant::Own, BodyVariant::Aligned) => "own+aligned",
+        (GridVariant::Own, BodyVariant::General) => "own+general",
+    }
+}
+
+/// Whether the host may launch the aligned copy with `params` (the Wasm
+/// arguments, then the globals' launch values: the aligned copy may assume
+/// a global aligned too) over `mem_len` bytes
+/// (`TranslatedKernel::admits_aligned`, the `i32` ones read as `u32`).
+pub fn admits_aligned(kernel: &TranslatedKernel, params: &[Arg], mem_len: usize) -> bool {
+    let arg = |i: usize| match params.get(i) {
+        Some(&Arg(I32, bits)) => Some(bits as u32),
+        _ => None,
+    };
+    kernel.admits_aligned(arg, mem_len as u64)
+}
+
+/// A module's kernel as the differential tests run it: the translation for
+/// every launch, and the variants the host launches on the guest's own
+/// grid without a time limit (the interpreter's unlimited launch,
+/// [`Launch::unlimited`]), chosen per launch as the host chooses
+/// (`docs/kernels.md`, "Kernel variants"): the aligned copy when
+/// [`admits_aligned`] holds for it, else the general body (made on first
+/// use).
+pub struct Kernels {
+    wasm: Vec<u8>,
+    /// `translate_kernel`'s.
+    pub any: TranslatedKernel,
+    own_aligned: TranslatedKernel,
+    own_general: OnceLock<TranslatedKernel>,
+}
+
+impl Kernels {
+    pub fn new(wasm: &[u8]) -> Kernels {
+        Kernels {
+            wasm: wasm.to_vec(),
+            any: translate(wasm),
+            own_aligned: translate_variant(wasm, OWN_ALIGNED),
+            own_general: OnceLock::new(),
+        }
+    }
+
+    /// The variant the host launches with `params` (the Wasm arguments,
+    /// then the globals' launch values) over `mem_len` bytes of memory, on
+    /// the guest's own grid without a time limit.
+    pub fn host(&self, params: &[Arg], mem_len: usize) -> &TranslatedKernel {
+        if admits_aligned(&self.own_aligned, params, mem_len) {
+            &self.own_aligned
+        } else {
+            self.own_general
+                .get_or_init(|| translate_variant(&self.wasm, OWN_GENERAL))
+        }
+    }
+
+    /// The kernels a differential test runs for a launch with `params`
+    /// (as [`Kernels::host`] takes them) over `mem_len` bytes:
+    /// [`Kernels::any`], then [`Kernels::host`]'s.
+    pub fn for_launch(&self, params: &[Arg], mem_len: usize) -> [&TranslatedKernel; 2] {
+        [&self.any, self.host(params, mem_len)]
+    }
+}
+
 /// The CLIF text of `wat`'s kernel.
 pub fn clif_of(wat: &str) -> String {
     let wasm = wat::parse_str(wat).expect("wat");
@@ -875,23 +977,32 @@ pub fn image(rng: &mut Rng) -> Vec<u8> {
     memory
 }
 
-/// Runs `wat` with `args` both ways on the same random memory and asserts
-/// the same outcome and memory; the outcome.
+/// Runs `wat` with `args` both ways on the same random memory, the
+/// translation for every launch and the variant the host launches
+/// ([`Kernels`]), and asserts the same outcome and memory; the outcome.
 pub fn same_as_wasmtime(wat: &str, args: &[Arg], rng: &mut Rng) -> Outcome {
     let wasm = wat::parse_str(wat).expect("wat");
-    let kernel = translate(&wasm);
+    let kernels = Kernels::new(&wasm);
     let mut reference = Reference::new(&wasm);
     let start = image(rng);
-    let (mut want, mut got) = (start.clone(), start);
+    let mut want = start.clone();
     let expected = reference.run(args, &mut want);
-    let outcome = interpret(&kernel, args, &mut got, PLENTY);
     let shown: Vec<u64> = args.iter().map(|a| a.1).collect();
-    assert_eq!(outcome, expected, "args {shown:?}");
-    if let Some(at) = (0..PAGE).find(|&i| want[i] != got[i]) {
-        panic!(
-            "args {shown:?}: memory differs first at byte {at}: wasmtime {}, translated {}",
-            want[at], got[at]
-        );
+    for kernel in kernels.for_launch(args, start.len()) {
+        let name = variant_name(kernel.variant);
+        let mut got = start.clone();
+        let outcome = interpret(kernel, args, &mut got, PLENTY);
+        assert_eq!(outcome, expected, "{name}: args {shown:?}");
+        // Slice equality first: a byte loop is slow in a debug build.
+        if want != got
+            && let Some(at) = (0..PAGE).find(|&i| want[i] != got[i])
+        {
+            panic!(
+                "{name}: args {shown:?}: memory differs first at byte {at}: wasmtime {}, \
+                 translated {}",
+                want[at], got[at]
+            );
+        }
     }
-    outcome
+    expected
 }
