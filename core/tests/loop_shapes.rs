@@ -224,22 +224,14 @@ fn compare_folded(wat: &str, cases: &[Vec<Arg>], rng: &mut Rng, folded: &[(u32, 
             },
             returned => returned,
         };
-        let shown: Vec<u64> = args.iter().map(|a| a.1).collect();
-        for kernel in kernels.for_launch(args, start.len()) {
-            let name = variant_name(kernel.variant);
-            let mut got = start.clone();
-            let outcome = interpret(kernel, args, &mut got, PLENTY);
-            assert_eq!(outcome, expected, "{wat}\n{name}: args {shown:?}");
-            if want != got
-                && let Some(at) = (0..PAGE).find(|&i| want[i] != got[i])
-            {
-                panic!(
-                    "{wat}\n{name}: args {shown:?}: memory differs first at byte {at}: wasmtime \
-                     {}, translated {}",
-                    want[at], got[at]
-                );
-            }
-        }
+        each_kernel_matches(
+            &kernels,
+            args,
+            &start,
+            &expected,
+            &want,
+            &format!("{wat}\n"),
+        );
         if let Outcome::Trapped { .. } = expected {
             trapped += 1;
         }

@@ -16,6 +16,7 @@ mod harness;
 use harness::Ty::{F32, I32};
 use harness::*;
 use tensorwasm_core::lower::KernelTrap;
+use tensorwasm_core::lower::translate::KernelVariant;
 use wasmparser::Operator;
 
 /// `out[i] = acc += a[i] * b[i * stride]` for `n` iterations counted down,
@@ -309,10 +310,19 @@ fn a_misaligned_argument_runs_the_general_variant() {
             "{args:?}"
         );
     }
-    assert_eq!(kernels.host(&aligned, PAGE).variant, OWN_ALIGNED);
-    assert_eq!(kernels.host(&misaligned, PAGE).variant, OWN_GENERAL);
-    assert_eq!(kernels.host(&aligned, PAGE / 2).variant, OWN_GENERAL);
-    let wrong = translate_variant(&wasm, OWN_ALIGNED);
+    assert_eq!(
+        kernels.host(&aligned, PAGE).variant,
+        KernelVariant::OWN_ALIGNED
+    );
+    assert_eq!(
+        kernels.host(&misaligned, PAGE).variant,
+        KernelVariant::OWN_GENERAL
+    );
+    assert_eq!(
+        kernels.host(&aligned, PAGE / 2).variant,
+        KernelVariant::OWN_GENERAL
+    );
+    let wrong = translate_variant(&wasm, KernelVariant::OWN_ALIGNED);
     let start = image(&mut rng);
     let (mut want, mut got) = (start.clone(), start);
     let expected = Reference::new(&wasm).run(&misaligned, &mut want);

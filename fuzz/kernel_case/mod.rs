@@ -125,10 +125,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 use arbitrary::{Result as ArbitraryResult, Unstructured};
 use tensorwasm_core::lower::{
     LowerError,
-    translate::{
-        BodyVariant, GridVariant, KernelLimits, KernelVariant, TranslatedKernel,
-        translate_kernel_variant,
-    },
+    translate::{KernelLimits, KernelVariant, TranslatedKernel, translate_kernel_variant},
 };
 use tensorwasm_embed::kernel::KernelTarget;
 use wasmparser::{FuncType, ValType};
@@ -282,20 +279,6 @@ impl Variants {
     }
 }
 
-/// The variant the runtime makes first for a launch of the guest's grid
-/// without a time limit: the aligned copy alone (`kernel_get`'s).
-pub const OWN_ALIGNED: KernelVariant = KernelVariant {
-    grid: GridVariant::Own,
-    bodies: BodyVariant::Aligned,
-};
-
-/// The variant it launches instead where the launch does not meet the
-/// aligned copy's assumption: the general body alone.
-pub const OWN_GENERAL: KernelVariant = KernelVariant {
-    grid: GridVariant::Own,
-    bodies: BodyVariant::General,
-};
-
 /// Up to `max` Wasm scalar types.
 fn arbitrary_types(u: &mut Unstructured<'_>, max: usize) -> ArbitraryResult<Vec<ValType>> {
     const TYPES: [ValType; 4] = [ValType::I32, ValType::I64, ValType::F32, ValType::F64];
@@ -422,7 +405,7 @@ fn check_kernels<D: KernelTarget>(
     let first = if case.variants.any() {
         KernelVariant::ANY
     } else {
-        OWN_ALIGNED
+        KernelVariant::OWN_ALIGNED
     };
     let kernel = translate(case, first)?;
     // The launch values of the kernel's globals, then its stack window,
@@ -595,7 +578,7 @@ fn kernels(
         Variants::Host => first,
         Variants::Any => return Ok(vec![("any", first)]),
         Variants::Both => {
-            let aligned = again(OWN_ALIGNED)?;
+            let aligned = again(KernelVariant::OWN_ALIGNED)?;
             kernels.push(("any", first));
             aligned
         }
@@ -605,7 +588,7 @@ fn kernels(
         _ => None,
     };
     if !aligned.admits_aligned(arg, mem_len) {
-        kernels.push(("own+general", again(OWN_GENERAL)?));
+        kernels.push(("own+general", again(KernelVariant::OWN_GENERAL)?));
     } else if aligned.aligned_args.is_empty() {
         kernels.push(("own+aligned (one body)", aligned));
     } else {

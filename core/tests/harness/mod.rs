@@ -863,21 +863,6 @@ pub fn translate_variant(wasm: &[u8], variant: KernelVariant) -> TranslatedKerne
     kernel
 }
 
-/// The guest's own grid without a time limit, the aligned copy alone: the
-/// variant `kernel_get` makes for such launches.
-pub const OWN_ALIGNED: KernelVariant = KernelVariant {
-    grid: GridVariant::Own,
-    bodies: BodyVariant::Aligned,
-};
-
-/// The guest's own grid without a time limit, the general body alone: what
-/// the host launches when the arguments or the memory's length do not meet
-/// the aligned copy's assumption.
-pub const OWN_GENERAL: KernelVariant = KernelVariant {
-    grid: GridVariant::Own,
-    bodies: BodyVariant::General,
-};
-
 /// A variant's short name in messages: `any`, `own+aligned`, ...
 pub fn variant_name(variant: KernelVariant) -> &'static str {
     match (variant.grid, variant.bodies) {
@@ -922,7 +907,7 @@ impl Kernels {
         Kernels {
             wasm: wasm.to_vec(),
             any: translate(wasm),
-            own_aligned: translate_variant(wasm, OWN_ALIGNED),
+            own_aligned: translate_variant(wasm, KernelVariant::OWN_ALIGNED),
             own_general: OnceLock::new(),
         }
     }
@@ -935,7 +920,7 @@ impl Kernels {
             &self.own_aligned
         } else {
             self.own_general
-                .get_or_init(|| translate_variant(&self.wasm, OWN_GENERAL))
+                .get_or_init(|| translate_variant(&self.wasm, KernelVariant::OWN_GENERAL))
         }
     }
 
@@ -987,22 +972,36 @@ pub fn same_as_wasmtime(wat: &str, args: &[Arg], rng: &mut Rng) -> Outcome {
     let start = image(rng);
     let mut want = start.clone();
     let expected = reference.run(args, &mut want);
+    each_kernel_matches(&kernels, args, &start, &expected, &want, "");
+    expected
+}
+
+/// Runs each kernel [`Kernels::for_launch`] gives for `args` from memory
+/// `start` and asserts wasmtime's `expected` outcome and memory `want`;
+/// `context` heads each failure's message.
+pub fn each_kernel_matches(
+    kernels: &Kernels,
+    args: &[Arg],
+    start: &[u8],
+    expected: &Outcome,
+    want: &[u8],
+    context: &str,
+) {
     let shown: Vec<u64> = args.iter().map(|a| a.1).collect();
     for kernel in kernels.for_launch(args, start.len()) {
         let name = variant_name(kernel.variant);
-        let mut got = start.clone();
+        let mut got = start.to_vec();
         let outcome = interpret(kernel, args, &mut got, PLENTY);
-        assert_eq!(outcome, expected, "{name}: args {shown:?}");
+        assert_eq!(&outcome, expected, "{context}{name}: args {shown:?}");
         // Slice equality first: a byte loop is slow in a debug build.
         if want != got
             && let Some(at) = (0..PAGE).find(|&i| want[i] != got[i])
         {
             panic!(
-                "{name}: args {shown:?}: memory differs first at byte {at}: wasmtime {}, \
-                 translated {}",
+                "{context}{name}: args {shown:?}: memory differs first at byte {at}: wasmtime \
+                 {}, translated {}",
                 want[at], got[at]
             );
         }
     }
-    expected
 }

@@ -15,8 +15,8 @@ use tensorwasm_core::{
     lower::{
         status,
         translate::{
-            BodyVariant, GridVariant, KernelLimits, KernelVariant, TranslatedKernel, WasmType,
-            function_by_export, translate_kernel_variant,
+            KernelLimits, KernelVariant, TranslatedKernel, WasmType, function_by_export,
+            translate_kernel_variant,
         },
     },
 };
@@ -198,10 +198,7 @@ impl<'a, D: GpuDriver> Launch<'a, D> {
 
 /// The variant `kernel_get` makes for a guest with the device to itself
 /// (a full share, no time limit), which is how the benches launch.
-pub const KERNEL_GET_VARIANT: KernelVariant = KernelVariant {
-    grid: GridVariant::Own,
-    bodies: BodyVariant::Aligned,
-};
+pub const KERNEL_GET_VARIANT: KernelVariant = KernelVariant::OWN_ALIGNED;
 
 /// A Wasm kernel of a guest module, translated, lowered and loaded.
 pub struct WasmKernel<D: GpuDriver> {

@@ -187,6 +187,21 @@ impl KernelVariant {
         grid: GridVariant::Any,
         bodies: BodyVariant::Both,
     };
+
+    /// Launches of the guest's own grid without a time limit whose
+    /// arguments meet the aligned copy's assumption: the aligned copy
+    /// alone, what `kernel_get` makes for a guest with the device to itself.
+    pub const OWN_ALIGNED: KernelVariant = KernelVariant {
+        grid: GridVariant::Own,
+        bodies: BodyVariant::Aligned,
+    };
+
+    /// Launches of the guest's own grid without a time limit that do not
+    /// meet the aligned copy's assumption: the general body alone.
+    pub const OWN_GENERAL: KernelVariant = KernelVariant {
+        grid: GridVariant::Own,
+        bodies: BodyVariant::General,
+    };
 }
 
 /// The grid a [`KernelVariant`] runs.
