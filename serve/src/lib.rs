@@ -41,7 +41,12 @@ use tensorwasm_embed::{
 
 /// Guest code yields to the executor after this much fuel, so a long call
 /// does not hold a server thread and its request's timeout can stop it.
-const YIELD_FUEL: u64 = 10_000_000;
+/// Fuel counts Wasm operators, not time spent in host calls: a loop around
+/// a cheap host call (a clock read) burns a few units per call, so a large
+/// interval lets such a loop run for seconds between yields (ten million
+/// took over 10 s under a loaded debug build). A million is about a
+/// millisecond of plain Wasm; a yield costs microseconds.
+const YIELD_FUEL: u64 = 1_000_000;
 
 /// What a server's driver must be: a kernel target whose memory regions
 /// and handles may be shared by the server's threads.
