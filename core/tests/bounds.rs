@@ -331,6 +331,86 @@ const MASKED_GATHER: &str = r#"(module (memory (export "memory") 1)
       (f32.add (f32.add (f32.mul (local.get $a) (local.get $a)) (f32.mul (local.get $b) (local.get $b)))
         (f32.add (f32.mul (local.get $c) (local.get $c)) (f32.mul (local.get $d) (local.get $d)))))))"#;
 
+/// A row read as a warp-per-row softmax reads it: `x[min(j, last)]` for
+/// columns `j = l, l + 32, ...` past the row's end (no branch around the
+/// load), the minimum written both ways a compiler writes it (`select(j
+/// < last, j, last)` and `select(last > j, j, last)`, also `<=`), and
+/// one at `max(j, last)` (the same shape, the operands swapped: no bound),
+/// each loaded value used twice. `merge` tests the clamped loads once, `x +
+/// (last << 2) + E <= len` in 64 bits, and replays each load's own test on
+/// the cold path when that fails.
+const CLAMPED_ROW: &str = r#"(module (memory (export "memory") 1)
+  (func (export "kernel") (param $x i32) (param $l i32) (param $last i32) (param $out i32)
+    (local $j i32) (local $a f32) (local $b f32) (local $c f32) (local $d f32) (local $e f32)
+    (local.set $j (local.get $l))
+    (local.set $a (f32.load (i32.add (local.get $x) (i32.shl
+      (select (local.get $j) (local.get $last) (i32.lt_u (local.get $j) (local.get $last)))
+      (i32.const 2)))))
+    (local.set $j (i32.add (local.get $l) (i32.const 32)))
+    (local.set $b (f32.load (i32.add (local.get $x) (i32.shl
+      (select (local.get $j) (local.get $last) (i32.gt_u (local.get $last) (local.get $j)))
+      (i32.const 2)))))
+    (local.set $j (i32.add (local.get $l) (i32.const 64)))
+    (local.set $c (f32.load offset=4 (i32.add (local.get $x) (i32.shl
+      (select (local.get $last) (local.get $j) (i32.le_u (local.get $last) (local.get $j)))
+      (i32.const 2)))))
+    (local.set $j (i32.add (local.get $l) (i32.const 96)))
+    (local.set $d (f32.load (i32.add (local.get $x) (i32.shl
+      (select (local.get $j) (local.get $last) (i32.ge_u (local.get $last) (local.get $j)))
+      (i32.const 2)))))
+    (local.set $j (i32.add (local.get $l) (i32.const 128)))
+    (local.set $e (f32.load (i32.add (local.get $x) (i32.shl
+      (select (local.get $last) (local.get $j) (i32.lt_u (local.get $j) (local.get $last)))
+      (i32.const 2)))))
+    (f32.store (local.get $out)
+      (f32.add (f32.add (f32.mul (local.get $a) (local.get $a)) (f32.mul (local.get $b) (local.get $b)))
+        (f32.add (f32.add (f32.mul (local.get $c) (local.get $c)) (f32.mul (local.get $d) (local.get $d)))
+          (f32.mul (local.get $e) (local.get $e)))))))"#;
+
+#[test]
+fn a_clamped_row_is_tested_once_and_traps_where_wasmtime_does() {
+    let clif = clif_of(CLAMPED_ROW);
+    // The hot path's test: the bound (`last`, the third parameter, v2)
+    // widened, to be shifted and added to `x`.
+    assert!(
+        clif.lines().any(|l| l.ends_with("= uextend.i64 v2")),
+        "no clamped group test:\n{clif}"
+    );
+    let mut rng = rng("bounds_clamped");
+    let (mut trapped, mut runs) = (0, 0);
+    for _ in 0..600 {
+        // Rows inside the page, rows whose bound reaches past it (while
+        // the columns may not), and any.
+        let last = match rng.below(4) {
+            0 => rng.below(1024),
+            1 => (1 << (14 + rng.below(4))) - 1,
+            2 => rng.below(PAGE as u64 / 4),
+            _ => rng.next() & 0xffff_ffff,
+        };
+        let x = match rng.below(4) {
+            0 => 4 * rng.below(64),
+            1 => (PAGE as u64).wrapping_sub(4 * ((last & 0x3fff) + 1) + 4 * rng.below(4)),
+            2 => address(&mut rng),
+            _ => 4 * rng.below(8192),
+        } & 0xffff_ffff;
+        let l = match rng.below(3) {
+            0 => rng.below(32),
+            1 => 0xffff_ffff - rng.below(100),
+            _ => rng.next() & 0xffff_ffff,
+        };
+        let out = 8 * rng.below(2048);
+        let args = [x, l, last, out].map(|v| Arg(I32, v));
+        if let Outcome::Trapped { .. } = same_as_wasmtime(CLAMPED_ROW, &args, &mut rng) {
+            trapped += 1;
+        }
+        runs += 1;
+    }
+    assert!(
+        trapped > runs / 10 && trapped < runs * 9 / 10,
+        "{trapped} of {runs} trapped"
+    );
+}
+
 #[test]
 fn a_masked_gather_is_tested_once_and_traps_where_wasmtime_does() {
     let clif = clif_of(MASKED_GATHER);

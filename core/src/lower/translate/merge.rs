@@ -45,13 +45,16 @@
 //!   wrap, else the member at `d = 0` (its offset `y` is then near 2^32).
 //!
 //! - guest accesses whose addresses have one leaf `(a_i & m) << s` (an
-//!   index masked to a range: a gather, a ring buffer), the other leaves
+//!   index masked to a range: a gather, a ring buffer) or `min(a_i, m) <<
+//!   s` (unsigned; an index clamped to a row's last element, read past the
+//!   row's end instead of branching around the load), the other leaves
 //!   the same, at constants `d_i` apart: the group's test is
 //!   `uextend(x) + (uextend(m) << s) + E <= len` in 64 bits (`x` the other
 //!   leaves' sum plus the least constant, `E` the largest `d_i + k_i`).
-//!   When it passes, `a_i & m <= m` and no sum wraps, so every member's
-//!   access is in bounds; it may fail while every member's passes (a mask
-//!   past the memory's end), so the cold path then goes on to the hot one.
+//!   When it passes, `a_i & m <= m` (or `min(a_i, m) <= m`) and no sum
+//!   wraps, so every member's access is in bounds; it may fail while every
+//!   member's passes (a mask past the memory's end), so the cold path then
+//!   goes on to the hot one.
 //!
 //! At the run's first test the block branches, when any group's test
 //! fails, to a cold block that makes the run's tests one by one in their
@@ -124,7 +127,8 @@ struct Test {
 /// A leaf `(a & b) << shift` (or `a & b`): an index masked to a range,
 /// scaled. It is at most `m << shift` for `m` either of `a`, `b`
 /// (unsigned: `a & b <= b`), whatever the other (a gather's hashed or
-/// wrapped index).
+/// wrapped index). The unsigned minimum of `a` and `b` in place of `a &
+/// b` (an index clamped to a row's last element) is bounded alike.
 #[derive(Clone, Copy)]
 struct Masked {
     leaf: Value,
@@ -262,9 +266,10 @@ fn runs(func: &Function, block: Block, shared: Option<&[Value; 4]>) -> Vec<(Vec<
     runs
 }
 
-/// `leaf` as a masked index ([`Masked`]): `ishl(band(a, b), c)` with a
-/// constant `c` below 32, or `band(a, b)`, neither of `a`, `b` a constant
-/// of 2^31 or more.
+/// `leaf` as a bounded index ([`Masked`]): `ishl(x, c)` with a constant
+/// `c` below 32, or `x` alone, where `x` is `band(a, b)` (neither of `a`,
+/// `b` a constant of 2^31 or more) or the unsigned minimum of `a` and `b`
+/// ([`unsigned_min`]).
 fn masked(func: &Function, leaf: Value) -> Option<Masked> {
     let dfg = &func.dfg;
     let binary = |v: Value, opcode: Opcode| match dfg.value_def(dfg.resolve_aliases(v)).inst() {
@@ -281,7 +286,10 @@ fn masked(func: &Function, leaf: Value) -> Option<Masked> {
         }
         None => (leaf, 0),
     };
-    let operands = binary(index, Opcode::Band)?.map(|v| dfg.resolve_aliases(v));
+    let operands = match binary(index, Opcode::Band) {
+        Some(args) => args.map(|v| dfg.resolve_aliases(v)),
+        None => unsigned_min(func, index)?,
+    };
     // A constant operand of 2^31 or more clears low bits (`x & -4`, an
     // alignment): it bounds nothing a test could use.
     if operands
@@ -295,6 +303,50 @@ fn masked(func: &Function, leaf: Value) -> Option<Masked> {
         operands,
         shift,
     })
+}
+
+/// `v`'s operands when `v` is their unsigned minimum: `umin(a, b)`, or a
+/// `select` that picks the lesser by an unsigned comparison of the two
+/// (`select(a < b, a, b)`, `select(a > b, b, a)`, also `<=`, `>=`, the
+/// comparison possibly widened to `i32` first): a clamped index, `x[min(j,
+/// last)]`. Either operand bounds it.
+fn unsigned_min(func: &Function, v: Value) -> Option<[Value; 2]> {
+    let dfg = &func.dfg;
+    let def = |v: Value| dfg.value_def(dfg.resolve_aliases(v)).inst();
+    match dfg.insts[def(v)?] {
+        InstructionData::Binary {
+            opcode: Opcode::Umin,
+            args,
+        } => Some(args.map(|v| dfg.resolve_aliases(v))),
+        InstructionData::Ternary {
+            opcode: Opcode::Select,
+            args: [c, t, f],
+        } => {
+            let mut c = def(c)?;
+            if let InstructionData::Unary {
+                opcode: Opcode::Uextend,
+                arg,
+            } = dfg.insts[c]
+            {
+                c = def(arg)?;
+            }
+            let InstructionData::IntCompare { cond, args, .. } = dfg.insts[c] else {
+                return None;
+            };
+            let [p, q] = args.map(|v| dfg.resolve_aliases(v));
+            let (t, f) = (dfg.resolve_aliases(t), dfg.resolve_aliases(f));
+            // `p < q ? p : q` or `p > q ? q : p`, either way min(p, q).
+            let least = match cond {
+                IntCC::UnsignedLessThan | IntCC::UnsignedLessThanOrEqual => (t, f) == (p, q),
+                IntCC::UnsignedGreaterThan | IntCC::UnsignedGreaterThanOrEqual => {
+                    (t, f) == (q, p)
+                }
+                _ => false,
+            };
+            least.then_some([p, q])
+        }
+        _ => None,
+    }
 }
 
 /// `leaves`, a lone leaf `a + t` with `t` a masked index split into `a`
