@@ -454,3 +454,84 @@ fn a_masked_gather_is_tested_once_and_traps_where_wasmtime_does() {
         "{trapped} of {runs} trapped"
     );
 }
+
+/// Guarded stores as an unrolled row loop writes them: `if (j < n) y[j] =
+/// e * s` per column, the guard both ways round (a `br_if` past the store,
+/// an `if` around it), each arm's value computed inside it, stores of
+/// every width. `guarded` moves each arm's arithmetic and test above its
+/// guard (the test then traps only when the guard holds) and leaves the
+/// store alone behind the branch.
+const GUARDED: &str = r#"(module (memory (export "memory") 1)
+  (func (export "kernel") (param $y i32) (param $l i32) (param $n i32) (param $s f32)
+    (local $j i32)
+    (local.set $j (local.get $l))
+    (block $skip
+      (br_if $skip (i32.ge_u (local.get $j) (local.get $n)))
+      (f32.store (i32.add (local.get $y) (i32.shl (local.get $j) (i32.const 2)))
+        (f32.mul (local.get $s) (f32.convert_i32_u (local.get $j)))))
+    (local.set $j (i32.add (local.get $l) (i32.const 32)))
+    (if (i32.lt_u (local.get $j) (local.get $n))
+      (then (f32.store offset=4 (i32.add (local.get $y) (i32.shl (local.get $j) (i32.const 2)))
+        (f32.div (local.get $s) (f32.convert_i32_u (local.get $j))))))
+    (local.set $j (i32.add (local.get $l) (i32.const 64)))
+    (if (i32.lt_u (local.get $j) (local.get $n))
+      (then (i64.store (i32.add (local.get $y) (i32.shl (local.get $j) (i32.const 3)))
+        (i64.extend_i32_u (local.get $j)))))
+    (local.set $j (i32.add (local.get $l) (i32.const 96)))
+    (block $skip
+      (br_if $skip (i32.eqz (i32.lt_u (local.get $j) (local.get $n))))
+      (i32.store8 (i32.add (local.get $y) (local.get $j)) (local.get $j)))))"#;
+
+#[test]
+fn guarded_stores_are_tested_above_their_guards_and_trap_where_wasmtime_does() {
+    let clif = clif_of(GUARDED);
+    // Each arm's test is combined with its guard.
+    let combined = clif
+        .lines()
+        .filter(|l| l.contains("= band.i8 ") || l.contains("= band "))
+        .count();
+    assert!(combined >= 4, "{combined} guarded tests:\n{clif}");
+    let mut rng = rng("bounds_guarded");
+    let (mut trapped, mut skipped, mut runs) = (0, 0, 0);
+    for _ in 0..800 {
+        // Rows anywhere, rows that end at the memory's end, addresses that
+        // are out of bounds while the guard fails.
+        let y = match rng.below(4) {
+            0 => 4 * rng.below(64),
+            1 => PAGE as u64 - 4 * rng.below(160),
+            2 => address(&mut rng),
+            _ => rng.next() & 0xffff_ffff,
+        };
+        let l = match rng.below(3) {
+            0 => rng.below(32),
+            1 => 0xffff_ffff - rng.below(100),
+            _ => rng.next() & 0xffff_ffff,
+        };
+        let n = match rng.below(4) {
+            0 => l.wrapping_add(rng.below(130)) & 0xffff_ffff,
+            1 => rng.below(200),
+            2 => 0xffff_ffff,
+            _ => rng.next() & 0xffff_ffff,
+        };
+        // A float's bits: finite, positive, from 0.5 up.
+        let s = rng.next() & 0x3fff_ffff | 0x3f00_0000;
+        let args = [
+            Arg(I32, y),
+            Arg(I32, l),
+            Arg(I32, n),
+            Arg(harness::Ty::F32, s),
+        ];
+        match same_as_wasmtime(GUARDED, &args, &mut rng) {
+            Outcome::Trapped { .. } => trapped += 1,
+            Outcome::Returned if y >= PAGE as u64 => skipped += 1,
+            Outcome::Returned => {}
+        }
+        runs += 1;
+    }
+    // Some runs trap, and some return with every out-of-bounds store's
+    // guard failing (a test that ignored its guard would trap there).
+    assert!(
+        trapped > runs / 10 && trapped < runs * 9 / 10 && skipped > runs / 20,
+        "{trapped} of {runs} trapped, {skipped} returned with y out of bounds"
+    );
+}

@@ -338,9 +338,7 @@ fn unsigned_min(func: &Function, v: Value) -> Option<[Value; 2]> {
             // `p < q ? p : q` or `p > q ? q : p`, either way min(p, q).
             let least = match cond {
                 IntCC::UnsignedLessThan | IntCC::UnsignedLessThanOrEqual => (t, f) == (p, q),
-                IntCC::UnsignedGreaterThan | IntCC::UnsignedGreaterThanOrEqual => {
-                    (t, f) == (q, p)
-                }
+                IntCC::UnsignedGreaterThan | IntCC::UnsignedGreaterThanOrEqual => (t, f) == (q, p),
                 _ => false,
             };
             least.then_some([p, q])

@@ -11,6 +11,7 @@ mod body;
 mod copy;
 mod counted;
 mod detect;
+mod guarded;
 mod limits;
 mod loops;
 mod merge;
@@ -427,6 +428,7 @@ pub fn translate_kernel_variant(
     merge::merge_bounds_tests(&mut function, shared_bounds.as_ref(), &mut limits);
     align::flag_aligned_accesses(&mut function, mem_base);
     limits::narrow_guest_tests(&mut function, &mut limits);
+    guarded::hoist_guarded_stores(&mut function);
     let blocks: Vec<_> = function.layout.blocks().collect();
     version::drop_unused(&mut function, &blocks);
     straighten::straighten(&mut function);
