@@ -539,6 +539,81 @@ fn v128_locals_blocks_calls_and_selects() {
     check("v128 control flow", wat, Result::Bits, vectors);
 }
 
+/// Mutable `v128` globals the kernel sets: each thread's copy of their
+/// four words starts at the value at launch (read from wasmtime's
+/// instance before each run, which the previous run changed), is read,
+/// set on some paths and read again; the result and memory must be
+/// wasmtime's.
+#[test]
+fn mutable_v128_globals_are_the_threads_own() {
+    let wat = r#"(module (memory (export "memory") 1)
+      (global $m (export "g0") (mut v128) (v128.const i32x4 1 2 3 4))
+      (global $n (export "g1") (mut v128) (v128.const i64x2 -1 7))
+      (global $k (export "g2") (mut i32) (i32.const 5))
+      (func (export "kernel") (param $a i32) (param $b i32) (param $c i32)
+        (global.set $m (i32x4.add (global.get $m) (v128.load (local.get $a))))
+        (if (i32.and (local.get $c) (i32.const 1))
+          (then (global.set $n (v128.xor (global.get $n) (v128.load (local.get $b))))))
+        (global.set $k (i32.add (global.get $k) (local.get $c)))
+        (v128.store (i32.const 0)
+          (i8x16.add (global.get $m)
+            (i32x4.replace_lane 2 (global.get $n) (global.get $k))))))"#;
+    let wasm = wat::parse_str(wat).unwrap();
+    let kernels = Kernels::new(&wasm);
+    let entries: Vec<_> = kernels
+        .any
+        .globals
+        .iter()
+        .map(|g| (g.index, g.lane))
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            (0, Some(0)),
+            (0, Some(1)),
+            (0, Some(2)),
+            (0, Some(3)),
+            (1, Some(0)),
+            (1, Some(1)),
+            (1, Some(2)),
+            (1, Some(3)),
+            (2, None)
+        ],
+        "a v128 global's entries are its four words"
+    );
+    let mut reference = Reference::new(&wasm);
+    let mut rng = rng("v128 globals");
+    let start = inputs(&mut rng);
+    for _ in 0..RUNS {
+        let a = vectors(&mut rng);
+        let argv: Vec<Arg> = a.iter().map(|&x| Arg(Ty::I32, u64::from(x))).collect();
+        let globals: Vec<Arg> = kernels
+            .any
+            .globals
+            .iter()
+            .map(|g| reference.kernel_global(g))
+            .collect();
+        let mut want = start.clone();
+        let expected = reference.run(&argv, &mut want);
+        let params: Vec<Arg> = argv.iter().chain(&globals).copied().collect();
+        for kernel in kernels.for_launch(&params, start.len()) {
+            let name = format!("v128 globals ({})", variant_name(kernel.variant));
+            let mut got = start.clone();
+            let mut launch = harness::Launch::unlimited();
+            launch.globals = globals.clone();
+            let outcome = harness::interpret_launch(kernel, &argv, &mut got, PLENTY, &mut launch);
+            compare(
+                &name,
+                &a,
+                &start,
+                Result::Bits,
+                (expected, &want),
+                (outcome, &got),
+            );
+        }
+    }
+}
+
 /// One kernel per family of operators (every operator of the family in
 /// turn, each result stored at its own address), lowered to PTX for sm_75,
 /// sm_80 and sm_90 into `target/ptx-out/simd.<family>.sm_XX.ptx`, which

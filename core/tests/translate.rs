@@ -1461,14 +1461,22 @@ fn detector_refuses_simd_multi_memory_and_memory64() {
         other => panic!("expected a SIMD refusal, got {other:?}"),
     }
 
-    // A mutable v128 global that the module sets: kernels keep scalar
-    // globals only.
-    let (_, op) = refused(
+    // A mutable v128 global that the module sets: the thread's copy of its
+    // four words (`tests/simd.rs` runs one against wasmtime).
+    let wasm = wat::parse_str(
         r#"(module (memory (export "memory") 1) (global $g (mut v128) (v128.const i64x2 0 0))
           (func (export "kernel") (global.set $g (v128.const i64x2 1 1))))"#,
+    )
+    .unwrap();
+    let lanes: Vec<_> = translate(&wasm).globals.iter().map(|g| g.lane).collect();
+    assert_eq!(lanes, [Some(0), Some(1), Some(2), Some(3)]);
+    // A mutable reference global: kernels copy numeric globals only.
+    let (_, op) = refused(
+        r#"(module (memory (export "memory") 1) (global $r (mut funcref) (ref.null func))
+          (func (export "kernel") (global.set $r (global.get $r))))"#,
     );
-    assert_eq!(op.op, "global.set");
-    assert!(op.reason.contains("v128"), "{op}");
+    assert!(op.op.starts_with("global."), "{op}");
+    assert!(op.reason.contains("reference"), "{op}");
 
     // Relaxed SIMD in a function the kernel does not call is fine.
     let wasm = wat::parse_str(
@@ -1562,7 +1570,7 @@ fn differential(wat: &str, args: &[Arg], memory: &[u8]) -> (Outcome, Vec<u8>) {
     let globals: Vec<Arg> = kernel
         .globals
         .iter()
-        .map(|g| reference.global(g.index))
+        .map(|g| reference.kernel_global(g))
         .collect();
     let window = kernel.stack_window.map(|w| {
         let at = kernel

@@ -724,6 +724,26 @@ impl Reference {
         }
     }
 
+    /// The launch value of a kernel's global entry: the global's value,
+    /// or for a `v128` global's entry its word `lane`.
+    pub fn kernel_global(&mut self, g: &tensorwasm_core::lower::translate::KernelGlobal) -> Arg {
+        let Some(lane) = g.lane else {
+            return self.global(g.index);
+        };
+        let global = self
+            .instance
+            .get_global(&mut self.store, &format!("g{}", g.index))
+            .unwrap_or_else(|| {
+                panic!("the test module exports global {} as g{}", g.index, g.index)
+            });
+        match global.get(&mut self.store) {
+            wasmtime::Val::V128(v) => {
+                Arg(I32, (v.as_u128() >> (32 * u32::from(lane))) as u32 as u64)
+            }
+            other => panic!("global {} is {other:?}", g.index),
+        }
+    }
+
     pub fn run(&mut self, args: &[Arg], memory: &mut [u8]) -> Outcome {
         self.memory.data_mut(&mut self.store)[..memory.len()].copy_from_slice(memory);
         let args: Vec<wasmtime::Val> = args.iter().map(|a| a.val()).collect();

@@ -226,6 +226,11 @@ pub fn launch_values(
                 )
             })?;
             match (g.ty, value) {
+                // A word of a `v128` global.
+                (WasmType::I32, wasmtime::Val::V128(v)) if g.lane.is_some() => {
+                    let lane = u32::from(g.lane.unwrap_or(0) & 3);
+                    Ok(KernelParam::I32((v.as_u128() >> (32 * lane)) as u32 as i32))
+                }
                 (WasmType::I32, wasmtime::Val::I32(v)) => Ok(KernelParam::I32(v)),
                 (WasmType::I64, wasmtime::Val::I64(v)) => Ok(KernelParam::I64(v)),
                 (WasmType::F32, wasmtime::Val::F32(bits)) => {
@@ -330,11 +335,13 @@ mod tests {
                 index: 0,
                 ty: WasmType::I32,
                 export: Some("__stack_pointer".into()),
+                lane: None,
             },
             KernelGlobal {
                 index: 3,
                 ty: WasmType::F64,
                 export: None,
+                lane: None,
             },
         ];
         let values = launch_values(&globals, |name| match name {
@@ -347,6 +354,36 @@ mod tests {
         let err = launch_values(&globals[1..], |_| None).unwrap_err();
         assert_eq!(err.errno, Errno::ENOTSUP);
         let err = launch_values(&globals[..1], |_| Some(wasmtime::Val::I64(1))).unwrap_err();
+        assert_eq!(err.errno, Errno::ENOTSUP);
+    }
+
+    #[test]
+    fn a_v128_global_is_four_words_low_first() {
+        let globals: Vec<KernelGlobal> = (0..4)
+            .map(|lane| KernelGlobal {
+                index: 2,
+                ty: WasmType::I32,
+                export: Some("v".into()),
+                lane: Some(lane),
+            })
+            .collect();
+        let bits = 0x8765_4321_0fed_cba9_7654_3210_fedc_ba98u128;
+        let values = launch_values(&globals, |name| {
+            (name == "v").then(|| wasmtime::Val::V128(bits.into()))
+        })
+        .unwrap();
+        assert_eq!(
+            values,
+            [0xfedc_ba98u32, 0x7654_3210, 0x0fed_cba9, 0x8765_4321]
+                .map(|w| KernelParam::I32(w as i32))
+                .to_vec()
+        );
+        // A scalar global's entry does not take a v128.
+        let scalar = KernelGlobal {
+            lane: None,
+            ..globals[0].clone()
+        };
+        let err = launch_values(&[scalar], |_| Some(wasmtime::Val::V128(bits.into()))).unwrap_err();
         assert_eq!(err.errno, Errno::ENOTSUP);
     }
 }

@@ -199,6 +199,7 @@ fn translate_once(
         .enumerate()
         .map(|(i, g)| ThreadGlobal {
             index: g.index,
+            lane: g.lane,
             var: builder.declare_var(g.ty.clif_type()),
             launch: values[params.len() + i],
         })
@@ -339,6 +340,8 @@ struct Translator<'m, 'a, 'f> {
 /// A thread's copy of a mutable global.
 struct ThreadGlobal {
     index: u32,
+    /// The word of a `v128` global ([`KernelGlobal::lane`]).
+    lane: Option<u8>,
     var: Variable,
     /// Its value at launch (a kernel parameter).
     launch: Value,
@@ -1042,11 +1045,29 @@ impl<'m> Translator<'m, '_, '_> {
                         let value = self.constant(value);
                         st.stack.push(value);
                     }
+                    Some(GlobalKind::MutableV128) => {
+                        for var in self.thread_v128_global(global_index)? {
+                            let word = self.builder.use_var(var);
+                            st.stack.push(word);
+                        }
+                    }
                     _ => {
                         let var = self.thread_global(global_index)?;
                         let value = self.builder.use_var(var);
                         st.stack.push(value);
                     }
+                }
+            }
+            Operator::GlobalSet { global_index }
+                if matches!(
+                    self.module.globals.get(global_index as usize),
+                    Some(GlobalKind::MutableV128)
+                ) =>
+            {
+                let words = st.pop_n(4)?;
+                let vars = self.thread_v128_global(global_index)?;
+                for (var, word) in vars.into_iter().zip(words) {
+                    self.builder.def_var(var, word);
                 }
             }
             Operator::GlobalSet { global_index } => {
@@ -1508,9 +1529,24 @@ impl<'m> Translator<'m, '_, '_> {
     fn thread_global(&self, index: u32) -> Result<Variable, LowerError> {
         self.globals
             .iter()
-            .find(|g| g.index == index)
+            .find(|g| g.index == index && g.lane.is_none())
             .map(|g| g.var)
             .ok_or_else(|| internal("a global the detector did not record"))
+    }
+
+    /// The thread's copy of `v128` global `index`: its four words' variables,
+    /// word 0 first (the order of a `v128`'s values on the stack).
+    fn thread_v128_global(&self, index: u32) -> Result<[Variable; 4], LowerError> {
+        let mut vars = [None; 4];
+        for g in self.globals.iter().filter(|g| g.index == index) {
+            if let Some(lane) = g.lane {
+                vars[usize::from(lane) & 3] = Some(g.var);
+            }
+        }
+        match vars {
+            [Some(a), Some(b), Some(c), Some(d)] => Ok([a, b, c, d]),
+            _ => Err(internal("a v128 global the detector did not record")),
+        }
     }
 
     /// Traps `HeapOutOfBounds` unless `[at, at + len)` (`i64`s below 2^33)

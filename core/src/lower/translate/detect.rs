@@ -333,7 +333,7 @@ impl Detector<'_, '_> {
             if let Operator::GlobalGet { global_index } | Operator::GlobalSet { global_index } = op
                 && matches!(
                     m.globals.get(global_index as usize),
-                    Some(GlobalKind::Mutable(_))
+                    Some(GlobalKind::Mutable(_) | GlobalKind::MutableV128)
                 )
             {
                 self.globals.push(global_index);
@@ -470,10 +470,10 @@ impl Detector<'_, '_> {
             Operator::GlobalGet { global_index } | Operator::GlobalSet { global_index } => {
                 let why = match m.globals.get(*global_index as usize) {
                     Some(GlobalKind::Const(_)) => return Ok(()),
-                    Some(GlobalKind::Mutable(Some(_))) => return Ok(()),
+                    Some(GlobalKind::Mutable(Some(_)) | GlobalKind::MutableV128) => return Ok(()),
                     Some(GlobalKind::Mutable(None)) => {
-                        "it is a mutable v128 global that the module sets or exports; kernels \
-                         keep thread-private copies of i32, i64, f32 and f64 globals only"
+                        "it is a mutable reference global; kernels keep thread-private copies \
+                         of numeric globals only"
                     }
                     Some(GlobalKind::Imported) => {
                         "it is imported; kernels use the module's own globals"

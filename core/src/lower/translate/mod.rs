@@ -152,6 +152,10 @@ pub struct KernelGlobal {
     /// A name the module exports it under (its first), through which a
     /// host can read its value at launch.
     pub export: Option<String>,
+    /// For a `v128` global, which of its four 32-bit words (0 the lowest)
+    /// this parameter carries, as an `i32` (`ty`); such a global has four
+    /// entries, words 0 to 3 in order. `None` for a scalar global.
+    pub lane: Option<u8>,
 }
 
 /// A kernel thread's shadow-stack window (`docs/kernels.md`, "The shadow
@@ -352,24 +356,35 @@ pub fn translate_kernel_variant(
     let params = module.kernel_params(func_index)?;
     let detected = detect::detect(&module, func_index, limits.min(KernelLimits::HOST))?;
     module.validate_bodies(&detected.reached)?;
-    let globals: Vec<KernelGlobal> = detected
-        .globals
-        .iter()
-        .map(|&index| match module.globals.get(index as usize) {
-            Some(module::GlobalKind::Mutable(Some(ty))) => Ok(KernelGlobal {
+    let mut globals: Vec<KernelGlobal> = Vec::new();
+    for &index in &detected.globals {
+        let export = module
+            .global_exports
+            .iter()
+            .find(|(g, _)| *g == index)
+            .map(|(_, name)| String::from(*name));
+        match module.globals.get(index as usize) {
+            Some(module::GlobalKind::Mutable(Some(ty))) => globals.push(KernelGlobal {
                 index,
                 ty: *ty,
-                export: module
-                    .global_exports
-                    .iter()
-                    .find(|(g, _)| *g == index)
-                    .map(|(_, name)| String::from(*name)),
+                export,
+                lane: None,
             }),
-            _ => Err(LowerError::Invalid(alloc::format!(
-                "translator: global {index} is not a mutable scalar"
-            ))),
-        })
-        .collect::<Result<_, _>>()?;
+            Some(module::GlobalKind::MutableV128) => {
+                globals.extend((0..4).map(|lane| KernelGlobal {
+                    index,
+                    ty: WasmType::I32,
+                    export: export.clone(),
+                    lane: Some(lane),
+                }));
+            }
+            _ => {
+                return Err(LowerError::Invalid(alloc::format!(
+                    "translator: global {index} is not a mutable numeric global"
+                )));
+            }
+        }
+    }
     let (mut function, registers, shared_bounds) = body::translate(
         &module,
         func_index,

@@ -67,10 +67,13 @@ pub(super) enum GlobalKind {
     Const(ConstValue),
     /// Defined and mutable: its value depends on the instance's history.
     /// Kernels get a thread-private copy of it, initialised with its value
-    /// at launch (`None`: not a scalar type, refused). A mutable `v128`
-    /// global that no operator of the module sets and no export reaches
-    /// keeps its initializer for ever: it is [`GlobalKind::Const`].
+    /// at launch (`None`: a reference, refused).
     Mutable(Option<WasmType>),
+    /// A defined mutable `v128` global: kernels get a thread-private copy
+    /// of its four 32-bit words, each initialised from its value at launch.
+    /// One that no operator of the module sets and no export reaches keeps
+    /// its initializer for ever: it is [`GlobalKind::Const`].
+    MutableV128,
     /// Imported: its value is not known at translation time.
     Imported,
     /// Immutable, but its initializer is not a constant number (a
@@ -285,7 +288,11 @@ impl<'a> ModuleInfo<'a> {
                             let index = u32::try_from(self.globals.len()).unwrap_or(u32::MAX);
                             self.v128_globals.push((index, bits));
                         }
-                        GlobalKind::Mutable(WasmType::from_val_type(global.ty.content_type))
+                        if global.ty.content_type == ValType::V128 {
+                            GlobalKind::MutableV128
+                        } else {
+                            GlobalKind::Mutable(WasmType::from_val_type(global.ty.content_type))
+                        }
                     } else {
                         match self.eval_const(&global.init_expr) {
                             Some(v) => GlobalKind::Const(v),
