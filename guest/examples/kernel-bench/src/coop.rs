@@ -145,7 +145,7 @@ const ROW_CACHE: usize = 32;
 /// combined over the warp by `shfl_xor`, then `y = e * (1 / sum)`. Longer
 /// rows take two passes over `x`: an online maximum and sum (the sum
 /// rescaled when the maximum grows), then `exp(x - max) / sum`. `exp` is
-/// [`math::expf_fast`]: no branch, table or division, about 35 Wasm
+/// [`math::expf_fast`]: no branch, table or division, about 27 Wasm
 /// instructions, within 1 ulp. libm's bits ([`math::expf`], some 250 PTX
 /// instructions with a dozen branches and a division) made the kernel
 /// compute-bound, and the built-in kernel's CUDA `expf` is not exact
