@@ -34,7 +34,7 @@ use alloc::vec::Vec;
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
 use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::I8;
+use cranelift_codegen::ir::types::{I8, I32, I64};
 use cranelift_codegen::ir::{Block, Function, Inst, InstBuilder, InstructionData, Opcode, Value};
 
 use super::loops::pure;
@@ -74,6 +74,18 @@ pub(super) fn hoist_guarded_stores(func: &mut Function) {
             let Some(moved) = movable_arm(func, arm, other) else {
                 continue;
             };
+            // The lowering compares `i32`s and `i64`s: a guard or a test of
+            // another type (not a comparison's `i8`) stays as it is.
+            let wide = |v: Value| matches!(func.dfg.value_type(v), I32 | I64);
+            let tests_fit = moved.iter().all(|&inst| {
+                func.dfg.insts[inst].opcode() != Opcode::Trapnz || {
+                    let x = func.dfg.inst_args(inst)[0];
+                    wide(x) || compared(func, x)
+                }
+            });
+            if !wide(c) || !tests_fit {
+                continue;
+            }
             hoist(func, brif, c, runs_when_set, &moved);
             // One arm a block: the other, if it qualified too, would need
             // its own guard after this one's moved tests.
@@ -149,6 +161,16 @@ fn quiet_arithmetic(op: Opcode) -> bool {
         )
 }
 
+/// Whether `v` is a comparison's `i8` result (0 or 1).
+fn compared(func: &Function, v: Value) -> bool {
+    func.dfg.value_type(v) == I8
+        && func
+            .dfg
+            .value_def(v)
+            .inst()
+            .is_some_and(|d| matches!(func.dfg.insts[d].opcode(), Opcode::Icmp | Opcode::Fcmp))
+}
+
 /// Moves `moved` (in order) before `brif`, each `trapnz x` as `trapnz (x
 /// != 0) & g` (module docs), `g` whether `brif`'s condition `c` sends
 /// control to the arm.
@@ -171,12 +193,9 @@ fn hoist(func: &mut Function, brif: Inst, c: Value, runs_when_set: bool, moved: 
                 pos.ins().icmp(cc, c, zero)
             });
             let x = pos.func.dfg.inst_args(inst)[0];
-            // A comparison's result is 0 or 1 already; any other value is
-            // made one.
-            let compared = pos.func.dfg.value_def(x).inst().is_some_and(|d| {
-                matches!(pos.func.dfg.insts[d].opcode(), Opcode::Icmp | Opcode::Fcmp)
-            });
-            let x = if compared && pos.func.dfg.value_type(x) == I8 {
+            // A comparison's result is 0 or 1 already; any other value (an
+            // `i32` or `i64`: checked above) is made one.
+            let x = if compared(pos.func, x) {
                 x
             } else {
                 let ty = pos.func.dfg.value_type(x);
