@@ -126,6 +126,14 @@ struct RunArgs {
     #[arg(long, value_name = "FILE")]
     tenant: Option<PathBuf>,
 
+    /// Keep the compiled guest in DIR (wasmtime's compilation cache) and
+    /// load it from there on later runs of the same guest instead of
+    /// compiling it again: for big guests (a Python or JavaScript
+    /// component embeds its interpreter). What is in DIR runs unchecked:
+    /// give a directory nobody else can write to.
+    #[arg(long, value_name = "DIR")]
+    compile_cache: Option<PathBuf>,
+
     /// The guest (a core Wasm module or a WASI 0.2 component, binary or
     /// text; components get no GPU API yet), then its arguments
     /// (argv[1..]; with --invoke, the function's). Everything after GUEST
@@ -303,6 +311,7 @@ fn run(args: RunArgs) -> ExitCode {
             .map(|d| PreopenDir::parse(d, DirAccess::ReadWrite))
             .collect(),
         env: args.env,
+        compile_cache: args.compile_cache,
     };
     match tensorwasm_embed::run::run(&options) {
         Ok(report) => {

@@ -624,3 +624,47 @@ fn an_untrusted_component_may_not_load_raw_modules() {
         0,
     );
 }
+
+#[test]
+fn a_compile_cache_is_filled_once_and_read_after() {
+    // The small Rust component: the first run writes its code into the
+    // directory, the second finds it there (and writes nothing) and runs
+    // the same.
+    let dir = scratch("compile-cache");
+    let cache = dir.join("cache");
+    let run = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorwasm"));
+        cmd.env_remove("RUST_LOG")
+            .args(["run", "--driver", "cpu", "--compile-cache"])
+            .arg(&cache)
+            .arg(gpu_guest())
+            .args(["mlp", "5"]);
+        cmd.output().unwrap()
+    };
+    // The compiled code's files (wasmtime's cache keeps usage counts in
+    // `.stats` files beside them, and its cleanup's marks in the top
+    // directory) and when they were written.
+    let entries = || -> Vec<(PathBuf, std::time::SystemTime)> {
+        let mut found = Vec::new();
+        let mut todo = vec![cache.join("modules")];
+        while let Some(d) = todo.pop() {
+            for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let path = entry.path();
+                let meta = entry.metadata().unwrap();
+                if meta.is_dir() {
+                    todo.push(path);
+                } else if path.extension().is_none_or(|e| e != "stats") {
+                    found.push((path, meta.modified().unwrap()));
+                }
+            }
+        }
+        found
+    };
+    let first = run();
+    mlp_ok(&first);
+    let written = entries();
+    assert_eq!(written.len(), 1, "{written:?}");
+    let second = run();
+    assert_eq!(text(&second.stdout), text(&first.stdout));
+    assert_eq!(entries(), written, "compiled again");
+}

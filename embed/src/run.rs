@@ -60,6 +60,10 @@ pub struct RunOptions {
     pub dirs: Vec<PreopenDir>,
     /// Environment variables for the guest on top of the tenant's (`--env`).
     pub env: Vec<(String, String)>,
+    /// Keep the compiled guest in this directory and load it from there
+    /// when it is there (`--compile-cache`,
+    /// [`GuestRuntime::with_compile_cache`]); `None`: compile every time.
+    pub compile_cache: Option<PathBuf>,
 }
 
 /// The default per-guest memory limit: the whole 32-bit address space.
@@ -374,8 +378,11 @@ where
     let kind = driver.kind();
     let device = driver.device().name.clone();
     tracing::info!(driver = kind.as_str(), %device, "driver chosen");
-    let runtime =
-        GuestRuntime::new(driver, limit).map_err(|e| guest_err(one_line(&format!("{e:#}"))))?;
+    let runtime = match &options.compile_cache {
+        Some(dir) => GuestRuntime::with_compile_cache(driver, limit, dir),
+        None => GuestRuntime::new(driver, limit),
+    }
+    .map_err(|e| guest_err(one_line(&format!("{e:#}"))))?;
     let name = options.guest.display();
     let wasm = match guest {
         GuestBinary::Module(wasm) => wasm,

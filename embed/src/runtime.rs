@@ -4,10 +4,10 @@
 //! store data uses [`memory`](crate::memory) and
 //! [`crate::wasi::add_to_linker`] directly instead.
 
-use std::sync::Arc;
+use std::{path::Path, sync::Arc};
 
 use tensorwasm_core::{GpuDriver, ManagedAllocator, quota::QuotaLedger};
-use wasmtime::{Config, Engine, Instance, Linker, Store};
+use wasmtime::{Cache, CacheConfig, Config, Engine, Instance, Linker, Store};
 
 use crate::{
     builtins::BuiltinCache,
@@ -55,6 +55,27 @@ where
         let creator = ManagedMemoryCreator::new(driver.clone(), memory_limit);
         let mut config = Config::new();
         configure_engine(&mut config, creator.clone());
+        Self::build(driver, config, Some(creator))
+    }
+
+    /// As [`new`](Self::new), with compiled code kept in the directory
+    /// `dir` (wasmtime's compilation cache, keyed by the Wasm, the engine's
+    /// settings and wasmtime's version): a later runtime that compiles the
+    /// same guest loads it from there instead. A big guest (a component
+    /// that embeds CPython or a JavaScript engine) then compiles once.
+    /// What is in `dir` runs as it is, unchecked: only a directory that
+    /// nobody else can write to is safe.
+    pub fn with_compile_cache(
+        driver: D,
+        memory_limit: usize,
+        dir: &Path,
+    ) -> wasmtime::Result<Self> {
+        let creator = ManagedMemoryCreator::new(driver.clone(), memory_limit);
+        let mut config = Config::new();
+        configure_engine(&mut config, creator.clone());
+        let mut cache = CacheConfig::new();
+        cache.with_directory(dir);
+        config.cache(Some(Cache::new(cache)?));
         Self::build(driver, config, Some(creator))
     }
 

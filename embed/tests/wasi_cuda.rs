@@ -1774,6 +1774,7 @@ fn run_example(name: &str, args: &[&str]) -> tensorwasm_embed::run::RunReport {
         tenant: None,
         dirs: Vec::new(),
         env: Vec::new(),
+        compile_cache: None,
     };
     tensorwasm_embed::run::run(&options).unwrap_or_else(|e| panic!("{name} {args:?}: {e}"))
 }

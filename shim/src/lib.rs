@@ -269,6 +269,7 @@ pub fn run_options(
             access: DirAccess::ReadWrite,
         }],
         env,
+        compile_cache: None,
     })
 }
 
