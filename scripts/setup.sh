@@ -14,8 +14,10 @@
 #     else named and the script fails;
 #   - wheels and tools under target/tools: ptxas (scripts/check-ptx.sh),
 #     the CUDA 13.0 compiler (scripts/build-kernels.sh), helm, hadolint and
-#     kubernetes-validate (deploy/check.sh); each script installs its own
-#     (its --tools mode), so the versions live in one place.
+#     kubernetes-validate (deploy/check.sh), zig (guest/c/build.sh),
+#     componentize-py and jco (with node from a wheel when the machine has
+#     none; guest/examples/build-lang-components.sh); each script installs
+#     its own (its --tools mode), so the versions live in one place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,3 +57,4 @@ scripts/check-ptx.sh --tools
 scripts/build-kernels.sh --tools
 deploy/check.sh --tools
 guest/c/build.sh --tools  # zig (zig cc), for the C guests
+guest/examples/build-lang-components.sh --tools  # componentize-py, node, jco: the Python and JavaScript guests

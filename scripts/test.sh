@@ -65,6 +65,12 @@ step "GPU component (wasm32-wasip2, tensorwasm:gpu): rustfmt, clippy, release bu
     cargo build --release
 )
 
+# The same MLP guest in Python (componentize-py) and JavaScript (jco
+# componentize), from guest/examples/gpu-python and gpu-js, likewise; they
+# land beside it.
+step "GPU components in Python and JavaScript (componentize-py, jco componentize)"
+guest/examples/build-lang-components.sh
+
 # The C guests (guest/c/examples, zig cc for wasm32-wasi) land in
 # guest/target/c; embed/tests/c_guest.rs loads them.
 step "C guests (wasm32-wasi): zig cc build"

@@ -14,8 +14,11 @@
 //! CPU computation, from random inputs or a model file in a `--dir`;
 //! launches the repo's vector-add PTX as a raw module; calls the API
 //! wrongly and prints the error codes; and meets its tenant's quotas and
-//! policy. A component in WAT calls it with no bindings
-//! generator at all.
+//! policy. The same MLP in Python (componentize-py,
+//! `guest/examples/gpu-python`) and JavaScript (jco componentize,
+//! `guest/examples/gpu-js`), built by `guest/examples/build-lang-components.sh`,
+//! prints what the Rust guest prints. A component in WAT calls it with no
+//! bindings generator at all.
 
 use std::{
     path::{Path, PathBuf},
@@ -623,6 +626,100 @@ fn an_untrusted_component_may_not_load_raw_modules() {
         "",
         0,
     );
+}
+
+/// A guest that guest/examples/build-lang-components.sh builds: `$var`
+/// when set, else its output `file`.
+fn lang_guest(var: &str, file: &str) -> PathBuf {
+    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../guest/target/wasm32-wasip2/release")
+            .join(file)
+    });
+    assert!(
+        path.exists(),
+        "{}: build the component first (scripts/test.sh does: \
+         `guest/examples/build-lang-components.sh`)",
+        path.display()
+    );
+    path
+}
+
+/// `tensorwasm run --driver cpu --compile-cache DIR OPTIONS GUEST ARGS...`.
+/// The Python and JavaScript guests embed their interpreters (15 to 18 MB
+/// of Wasm, most of a minute to compile on 2 cores): they compile once into
+/// a cache kept under the test build's tmp dir, and later runs, in this test
+/// run or the next, load them from it.
+fn run_lang(guest: &Path, options: &[&str], args: &[&str]) -> Output {
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorwasm"));
+    cmd.env_remove("RUST_LOG")
+        .args(["run", "--driver", "cpu", "--compile-cache"])
+        .arg(&cache)
+        .args(options)
+        .arg(guest)
+        .args(args);
+    cmd.output().unwrap()
+}
+
+/// A guest in another language runs the Rust guest's MLP through the same
+/// API and says what the Rust guest says: from a seed (the same generator,
+/// so the same model), the same outputs' largest error against its own CPU
+/// computation; from a model file the Rust guest wrote into a preopened
+/// dir, the same; from a file cut short, the same one-line error and exit
+/// code 1; from a file that is not there, its own "cannot read".
+fn a_language_guest_says_what_the_rust_guest_says(guest: &Path, test: &str) {
+    for seed in ["24301", "7"] {
+        let ours = run_lang(guest, &[], &["mlp", seed]);
+        mlp_ok(&ours);
+        let rust = run_gpu(&[], &["mlp", seed]);
+        mlp_ok(&rust);
+        assert_eq!(text(&ours.stdout), text(&rust.stdout), "seed {seed}");
+    }
+
+    let dir = scratch(test);
+    let mapped = format!("{}::/data", dir.display());
+    let out = run_gpu(
+        &["--dir", &mapped],
+        &["write-model", "/data/model.bin", "99"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let ours = run_lang(guest, &["--dir", &mapped], &["mlp-file", "/data/model.bin"]);
+    mlp_ok(&ours);
+    let rust = run_gpu(&["--dir", &mapped], &["mlp-file", "/data/model.bin"]);
+    assert_eq!(text(&ours.stdout), text(&rust.stdout));
+
+    let model = std::fs::read(dir.join("model.bin")).unwrap();
+    std::fs::write(dir.join("short.bin"), &model[..model.len() - 4]).unwrap();
+    let ours = run_lang(guest, &["--dir", &mapped], &["mlp-file", "/data/short.bin"]);
+    let rust = run_gpu(&["--dir", &mapped], &["mlp-file", "/data/short.bin"]);
+    expect(
+        &ours,
+        "",
+        "/data/short.bin: the file holds 3410 values; sizes 5 x 37 -> 67 -> 10 need 3411\n",
+        1,
+    );
+    assert_eq!(text(&ours.stderr), text(&rust.stderr));
+
+    let out = run_lang(guest, &["--dir", &mapped], &["mlp-file", "/data/none.bin"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("cannot read /data/none.bin: "),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_python_component_runs_the_mlp_as_the_rust_one_does() {
+    let guest = lang_guest("GPU_PYTHON_GUEST_WASM", "gpu-python.wasm");
+    a_language_guest_says_what_the_rust_guest_says(&guest, "python");
+}
+
+#[test]
+fn a_javascript_component_runs_the_mlp_as_the_rust_one_does() {
+    let guest = lang_guest("GPU_JS_GUEST_WASM", "gpu-js.wasm");
+    a_language_guest_says_what_the_rust_guest_says(&guest, "js");
 }
 
 #[test]
