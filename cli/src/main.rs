@@ -135,7 +135,8 @@ struct RunArgs {
     compile_cache: Option<PathBuf>,
 
     /// The guest (a core Wasm module or a WASI 0.2 component, binary or
-    /// text; components get no GPU API yet), then its arguments
+    /// text; a component reaches the GPU through `tensorwasm:gpu`,
+    /// docs/components.md), then its arguments
     /// (argv[1..]; with --invoke, the function's). Everything after GUEST
     /// belongs to the guest, `--help` included, as under `wasmtime run`.
     #[arg(

@@ -543,6 +543,22 @@ fn a_tenants_quota_and_policy_hold_for_a_component() {
         err.starts_with("ErrorCode::Equota: buffer.alloc: ") && err.contains("device"),
         "{err}"
     );
+    // A read lands in the component's memory: one longer than the
+    // tenant's guest-memory quota is refused before the host allocates it.
+    let file = tenant(
+        &dir,
+        "name = \"t\"\n[quota]\nguest_memory_bytes = 4194304\n",
+    );
+    let out = run_gpu(&["--tenant", &file], &["read", "65536"]);
+    expect(&out, "read 65536\n", "", 0);
+    let out = run_gpu(&["--tenant", &file], &["read", "8388608"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("ErrorCode::Einval: buffer.read: 8388608 bytes requested")
+            && err.contains("4194304"),
+        "{err}"
+    );
     // No built-ins: the op is refused before anything runs.
     let file = tenant(&dir, "name = \"t\"\n[policy]\nbuiltins = false\n");
     let out = run_gpu(&["--tenant", &file], &["gemm"]);

@@ -156,7 +156,7 @@ pub(crate) fn one_line(text: &str) -> String {
 pub enum GuestBinary {
     /// A core Wasm module (WASI preview 1, `wasi_cuda`).
     Module(Vec<u8>),
-    /// A component (WASI 0.2; no GPU API yet).
+    /// A component (WASI 0.2 and the `tensorwasm:gpu` WIT package).
     Component(Vec<u8>),
 }
 

@@ -138,6 +138,12 @@ where
         .build_p2()
         .map_err(|e| guest(format!("tenant `{}`: {e}", config.name)))?;
     let ledger = Arc::new(QuotaLedger::new(config.quota));
+    // A `buffer.read` list lands in the component's memory: at most the
+    // runtime's per-memory limit and the tenant's guest-memory quota.
+    let read_limit = runtime
+        .memory_creator()
+        .map_or(u64::MAX, |c| c.limit() as u64)
+        .min(ledger.limit(tensorwasm_core::quota::Resource::GuestMemoryBytes));
     let cuda = runtime
         .tenant_context(config, &ledger)
         .map_err(|e| guest(one_line(&format!("{e:#}"))))?;
@@ -147,7 +153,7 @@ where
             wasi,
             table: ResourceTable::new(),
             limiter: TenantLimiter::new(ledger),
-            gpu: ComponentGpu::new(cuda),
+            gpu: ComponentGpu::new(cuda, read_limit),
         },
     );
     store.limiter(|s| &mut s.limiter);

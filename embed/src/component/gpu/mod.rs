@@ -118,14 +118,21 @@ impl Pollable for GpuLaunch {
 pub struct ComponentGpu<D: KernelTarget> {
     cuda: WasiCudaCtx<D>,
     orphans: Vec<Handle>,
+    /// The most bytes one `buffer.read` returns: the list lands in the
+    /// component's linear memory, so more than that memory may hold is
+    /// refused before the host allocates it.
+    read_limit: u64,
 }
 
 impl<D: KernelTarget> ComponentGpu<D> {
-    /// The GPU state of a component whose calls go to `cuda`.
-    pub fn new(cuda: WasiCudaCtx<D>) -> Self {
+    /// The GPU state of a component whose calls go to `cuda`; a
+    /// `buffer.read` returns at most `read_limit` bytes (the most linear
+    /// memory the component may have: a longer list could not land there).
+    pub fn new(cuda: WasiCudaCtx<D>, read_limit: u64) -> Self {
         ComponentGpu {
             cuda,
             orphans: Vec::new(),
+            read_limit,
         }
     }
 
@@ -332,6 +339,19 @@ impl<D: KernelTarget> buffers::HostBuffer for GpuView<'_, D> {
     ) -> Result<Vec<u8>, GpuError> {
         const CALL: &str = "buffer.read";
         let handle = self.buffer(&buffer)?;
+        if u64::from(len) > self.gpu.read_limit {
+            let limit = self.gpu.read_limit;
+            return self.checked(
+                CALL,
+                Err(AbiError::new(
+                    Errno::EINVAL,
+                    format!(
+                        "{len} bytes requested, more than the component's memory may hold \
+                         ({limit} bytes): read the range in parts"
+                    ),
+                )),
+            );
+        }
         let cuda = &mut self.gpu.cuda;
         let result = match cuda.quiesce().await {
             Ok(()) => cuda.read_buffer_to_vec(handle.0, offset, len),

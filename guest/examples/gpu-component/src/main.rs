@@ -73,6 +73,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         "alloc" => alloc(arg(2).expect("alloc BYTES").parse().expect("BYTES")),
+        "read" => read(arg(2).expect("read BYTES").parse().expect("BYTES")),
         "gemm" => gemm(),
         "module-errors" => {
             module_errors();
@@ -509,6 +510,18 @@ fn errors() {
 fn alloc(size: u64) -> Result<(), String> {
     let buffer = Buffer::alloc(size).map_err(|e| describe(&e))?;
     println!("len {}", buffer.len());
+    Ok(())
+}
+
+/// A buffer of `size` bytes read back whole.
+fn read(size: u32) -> Result<(), String> {
+    let buffer = Buffer::alloc(u64::from(size)).map_err(|e| describe(&e))?;
+    buffer
+        .fill(0, u64::from(size), 7)
+        .map_err(|e| describe(&e))?;
+    let bytes = buffer.read(0, size).map_err(|e| describe(&e))?;
+    assert!(bytes.iter().all(|&b| b == 7));
+    println!("read {}", bytes.len());
     Ok(())
 }
 
