@@ -63,7 +63,7 @@ pub struct Body {
 /// compilers emit and the translator gained; then four kinds of calls of
 /// cooperative intrinsics ([`coop_tracked`]), and calls of the fused
 /// multiply-adds; then the loop cases (`loops`).
-pub const TRACKED: [&str; 11] = [
+pub const TRACKED: [&str; 12] = [
     "call_indirect",
     "global.set",
     "memory.copy",
@@ -75,6 +75,7 @@ pub const TRACKED: [&str; 11] = [
     "warp operations",
     "fused multiply-add",
     "loop shape",
+    "row shape",
 ];
 
 /// The tracked constructs a call of `which` uses: any shared access (the

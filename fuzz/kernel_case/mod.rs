@@ -10,9 +10,11 @@
 //! trap's kind and offset), every byte of guest memory but the working
 //! thread's stack window, and bytes past guest memory.
 //!
-//! The bytes, in order: memory pages (1 to 4), whether F is a loop of
-//! `loops` (one case in sixteen: a counted or refused loop shape and its
-//! arguments from the bytes, then the launch and the frame), F's
+//! The bytes, in order: memory pages (1 to 4), whether F is made from the
+//! bytes (one case in sixteen, then half each: a counted or refused loop
+//! shape of `loops`, or a row read through clamped indices and written
+//! under guards, `rows`; its arguments from the bytes, then the launch and
+//! the frame), F's
 //! parameter and result types (up to [`MAX_PARAMS`] and
 //! [`MAX_RESULTS`]), whether table operators are allowed (a quarter of
 //! the cases), whether the cooperative intrinsics are offered (half the
@@ -114,6 +116,7 @@
 mod facts;
 mod loops;
 mod module;
+mod rows;
 mod run;
 /// Hand-made cases, run by `embed/tests/gpu_kernel_diff.rs` (the fuzz
 /// target builds no tests).
@@ -175,7 +178,12 @@ pub struct Case {
 pub fn generate(u: &mut Unstructured<'_>) -> ArbitraryResult<Result<Case, String>> {
     let pages = u.int_in_range(1..=MAX_PAGES)?;
     if u.ratio(1, 16)? {
-        return loop_case(u, pages).map(Ok);
+        let (shaped, shape) = if u.ratio(1, 2)? {
+            (rows::row_case(u, pages)?, TRACKED[11])
+        } else {
+            (loops::loop_case(u, pages)?, TRACKED[10])
+        };
+        return shaped_case(u, pages, shaped, shape).map(Ok);
     }
     let (params, results) = (
         arbitrary_types(u, MAX_PARAMS)?,
@@ -228,11 +236,15 @@ pub fn generate(u: &mut Unstructured<'_>) -> ArbitraryResult<Result<Case, String
     }))
 }
 
-/// A case whose F is a loop of `loops`' shapes.
-fn loop_case(u: &mut Unstructured<'_>, pages: u64) -> ArbitraryResult<Case> {
-    let (wasm, args) = loops::loop_case(u, pages)?;
+/// A case whose F is made by `loops` or `rows` (its module and arguments).
+fn shaped_case(
+    u: &mut Unstructured<'_>,
+    pages: u64,
+    (wasm, args): (Vec<u8>, Vec<Arg>),
+    shape: &'static str,
+) -> ArbitraryResult<Case> {
     let facts = Facts::parse(&wasm);
-    let f = facts.f.expect("the loop module exports `f`");
+    let f = facts.f.expect("the shaped module exports `f`");
     let f_type = facts.func_type(f).clone();
     let launch = Launch::arbitrary(u, &facts)?;
     let frame = arbitrary_frame(u, &f_type, pages * PAGE)?;
@@ -247,7 +259,7 @@ fn loop_case(u: &mut Unstructured<'_>, pages: u64) -> ArbitraryResult<Case> {
         frame,
         variants,
         rewrote: Vec::new(),
-        uses: vec![TRACKED[10]],
+        uses: vec![shape],
     })
 }
 

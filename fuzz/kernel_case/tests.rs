@@ -11,7 +11,10 @@ use tensorwasm_cpu::CpuDriver;
 use wasmparser::{Operator, Parser, Payload, ValType};
 
 use super::run::{Arg, Launch, Outcome, Reference, engine};
-use super::{Case, Checked, Facts, Frame, Variants, check, frame_bytes, loop_case, with_kernel};
+use super::{
+    Case, Checked, Facts, Frame, TRACKED, Variants, check, frame_bytes, loops, rows, shaped_case,
+    with_kernel,
+};
 
 /// Block (2, 2, 1), thread (1, 1, 0): lane 3. Grid of one block.
 fn launch(shared_bytes: u32) -> Launch {
@@ -260,7 +263,9 @@ fn loop_cases_match_wasmtime_on_the_cpu() {
     for i in 0..200u64 {
         let bytes = rng.bytes(1024);
         let mut u = arbitrary::Unstructured::new(&bytes);
-        let case = loop_case(&mut u, 1 + i % 4).expect("enough bytes");
+        let pages = 1 + i % 4;
+        let made = loops::loop_case(&mut u, pages).expect("enough bytes");
+        let case = shaped_case(&mut u, pages, made, TRACKED[10]).expect("enough bytes");
         match check(&driver, &stream, &case, "CPU") {
             Checked::Compared { kernels, .. } => {
                 compared += 1;
@@ -276,6 +281,37 @@ fn loop_cases_match_wasmtime_on_the_cpu() {
     }
     assert!(compared >= 150, "{compared} of 200 compared");
     println!("loop cases compared, by kernel: {variants:?}");
+}
+
+/// Row cases (`rows`: clamped loads, guarded stores) against wasmtime on
+/// the CPU driver, with the kernels the case picks; some trap and some do
+/// not (the edges the arguments sit at reach both).
+#[test]
+fn row_cases_match_wasmtime_on_the_cpu() {
+    let driver = CpuDriver::with_capacity(64 << 20).expect("the CPU driver");
+    let stream = driver.create_stream().expect("a stream");
+    let mut rng = tensorwasm_conformance::Rng::from_env("kernel_case row cases");
+    let (mut trapped, mut returned) = (0, 0);
+    for i in 0..200u64 {
+        let bytes = rng.bytes(1024);
+        let mut u = arbitrary::Unstructured::new(&bytes);
+        let pages = 1 + i % 4;
+        let made = rows::row_case(&mut u, pages).expect("enough bytes");
+        let case = shaped_case(&mut u, pages, made, TRACKED[11]).expect("enough bytes");
+        match check(&driver, &stream, &case, "CPU") {
+            Checked::Compared { outcome, .. } if outcome.contains("trap") => trapped += 1,
+            Checked::Compared { .. } => returned += 1,
+            Checked::Skipped(_) => {}
+            Checked::Differs(diff) | Checked::DriverFailed(diff) => {
+                panic!("case {i}: {diff}{}", case.describe())
+            }
+        }
+    }
+    println!("row cases: {trapped} trapped, {returned} returned");
+    assert!(
+        trapped >= 20 && returned >= 20,
+        "{trapped} trapped, {returned} returned of 200"
+    );
 }
 
 /// F returns the `i64` at its argument and at the argument plus 8, over
