@@ -684,3 +684,85 @@ fn tenants_spread_over_two_gpus() {
         }
     });
 }
+
+/// A built component of the guest workspace: `$VAR` when set, else
+/// `guest/target/wasm32-wasip2/release/FILE` (scripts/test.sh builds them).
+fn component(var: &str, file: &str) -> PathBuf {
+    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../guest/target/wasm32-wasip2/release")
+            .join(file)
+    });
+    assert!(
+        path.exists(),
+        "{}: build the guests first (scripts/test.sh)",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn a_component_runs_as_a_command() {
+    let s = start("component", "");
+    let cli = std::fs::read(component("WASIP2_CLI_GUEST_WASM", "wasip2-cli.wasm")).unwrap();
+    let (status, c) = s.upload("token-a", &cli);
+    assert_eq!(status, 201, "{c}");
+    let exports = c["exports"].as_array().unwrap();
+    assert!(
+        exports
+            .iter()
+            .any(|e| e.as_str().unwrap().starts_with("wasi:cli/run@")),
+        "{c}"
+    );
+    let run = |id: &Value, body: Value| s.post(&format!("/v1/modules/{id}/run"), "token-a", body);
+    // argv (argv[0] first) and stdin in, output and exit code out.
+    let (status, out) = run(
+        &c["id"],
+        json!({ "argv": ["cli", "stdin"], "stdin": "some input\n" }),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["exit_code"], 0, "{out}");
+    assert_eq!(out["stdout"], "SOME INPUT\n", "{out}");
+    assert_eq!(out["stderr"], "11 bytes\n", "{out}");
+    // WASI 0.2's exit carries success or failure only: 7 is 1, as under
+    // `wasmtime run` and `tensorwasm run`.
+    let (status, out) = run(&c["id"], json!({ "argv": ["cli", "exit", "7"] }));
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["exit_code"], 1, "{out}");
+    // A component has no served instances (yet): a clear 400.
+    let (status, e) = s.post("/v1/instances", "token-a", json!({ "module": c["id"] }));
+    assert_eq!(status, 400, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("component"), "{e}");
+    // The GPU component's MLP through tensorwasm:gpu, as `tensorwasm run`
+    // prints it.
+    let gpu_path = component("GPU_COMPONENT_GUEST_WASM", "gpu-component.wasm");
+    let (status, g) = s.upload("token-b", &std::fs::read(&gpu_path).unwrap());
+    assert_eq!(status, 201, "{g}");
+    let (status, out) = s.post(
+        &format!("/v1/modules/{}/run", g["id"]),
+        "token-b",
+        json!({ "argv": ["gpu-component", "mlp"] }),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["exit_code"], 0, "{out}");
+    let driver = std::env::var("TW_SERVE_DRIVER").unwrap_or_else(|_| "cpu".into());
+    let direct = std::process::Command::new(binary())
+        .arg("run")
+        .args(["--driver", &driver])
+        .arg(&gpu_path)
+        .arg("mlp")
+        .output()
+        .unwrap();
+    assert!(direct.status.success(), "{direct:?}");
+    assert_eq!(
+        out["stdout"],
+        String::from_utf8_lossy(&direct.stdout).as_ref(),
+        "{out}"
+    );
+    // Not a command: refused at upload.
+    let reactor =
+        wat::parse_str(r#"(component (core module $m) (core instance (instantiate $m)))"#).unwrap();
+    let (status, e) = s.upload("token-a", &reactor);
+    assert_eq!(status, 400, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("wasi:cli/run"), "{e}");
+}

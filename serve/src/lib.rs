@@ -33,6 +33,7 @@ pub use metrics::Metrics;
 use keep::{Kept, Leaky, reserve};
 
 use tensorwasm_embed::{
+    component::{self, ComponentError},
     kernel::{GuestModule, KernelTarget},
     runtime::GuestRuntime,
     tenant::{Tenant, TenantConfig},
@@ -121,9 +122,36 @@ pub struct DeviceRuntime<D: ServeDriver> {
 
 /// An uploaded module.
 struct Uploaded {
-    module: GuestModule,
+    guest: UploadedGuest,
     bytes: usize,
     exports: Vec<String>,
+}
+
+/// Whether `bytes` is a binary component: the Wasm header with layer 1
+/// (a core module's is layer 0).
+fn is_component(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[6..8] == [1, 0]
+}
+
+/// What an upload compiled to.
+enum UploadedGuest {
+    /// A core module: instances and `_start` runs.
+    Module(GuestModule),
+    /// A WASI 0.2 command component: runs of its `wasi:cli/run`.
+    Component(wasmtime::component::Component),
+}
+
+impl Uploaded {
+    /// The core module, or why a component cannot be used so.
+    fn module(&self, id: u64) -> Result<&GuestModule, ServeError> {
+        match &self.guest {
+            UploadedGuest::Module(m) => Ok(m),
+            UploadedGuest::Component(_) => Err(ServeError::BadRequest(format!(
+                "module {id} is a component: components run as WASI 0.2 commands \
+                 (POST /v1/modules/{id}/run); instances are served for core modules only"
+            ))),
+        }
+    }
 }
 
 /// An instance of a module, with its tenant store.
@@ -308,17 +336,31 @@ impl<D: ServeDriver> Server<D> {
             ))
         })?;
         let runtime = &self.devices[p.device].runtime;
-        let module = runtime
-            .compile(bytes)
-            .map_err(|e| ServeError::BadRequest(format!("invalid module: {}", one_line(&e))))?;
-        let exports = module
-            .exports()
-            .filter(|e| matches!(e.ty(), ExternType::Func(_)))
-            .map(|e| e.name().to_string())
-            .collect();
+        let (guest, exports) = if is_component(bytes) {
+            // A component: a WASI 0.2 command (`wasi:cli/run`), run whole.
+            let component = component::compile_command(runtime, bytes, "the component").map_err(
+                |e| match e {
+                    ComponentError::NotACommand(m) | ComponentError::Guest(m) => {
+                        ServeError::BadRequest(format!("invalid component: {m}"))
+                    }
+                },
+            )?;
+            let exports = component::export_names(runtime, &component);
+            (UploadedGuest::Component(component), exports)
+        } else {
+            let module = runtime
+                .compile(bytes)
+                .map_err(|e| ServeError::BadRequest(format!("invalid module: {}", one_line(&e))))?;
+            let exports = module
+                .exports()
+                .filter(|e| matches!(e.ty(), ExternType::Func(_)))
+                .map(|e| e.name().to_string())
+                .collect();
+            (UploadedGuest::Module(module), exports)
+        };
         let id = p.next_id.fetch_add(1, Ordering::Relaxed);
         let uploaded = Arc::new(Uploaded {
-            module,
+            guest,
             bytes: bytes.len(),
             exports,
         });
@@ -443,6 +485,7 @@ impl<D: ServeDriver> Server<D> {
             ))
         })?;
         let uploaded = self.module(t, module)?;
+        let guest_module = uploaded.module(module)?;
         let mut settings = p.served.settings.clone();
         // A served instance's output is captured (never the server's).
         settings.wasi.stdout = OutputMode::Capture;
@@ -450,7 +493,7 @@ impl<D: ServeDriver> Server<D> {
         settings.wasi.stdin = false;
         let mut tenant = self.new_tenant(t, &settings)?;
         let runtime = &self.devices[p.device].runtime;
-        let made = tenant.instantiate(runtime, &uploaded.module).await;
+        let made = tenant.instantiate(runtime, guest_module).await;
         self.note_device_loss(t);
         made.map_err(|e| ServeError::Guest(format!("instantiating: {}", one_line(&e))))?;
         self.device_alive(t)?;
@@ -613,6 +656,9 @@ impl<D: ServeDriver> Server<D> {
     ) -> Result<RunOutcome, ServeError> {
         let p = self.party(t);
         let uploaded = self.module(t, module)?;
+        if let UploadedGuest::Component(component) = &uploaded.guest {
+            return self.run_component(t, component, argv, stdin).await;
+        }
         if !uploaded.exports.iter().any(|e| e == "_start") {
             return Err(ServeError::BadRequest(
                 "the module exports no `_start` (not a WASI command)".into(),
@@ -628,7 +674,7 @@ impl<D: ServeDriver> Server<D> {
             let mut tenant = self.new_tenant(t, &settings)?;
             let runtime = &self.devices[p.device].runtime;
             let instance = tenant
-                .instantiate(runtime, &uploaded.module)
+                .instantiate(runtime, uploaded.module(module)?)
                 .await
                 .map_err(|e| ServeError::Guest(format!("instantiating: {}", one_line(&e))))?;
             let start = instance
@@ -666,6 +712,59 @@ impl<D: ServeDriver> Server<D> {
                     self.config.request_timeout
                 )))
             })
+    }
+
+    /// [`run`](Self::run) of a component: its `wasi:cli/run` in a store
+    /// of its own, on a GPU context charged to the tenant's ledger, its
+    /// output captured, stopped at the request timeout.
+    async fn run_component(
+        &self,
+        t: usize,
+        component: &wasmtime::component::Component,
+        argv: Vec<String>,
+        stdin: Bytes,
+    ) -> Result<RunOutcome, ServeError> {
+        self.device_alive(t)?;
+        let p = self.party(t);
+        let mut settings = p.served.settings.clone();
+        settings.wasi.args = argv;
+        settings.wasi.stdin_bytes = Some(stdin);
+        settings.wasi.stdout = OutputMode::Capture;
+        settings.wasi.stderr = OutputMode::Capture;
+        let name = p.served.name.clone();
+        let runtime = &self.devices[p.device].runtime;
+        self.metrics.call(&name);
+        let call = component::run_compiled(
+            runtime,
+            component,
+            "the component",
+            &settings,
+            Arc::clone(&p.ledger),
+            Some(YIELD_FUEL),
+        );
+        let ran = tokio::time::timeout(self.config.request_timeout, call)
+            .await
+            .map_err(|_| {
+                ServeError::Timeout(format!(
+                    "the run took longer than {:?} and was stopped",
+                    self.config.request_timeout
+                ))
+            })?;
+        self.note_device_loss(t);
+        let ran = ran.map_err(|e| match e {
+            ComponentError::NotACommand(m) => ServeError::BadRequest(m),
+            ComponentError::Guest(m) => ServeError::Guest(m),
+        })?;
+        let exit_code = ran.outcome.map_err(|m| {
+            self.metrics.trap(&name);
+            ServeError::Guest(m)
+        })?;
+        Ok(RunOutcome {
+            exit_code,
+            stdout: String::from_utf8_lossy(&ran.output.stdout()).into_owned(),
+            stderr: String::from_utf8_lossy(&ran.output.stderr()).into_owned(),
+            output_capped: ran.output.capped(),
+        })
     }
 
     /// Ends every instance of every tenant (shutdown).

@@ -103,14 +103,30 @@ pub struct CommandRun {
 
 /// Runs `wasm`, a component, as a WASI 0.2 command on `runtime`'s engine
 /// and driver, as `config`'s tenant: WASI 0.2 and `tensorwasm:gpu`, on a
-/// GPU context charged to the tenant's ledger (which its memory also
-/// draws on) under its policy. `name` names it in messages.
+/// GPU context charged to a ledger of the tenant's quota (which its memory
+/// also draws on) under its policy. `name` names it in messages.
 pub async fn run_command<D>(
     runtime: &GuestRuntime<D>,
     wasm: &[u8],
     name: &str,
     config: &TenantConfig,
 ) -> Result<CommandRun, ComponentError>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    let component = compile_command(runtime, wasm, name)?;
+    let ledger = Arc::new(QuotaLedger::new(config.quota));
+    run_compiled(runtime, &component, name, config, ledger, None).await
+}
+
+/// Compiles `wasm` on `runtime`'s engine and checks that it is a WASI 0.2
+/// command (it exports `wasi:cli/run`). `name` names it in messages.
+pub fn compile_command<D>(
+    runtime: &GuestRuntime<D>,
+    wasm: &[u8],
+    name: &str,
+) -> Result<Component, ComponentError>
 where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
@@ -128,6 +144,41 @@ where
             exports_list(engine, &component)
         )));
     }
+    Ok(component)
+}
+
+/// What `component` (compiled on `runtime`'s engine) exports, by name.
+pub fn export_names<D>(runtime: &GuestRuntime<D>, component: &Component) -> Vec<String>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    component
+        .component_type()
+        .exports(runtime.engine())
+        .map(|(n, _)| n.to_string())
+        .collect()
+}
+
+/// Runs `component`, a command [`compile_command`] made, as `config`'s
+/// tenant with its GPU work and memory charged to `ledger` (a server's
+/// tenant shares one across its guests). With `yield_fuel`, the guest
+/// yields to the executor after that much fuel, so a timeout around the
+/// returned future can stop a long run.
+pub async fn run_compiled<D>(
+    runtime: &GuestRuntime<D>,
+    component: &Component,
+    name: &str,
+    config: &TenantConfig,
+    ledger: Arc<QuotaLedger>,
+    yield_fuel: Option<u64>,
+) -> Result<CommandRun, ComponentError>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    let engine = runtime.engine();
+    let guest = |m: String| ComponentError::Guest(m);
     let mut linker = Linker::<ComponentState<D>>::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)
         .map_err(|e| guest(format!("linking WASI 0.2: {e:#}")))?;
@@ -137,7 +188,6 @@ where
         .wasi
         .build_p2()
         .map_err(|e| guest(format!("tenant `{}`: {e}", config.name)))?;
-    let ledger = Arc::new(QuotaLedger::new(config.quota));
     // A `buffer.read` list lands in the component's memory: at most the
     // runtime's per-memory limit and the tenant's guest-memory quota.
     let read_limit = runtime
@@ -160,7 +210,12 @@ where
     store
         .set_fuel(config.guest_fuel.unwrap_or(u64::MAX))
         .map_err(|e| guest(format!("{e:#}")))?;
-    let command = Command::instantiate_async(&mut store, &component, &linker)
+    if yield_fuel.is_some() {
+        store
+            .fuel_async_yield_interval(yield_fuel)
+            .map_err(|e| guest(format!("{e:#}")))?;
+    }
+    let command = Command::instantiate_async(&mut store, component, &linker)
         .await
         .map_err(|e| {
             guest(format!(
