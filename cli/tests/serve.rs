@@ -766,3 +766,30 @@ fn a_component_runs_as_a_command() {
     assert_eq!(status, 400, "{e}");
     assert!(e["error"].as_str().unwrap().contains("wasi:cli/run"), "{e}");
 }
+
+/// The Python and JavaScript GPU components (`guest/examples/gpu-python`,
+/// `gpu-js`) run their MLP through the server and print what the Rust
+/// component prints for the same seed.
+#[test]
+fn language_components_run_through_the_server() {
+    let s = start(
+        "lang-components",
+        "module_bytes = 33554432\nrequest_timeout_ms = 300000\n",
+    );
+    let run = |file: &str, var: &str| {
+        let (status, m) = s.upload("token-b", &std::fs::read(component(var, file)).unwrap());
+        assert_eq!(status, 201, "{file}: {m}");
+        let (status, out) = s.post(
+            &format!("/v1/modules/{}/run", m["id"]),
+            "token-b",
+            json!({ "argv": [file, "mlp", "7"] }),
+        );
+        assert_eq!(status, 200, "{file}: {out}");
+        assert_eq!(out["exit_code"], 0, "{file}: {out}");
+        out["stdout"].as_str().unwrap().to_string()
+    };
+    let rust = run("gpu-component.wasm", "GPU_COMPONENT_GUEST_WASM");
+    assert!(rust.contains("seed 7"), "{rust}");
+    assert_eq!(run("gpu-python.wasm", "GPU_PYTHON_GUEST_WASM"), rust);
+    assert_eq!(run("gpu-js.wasm", "GPU_JS_GUEST_WASM"), rust);
+}
