@@ -3,7 +3,8 @@
 # it, the example image (examples/hello_gpu.wat as a file in a tar layer,
 # which containerd 1.6 unpacks; shim/examples/image.rs) imported, and
 # `ctr run --runtime io.containerd.tensorwasm.v1` of it: its output, its
-# argv, its exit codes. Needs root and a containerd listening on
+# argv, its exit codes; then the same of an image of the GPU component (a
+# WASI 0.2 component: its MLP through tensorwasm:gpu). Needs root and a containerd listening on
 # /run/containerd/containerd.sock (scripts/test.sh starts one). SHIM_BIN,
 # IMAGE_BUILDER (shim/examples/image.rs built) and IMAGE_TAR, when set, are
 # used instead of building them. The guest
@@ -22,12 +23,12 @@ if [ -z "${SHIM_BIN:-}" ]; then
     cargo build --quiet -p tensorwasm-shim --bin containerd-shim-tensorwasm-v1
     SHIM_BIN=target/debug/containerd-shim-tensorwasm-v1
 fi
+if [ -z "${IMAGE_BUILDER:-}" ]; then
+    cargo build --quiet -p tensorwasm-shim --example image
+    IMAGE_BUILDER=target/debug/examples/image
+fi
 if [ -z "${IMAGE_TAR:-}" ]; then
     IMAGE_TAR="$work/hello-gpu.tar"
-    if [ -z "${IMAGE_BUILDER:-}" ]; then
-        cargo build --quiet -p tensorwasm-shim --example image
-        IMAGE_BUILDER=target/debug/examples/image
-    fi
     "$IMAGE_BUILDER" --rootfs examples/hello_gpu.wat ghcr.io/tensorwasm/hello-gpu:e2e "$IMAGE_TAR"
 fi
 # containerd looks the shim up on its PATH.
@@ -53,5 +54,24 @@ code=$?
 set -e
 echo "   ctr run ... /hello_gpu.wasm not-a-number: exit $code, $(cat "$work/bad")"
 [ "$code" = 2 ]
+ctr image rm "$image" >/dev/null
+
+# A WASI 0.2 component through the same shim: the GPU component
+# (guest/examples/gpu-component, built by scripts/test.sh) runs its MLP
+# through tensorwasm:gpu and checks it against its own CPU computation.
+component=${GPU_COMPONENT_GUEST_WASM:-guest/target/wasm32-wasip2/release/gpu-component.wasm}
+if [ ! -f "$component" ]; then
+    echo "shim e2e: $component missing: build the guests first (scripts/test.sh)" >&2
+    exit 1
+fi
+"$IMAGE_BUILDER" --rootfs "$component" ghcr.io/tensorwasm/gpu-component:e2e "$work/component.tar"
+ctr image import --all-platforms "$work/component.tar" >/dev/null
+image=$(ctr image ls -q | grep gpu-component | head -1)
+out=$(run)
+echo "   ctr run (component): $out"
+[[ "$out" == *"mlp ok: batch 5, 37 -> 67 -> 10"* ]]
+out=$(run /gpu-component.wasm mlp 7)
+echo "   ctr run ... /gpu-component.wasm mlp 7: $out"
+[[ "$out" == "seed 7"* && "$out" == *"mlp ok: batch 5"* ]]
 ctr image rm "$image" >/dev/null
 echo "shim e2e passed"

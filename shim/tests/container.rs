@@ -3,7 +3,9 @@
 //! the container from an OCI bundle, the shim's executor runs the guest in
 //! it): exit codes, stdout and stderr, a GPU guest's result (on the CPU
 //! driver: the harness's spec gives the container no
-//! NVIDIA_VISIBLE_DEVICES, so no GPU). Needs root, as containers do, and a
+//! NVIDIA_VISIBLE_DEVICES, so no GPU), and WASI 0.2 components (the guest
+//! workspace's, which scripts/test.sh builds): hello world, and the GPU
+//! component's MLP through `tensorwasm:gpu`. Needs root, as containers do, and a
 //! containerd to connect to (the harness asks it for the image's layers;
 //! scripts/test.sh starts one); skipped with a note otherwise.
 
@@ -33,7 +35,7 @@ fn is_root() -> bool {
 /// code, stdout, stderr); `None` where containers cannot be made (not
 /// root). One container at a time (the harness's cgroups are per name, its
 /// containerd namespace shared).
-fn in_container(name: &str, wasm: &str) -> Option<(u32, String, String)> {
+fn in_container(name: &str, wasm: impl AsRef<[u8]>) -> Option<(u32, String, String)> {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     if !is_root() {
         eprintln!("skipped: runwasi's harness makes containers, which needs root");
@@ -46,7 +48,7 @@ fn in_container(name: &str, wasm: &str) -> Option<(u32, String, String)> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let test = WasiTest::<TensorWasmShim>::builder()
         .map(|b| b.with_name(name))
-        .and_then(|b| b.with_wasm(wasm.as_bytes()))
+        .and_then(|b| b.with_wasm(wasm.as_ref()))
         .and_then(|b| b.build())
         .expect("the container");
     test.start().expect("start");
@@ -95,4 +97,45 @@ fn container_exit_codes_and_stdout() {
     };
     assert_eq!(code, 1, "{stdout:?} {stderr:?}");
     assert!(stderr.contains("unreachable"), "{stdout:?} {stderr:?}");
+}
+
+/// A built component of the guest workspace: `$VAR` when set, else
+/// `guest/target/wasm32-wasip2/release/FILE`.
+fn component(var: &str, file: &str) -> Vec<u8> {
+    let path = std::env::var_os(var)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../guest/target/wasm32-wasip2/release")
+                .join(file)
+        });
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (build the guests first: scripts/test.sh)",
+            path.display()
+        )
+    })
+}
+
+#[test]
+fn container_components_run() {
+    let cli = component("WASIP2_CLI_GUEST_WASM", "wasip2-cli.wasm");
+    let Some((code, stdout, stderr)) = in_container("tw-component", &cli) else {
+        return;
+    };
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (0, "hello from a component\n", "to stderr\n")
+    );
+    // The GPU component's default mode: the MLP on buffers and built-in
+    // ops, checked against its own CPU computation.
+    let gpu = component("GPU_COMPONENT_GUEST_WASM", "gpu-component.wasm");
+    let Some((code, stdout, stderr)) = in_container("tw-gpu-component", &gpu) else {
+        return;
+    };
+    assert_eq!(code, 0, "stdout {stdout:?} stderr {stderr:?}");
+    assert!(
+        stdout.contains("mlp ok: batch 5, 37 -> 67 -> 10, largest error "),
+        "{stdout:?} {stderr:?}"
+    );
 }
