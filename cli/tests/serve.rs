@@ -729,10 +729,21 @@ fn a_component_runs_as_a_command() {
     let (status, out) = run(&c["id"], json!({ "argv": ["cli", "exit", "7"] }));
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["exit_code"], 1, "{out}");
-    // A component has no served instances (yet): a clear 400.
-    let (status, e) = s.post("/v1/instances", "token-a", json!({ "module": c["id"] }));
-    assert_eq!(status, 400, "{e}");
-    assert!(e["error"].as_str().unwrap().contains("component"), "{e}");
+    // An instance of it: an interface's function by `interface#name`, its
+    // `result` as `{"ok": null}`.
+    let run_interface = exports
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .find(|e| e.starts_with("wasi:cli/run@"))
+        .unwrap();
+    let (status, i) = s.post("/v1/instances", "token-a", json!({ "module": c["id"] }));
+    assert_eq!(status, 201, "{i}");
+    let (status, out) = s.post(
+        &format!("/v1/instances/{}/invoke", i["id"]),
+        "token-a",
+        json!({ "export": format!("{run_interface}#run"), "args": [] }),
+    );
+    assert_eq!((status, out), (200, json!({ "results": [{ "ok": null }] })));
     // The GPU component's MLP through tensorwasm:gpu, as `tensorwasm run`
     // prints it.
     let gpu_path = component("GPU_COMPONENT_GUEST_WASM", "gpu-component.wasm");
@@ -759,12 +770,120 @@ fn a_component_runs_as_a_command() {
         String::from_utf8_lossy(&direct.stdout).as_ref(),
         "{out}"
     );
-    // Not a command: refused at upload.
-    let reactor =
-        wat::parse_str(r#"(component (core module $m) (core instance (instantiate $m)))"#).unwrap();
-    let (status, e) = s.upload("token-a", &reactor);
+    // Not a command: no run (its exports are invoked on an instance).
+    let (status, r) = s.upload("token-a", &wat::parse_str(REACTOR).unwrap());
+    assert_eq!(status, 201, "{r}");
+    let (status, e) = run(&r["id"], json!({ "argv": ["r"] }));
     assert_eq!(status, 400, "{e}");
     assert!(e["error"].as_str().unwrap().contains("wasi:cli/run"), "{e}");
+}
+
+/// A component that exports functions (no `wasi:cli/run`): WIT's integers,
+/// floats, bools, a record, an enum, a string and a list in and out.
+const REACTOR: &str = r#"(component
+  (core module $m
+    (func (export "add") (param i32 i32) (result i32) (i32.add (local.get 0) (local.get 1)))
+    (func (export "sum") (param i32 i32) (result i32) (i32.add (local.get 0) (local.get 1)))
+    (func (export "pick") (param i32) (result i32) (i32.mul (local.get 0) (i32.const 10)))
+    (func (export "half") (param f64) (result f64) (f64.mul (local.get 0) (f64.const 0.5)))
+    (func (export "odd") (param i32) (result i32) (i32.and (local.get 0) (i32.const 1)))
+    (func (export "boom") unreachable)
+    (memory (export "mem") 1)
+    (global $next (mut i32) (i32.const 1024))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32) (local $r i32)
+      (local.set $r (i32.and (i32.add (global.get $next) (i32.sub (local.get 2) (i32.const 1)))
+        (i32.sub (i32.const 0) (local.get 2))))
+      (global.set $next (i32.add (local.get $r) (local.get 3)))
+      (local.get $r))
+    (func (export "len") (param i32 i32) (result i32) (local.get 1))
+    (func (export "total") (param $p i32) (param $n i32) (result i32) (local $s i32)
+      (block $done (loop $next
+        (br_if $done (i32.eqz (local.get $n)))
+        (local.set $s (i32.add (local.get $s) (i32.load (local.get $p))))
+        (local.set $p (i32.add (local.get $p) (i32.const 4)))
+        (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+        (br $next)))
+      (local.get $s)))
+  (core instance $i (instantiate $m))
+  (alias core export $i "mem" (core memory $mem))
+  (alias core export $i "realloc" (core func $realloc))
+  (type $point (record (field "x" u32) (field "y" u32)))
+  (export $p "point" (type $point))
+  (type $color (enum "red" "green" "blue"))
+  (export $c "color" (type $color))
+  (func (export "add") (param "a" s32) (param "b" s32) (result s32) (canon lift (core func $i "add")))
+  (func (export "sum") (param "p" $p) (result u32) (canon lift (core func $i "sum")))
+  (func (export "pick") (param "c" $c) (result u32) (canon lift (core func $i "pick")))
+  (func (export "half") (param "x" f64) (result f64) (canon lift (core func $i "half")))
+  (func (export "odd") (param "n" u32) (result bool) (canon lift (core func $i "odd")))
+  (func (export "boom") (canon lift (core func $i "boom")))
+  (func (export "len") (param "s" string) (result u32)
+    (canon lift (core func $i "len") (memory $mem) (realloc $realloc)))
+  (func (export "total") (param "xs" (list u32)) (result u32)
+    (canon lift (core func $i "total") (memory $mem) (realloc $realloc))))"#;
+
+#[test]
+fn a_component_instance_answers_with_json_by_wit_type() {
+    let s = start("reactor", "");
+    let (status, m) = s.upload("token-a", &wat::parse_str(REACTOR).unwrap());
+    assert_eq!(status, 201, "{m}");
+    let (status, i) = s.post("/v1/instances", "token-a", json!({ "module": m["id"] }));
+    assert_eq!(status, 201, "{i}");
+    let invoke = |export: &str, args: Value| {
+        s.post(
+            &format!("/v1/instances/{}/invoke", i["id"]),
+            "token-a",
+            json!({ "export": export, "args": args }),
+        )
+    };
+    assert_eq!(
+        invoke("add", json!([-7, 3])),
+        (200, json!({ "results": [-4] }))
+    );
+    assert_eq!(
+        invoke("sum", json!([{ "x": 40, "y": 2 }])),
+        (200, json!({ "results": [42] }))
+    );
+    assert_eq!(
+        invoke("pick", json!(["blue"])),
+        (200, json!({ "results": [20] }))
+    );
+    assert_eq!(
+        invoke("half", json!([2.5])),
+        (200, json!({ "results": [1.25] }))
+    );
+    assert_eq!(
+        invoke("odd", json!([7])),
+        (200, json!({ "results": [true] }))
+    );
+    assert_eq!(
+        invoke("len", json!(["héllo"])),
+        (200, json!({ "results": [6] }))
+    );
+    assert_eq!(
+        invoke("total", json!([[1, 2, 3, 4000000000u64]])),
+        (200, json!({ "results": [4000000006u64] }))
+    );
+    // Values outside their types: 400 with what is wrong, nothing called.
+    for (export, args, says) in [
+        ("add", json!([1]), "takes 2 arguments"),
+        ("add", json!([1, 2147483648u64]), "does not fit in s32"),
+        ("sum", json!([{ "x": 1 }]), "field `y` missing"),
+        ("sum", json!([{ "x": 1, "y": 2, "z": 3 }]), "no field `z`"),
+        ("pick", json!(["mauve"]), "no case `mauve`"),
+        ("odd", json!([-1]), "non-negative integer"),
+        ("len", json!([7]), "expected a string"),
+        ("total", json!([[1, "x"]]), "item 1"),
+    ] {
+        let (status, e) = invoke(export, args);
+        assert_eq!(status, 400, "{export}: {e}");
+        assert!(e["error"].as_str().unwrap().contains(says), "{export}: {e}");
+    }
+    assert_eq!(invoke("nothing", json!([])).0, 404);
+    // A trap is a 422.
+    let (status, e) = invoke("boom", json!([]));
+    assert_eq!(status, 422, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("unreachable"), "{e}");
 }
 
 /// The Python and JavaScript GPU components (`guest/examples/gpu-python`,

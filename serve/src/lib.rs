@@ -11,6 +11,7 @@ pub mod http;
 mod keep;
 mod metrics;
 pub mod start;
+mod wit_json;
 
 use std::{
     future::Future,
@@ -147,8 +148,7 @@ impl Uploaded {
         match &self.guest {
             UploadedGuest::Module(m) => Ok(m),
             UploadedGuest::Component(_) => Err(ServeError::BadRequest(format!(
-                "module {id} is a component: components run as WASI 0.2 commands \
-                 (POST /v1/modules/{id}/run); instances are served for core modules only"
+                "module {id} is a component, not a core module"
             ))),
         }
     }
@@ -157,7 +157,13 @@ impl Uploaded {
 /// An instance of a module, with its tenant store.
 struct Live<D: ServeDriver> {
     module: u64,
-    tenant: tokio::sync::Mutex<Leaky<Tenant<D>>>,
+    guest: LiveGuest<D>,
+}
+
+/// What an instance is: a core module's, or a component's.
+enum LiveGuest<D: ServeDriver> {
+    Module(tokio::sync::Mutex<Leaky<Tenant<D>>>),
+    Component(tokio::sync::Mutex<Leaky<component::ComponentInstance<D>>>),
 }
 
 /// A tenant's state on the server.
@@ -337,8 +343,9 @@ impl<D: ServeDriver> Server<D> {
         })?;
         let runtime = &self.devices[p.device].runtime;
         let (guest, exports) = if is_component(bytes) {
-            // A component: a WASI 0.2 command (`wasi:cli/run`), run whole.
-            let component = component::compile_command(runtime, bytes, "the component").map_err(
+            // A component: run whole when it is a WASI 0.2 command
+            // (`wasi:cli/run`), or instantiated and its exports invoked.
+            let component = component::compile_component(runtime, bytes, "the component").map_err(
                 |e| match e {
                     ComponentError::NotACommand(m) | ComponentError::Guest(m) => {
                         ServeError::BadRequest(format!("invalid component: {m}"))
@@ -485,12 +492,45 @@ impl<D: ServeDriver> Server<D> {
             ))
         })?;
         let uploaded = self.module(t, module)?;
-        let guest_module = uploaded.module(module)?;
         let mut settings = p.served.settings.clone();
         // A served instance's output is captured (never the server's).
         settings.wasi.stdout = OutputMode::Capture;
         settings.wasi.stderr = OutputMode::Capture;
         settings.wasi.stdin = false;
+        let guest_module = match &uploaded.guest {
+            UploadedGuest::Module(m) => m,
+            UploadedGuest::Component(c) => {
+                self.device_alive(t)?;
+                let runtime = &self.devices[p.device].runtime;
+                let made = component::ComponentInstance::new(
+                    runtime,
+                    c,
+                    "the component",
+                    &settings,
+                    Arc::clone(&p.ledger),
+                    Some(YIELD_FUEL),
+                )
+                .await;
+                self.note_device_loss(t);
+                let made = made.map_err(|e| match e {
+                    ComponentError::NotACommand(m) | ComponentError::Guest(m) => {
+                        ServeError::Guest(m)
+                    }
+                })?;
+                let id = p.next_id.fetch_add(1, Ordering::Relaxed);
+                place.fill(
+                    id,
+                    Arc::new(Live {
+                        module,
+                        guest: LiveGuest::Component(tokio::sync::Mutex::new(Leaky {
+                            value: Some(made),
+                            lost: Arc::clone(&self.devices[p.device].lost),
+                        })),
+                    }),
+                );
+                return Ok(InstanceInfo { id, module });
+            }
+        };
         let mut tenant = self.new_tenant(t, &settings)?;
         let runtime = &self.devices[p.device].runtime;
         let made = tenant.instantiate(runtime, guest_module).await;
@@ -502,7 +542,7 @@ impl<D: ServeDriver> Server<D> {
             id,
             Arc::new(Live {
                 module,
-                tenant: tokio::sync::Mutex::new(tenant),
+                guest: LiveGuest::Module(tokio::sync::Mutex::new(tenant)),
             }),
         );
         Ok(InstanceInfo { id, module })
@@ -583,8 +623,14 @@ impl<D: ServeDriver> Server<D> {
             .cloned()
             .ok_or_else(|| ServeError::NotFound(format!("no instance {id}")))?;
         let name = p.served.name.clone();
+        let tenant = match &live.guest {
+            LiveGuest::Module(tenant) => tenant,
+            LiveGuest::Component(instance) => {
+                return self.invoke_component(t, id, instance, export, args).await;
+            }
+        };
         let call = async {
-            let mut tenant = live.tenant.lock().await;
+            let mut tenant = tenant.lock().await;
             let (instance, _) = tenant
                 .instantiated()
                 .map_err(|e| ServeError::BadRequest(one_line(&e)))?;
@@ -635,6 +681,71 @@ impl<D: ServeDriver> Server<D> {
             Ok(answer) => answer,
             Err(_) => {
                 // The call was stopped part-way: its instance cannot be trusted.
+                lock(&p.instances).map.remove(&id);
+                Err(ServeError::Timeout(format!(
+                    "`{export}` ran past {:?}; instance {id} was ended",
+                    self.config.request_timeout
+                )))
+            }
+        }
+    }
+
+    /// [`invoke`](Self::invoke) of a component instance's export (`name`
+    /// or `interface#name`), its arguments and results JSON by their WIT
+    /// types (`wit_json`).
+    async fn invoke_component(
+        &self,
+        t: usize,
+        id: u64,
+        instance: &tokio::sync::Mutex<Leaky<component::ComponentInstance<D>>>,
+        export: &str,
+        args: &[serde_json::Value],
+    ) -> Result<Vec<serde_json::Value>, ServeError> {
+        let p = self.party(t);
+        let name = p.served.name.clone();
+        let call = async {
+            let mut instance = instance.lock().await;
+            let func = instance
+                .func(export)
+                .ok_or_else(|| ServeError::NotFound(format!("no export `{export}`")))?;
+            let (params, _) = instance.types(&func);
+            if params.len() != args.len() {
+                return Err(ServeError::BadRequest(format!(
+                    "`{export}` takes {} arguments, {} given",
+                    params.len(),
+                    args.len()
+                )));
+            }
+            let vals = params
+                .iter()
+                .zip(args)
+                .enumerate()
+                .map(|(i, (ty, v))| {
+                    wit_json::to_wit(ty, v)
+                        .map_err(|e| ServeError::BadRequest(format!("argument {i}: {e}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            self.metrics.call(&name);
+            let called = instance.call(func, &vals).await;
+            self.note_device_loss(t);
+            let results = called.map_err(|e| {
+                self.metrics.trap(&name);
+                ServeError::Guest(format!("`{export}` failed: {}", one_line(&e)))
+            })?;
+            results
+                .iter()
+                .map(|v| {
+                    wit_json::from_wit(v).ok_or_else(|| {
+                        ServeError::Guest(format!(
+                            "`{export}` returned a {v:?}, which has no JSON form"
+                        ))
+                    })
+                })
+                .collect()
+        };
+        match tokio::time::timeout(self.config.request_timeout, call).await {
+            Ok(answer) => answer,
+            Err(_) => {
                 lock(&p.instances).map.remove(&id);
                 Err(ServeError::Timeout(format!(
                     "`{export}` ran past {:?}; instance {id} was ended",
@@ -726,6 +837,13 @@ impl<D: ServeDriver> Server<D> {
     ) -> Result<RunOutcome, ServeError> {
         self.device_alive(t)?;
         let p = self.party(t);
+        if !component::is_command(&self.devices[p.device].runtime, component) {
+            return Err(ServeError::BadRequest(
+                "the component exports no `wasi:cli/run` (not a WASI 0.2 command); \
+                 instantiate it and invoke its exports instead"
+                    .into(),
+            ));
+        }
         let mut settings = p.served.settings.clone();
         settings.wasi.args = argv;
         settings.wasi.stdin_bytes = Some(stdin);

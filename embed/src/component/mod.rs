@@ -131,20 +131,43 @@ where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
 {
-    let engine = runtime.engine();
-    let guest = |m: String| ComponentError::Guest(m);
-    let component = Component::new(engine, wasm)
-        .map_err(|e| guest(format!("compiling {name}: {}", one_line(&format!("{e:#}")))))?;
-    let runs = component.component_type().exports(engine).any(|(n, item)| {
-        n.starts_with(RUN_INTERFACE) && matches!(item.ty, ComponentItem::ComponentInstance(_))
-    });
-    if !runs {
+    let component = compile_component(runtime, wasm, name)?;
+    if !is_command(runtime, &component) {
         return Err(ComponentError::NotACommand(format!(
             "{name} exports no `wasi:cli/run` (it is not a WASI 0.2 command component; {})",
-            exports_list(engine, &component)
+            exports_list(runtime.engine(), &component)
         )));
     }
     Ok(component)
+}
+
+/// Compiles `wasm`, a component, on `runtime`'s engine (a command or not).
+pub fn compile_component<D>(
+    runtime: &GuestRuntime<D>,
+    wasm: &[u8],
+    name: &str,
+) -> Result<Component, ComponentError>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    Component::new(runtime.engine(), wasm).map_err(|e| {
+        ComponentError::Guest(format!("compiling {name}: {}", one_line(&format!("{e:#}"))))
+    })
+}
+
+/// Whether `component` is a WASI 0.2 command: it exports `wasi:cli/run`.
+pub fn is_command<D>(runtime: &GuestRuntime<D>, component: &Component) -> bool
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    component
+        .component_type()
+        .exports(runtime.engine())
+        .any(|(n, item)| {
+            n.starts_with(RUN_INTERFACE) && matches!(item.ty, ComponentItem::ComponentInstance(_))
+        })
 }
 
 /// What `component` (compiled on `runtime`'s engine) exports, by name.
@@ -173,6 +196,60 @@ pub async fn run_compiled<D>(
     ledger: Arc<QuotaLedger>,
     yield_fuel: Option<u64>,
 ) -> Result<CommandRun, ComponentError>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    let guest = |m: String| ComponentError::Guest(m);
+    let (mut store, linker, output) = new_store(runtime, config, ledger, yield_fuel)?;
+    let command = Command::instantiate_async(&mut store, component, &linker)
+        .await
+        .map_err(|e| {
+            guest(format!(
+                "instantiating {name}: {} (components get WASI 0.2 and \
+                 tensorwasm:gpu@{GPU_VERSION})",
+                one_line(&format!("{e:#}"))
+            ))
+        })?;
+    let outcome = command.wasi_cli_run().call_run(&mut store).await;
+    let outcome = match outcome {
+        Ok(Ok(())) => Ok(0),
+        Ok(Err(())) => Ok(1),
+        Err(e) => match e.downcast_ref::<I32Exit>() {
+            Some(exit) => Ok(exit.0),
+            None => {
+                tracing::warn!("component trapped: {e:#}");
+                Err(format!("guest function `wasi:cli/run#run` failed: {e:#}"))
+            }
+        },
+    };
+    let last = store.data().gpu.context().last_error();
+    let last_error = (!last.is_empty()).then(|| last.to_string());
+    Ok(CommandRun {
+        outcome,
+        output,
+        last_error,
+    })
+}
+
+/// A store for a component of `config`'s tenant on `runtime` (WASI 0.2 and
+/// `tensorwasm:gpu` linked, its GPU work and memory charged to `ledger`,
+/// its fuel set, yielding every `yield_fuel` when given), the linker, and
+/// its output.
+#[allow(clippy::type_complexity)]
+fn new_store<D>(
+    runtime: &GuestRuntime<D>,
+    config: &TenantConfig,
+    ledger: Arc<QuotaLedger>,
+    yield_fuel: Option<u64>,
+) -> Result<
+    (
+        Store<ComponentState<D>>,
+        Linker<ComponentState<D>>,
+        GuestOutput,
+    ),
+    ComponentError,
+>
 where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
@@ -215,32 +292,108 @@ where
             .fuel_async_yield_interval(yield_fuel)
             .map_err(|e| guest(format!("{e:#}")))?;
     }
-    let command = Command::instantiate_async(&mut store, component, &linker)
-        .await
-        .map_err(|e| {
-            guest(format!(
-                "instantiating {name}: {} (components get WASI 0.2 and \
-                 tensorwasm:gpu@{GPU_VERSION})",
-                one_line(&format!("{e:#}"))
-            ))
-        })?;
-    let outcome = command.wasi_cli_run().call_run(&mut store).await;
-    let outcome = match outcome {
-        Ok(Ok(())) => Ok(0),
-        Ok(Err(())) => Ok(1),
-        Err(e) => match e.downcast_ref::<I32Exit>() {
-            Some(exit) => Ok(exit.0),
-            None => {
-                tracing::warn!("component trapped: {e:#}");
-                Err(format!("guest function `wasi:cli/run#run` failed: {e:#}"))
-            }
-        },
-    };
-    let last = store.data().gpu.context().last_error();
-    let last_error = (!last.is_empty()).then(|| last.to_string());
-    Ok(CommandRun {
-        outcome,
-        output,
-        last_error,
-    })
+    Ok((store, linker, output))
+}
+
+/// An instance of a component kept for calls of its exported functions
+/// (a server's instances): its store, with the tenant's WASI 0.2 and GPU
+/// context, and what it wrote.
+pub struct ComponentInstance<D: KernelTarget + 'static> {
+    store: Store<ComponentState<D>>,
+    instance: wasmtime::component::Instance,
+    output: GuestOutput,
+}
+
+impl<D> ComponentInstance<D>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    /// Instantiates `component` (compiled on `runtime`'s engine) for
+    /// `config`'s tenant, its GPU work and memory charged to `ledger`,
+    /// yielding every `yield_fuel` when given. `name` names it in messages.
+    pub async fn new(
+        runtime: &GuestRuntime<D>,
+        component: &Component,
+        name: &str,
+        config: &TenantConfig,
+        ledger: Arc<QuotaLedger>,
+        yield_fuel: Option<u64>,
+    ) -> Result<Self, ComponentError> {
+        let (mut store, linker, output) = new_store(runtime, config, ledger, yield_fuel)?;
+        let instance = linker
+            .instantiate_async(&mut store, component)
+            .await
+            .map_err(|e| {
+                ComponentError::Guest(format!(
+                    "instantiating {name}: {} (components get WASI 0.2 and \
+                     tensorwasm:gpu@{GPU_VERSION})",
+                    one_line(&format!("{e:#}"))
+                ))
+            })?;
+        Ok(ComponentInstance {
+            store,
+            instance,
+            output,
+        })
+    }
+
+    /// The exported function `export`: a function the component exports
+    /// itself (`name`), or one of an interface it exports
+    /// (`interface#name`, e.g. `example:calc/ops#add`).
+    pub fn func(&mut self, export: &str) -> Option<wasmtime::component::Func> {
+        let (outer, inner) = match export.rsplit_once('#') {
+            Some((interface, name)) => (Some(interface), name),
+            None => (None, export),
+        };
+        let parent = match outer {
+            Some(interface) => Some(self.instance.get_export_index(
+                &mut self.store,
+                None,
+                interface,
+            )?),
+            None => None,
+        };
+        let index = self
+            .instance
+            .get_export_index(&mut self.store, parent.as_ref(), inner)?;
+        self.instance.get_func(&mut self.store, index)
+    }
+
+    /// The parameter and result types of `func`.
+    pub fn types(
+        &self,
+        func: &wasmtime::component::Func,
+    ) -> (
+        Vec<wasmtime::component::types::Type>,
+        Vec<wasmtime::component::types::Type>,
+    ) {
+        let ty = func.ty(&self.store);
+        let params = ty.params().map(|(_, t)| t).collect();
+        let results = ty.results().collect();
+        (params, results)
+    }
+
+    /// Calls `func` with `params`: its results.
+    pub async fn call(
+        &mut self,
+        func: wasmtime::component::Func,
+        params: &[wasmtime::component::Val],
+    ) -> wasmtime::Result<Vec<wasmtime::component::Val>> {
+        let count = func.ty(&self.store).results().len();
+        let mut results = vec![wasmtime::component::Val::Bool(false); count];
+        func.call_async(&mut self.store, params, &mut results)
+            .await?;
+        Ok(results)
+    }
+
+    /// What it wrote so far.
+    pub fn output(&self) -> &GuestOutput {
+        &self.output
+    }
+
+    /// Its GPU state (its last error, its ledger).
+    pub fn gpu(&self) -> &ComponentGpu<D> {
+        &self.store.data().gpu
+    }
 }
