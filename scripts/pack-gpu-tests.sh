@@ -36,6 +36,12 @@
 # brings it up to date there), and bench.sh runs it after coop_kernels.
 # run.sh exports CUDA_DEVICE_MAX_CONNECTIONS=32 (one hardware queue per
 # stream of up to 32 tenants) for the tests and the example runs.
+# PACK_COMPONENTS=1 also packs tensorwasm-cli's `component` tests and the
+# WASI 0.2 component guests they and the serve tests run (wasip2-cli,
+# gpu-component, gpu-python, gpu-js: about 33 MB of Wasm, so best packed
+# alone: GPU_TEST_PACKAGES=tensorwasm-cli PACK_COMPONENTS=1), which run.sh
+# points them at (WASIP2_CLI_GUEST_WASM, GPU_COMPONENT_GUEST_WASM,
+# GPU_PYTHON_GUEST_WASM, GPU_JS_GUEST_WASM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=${GPU_TEST_PACKAGES:-"tensorwasm-cuda tensorwasm-embed tensorwasm-cli"}
@@ -49,6 +55,8 @@ args=()
 for p in $packages; do args+=(-p "$p"); done
 cargo build --release -p tensorwasm-cli --bin tensorwasm
 cp target/release/tensorwasm "$pack/bin/tensorwasm"
+cli_tests='"wasi_guest", "supervise", "serve", "soak"'
+if [ "${PACK_COMPONENTS:-0}" = 1 ]; then cli_tests="$cli_tests"', "component"'; fi
 cargo test --release "${args[@]}" --no-run --message-format=json \
   | python3 -c '
 import json, shutil, sys
@@ -60,7 +68,7 @@ for line in sys.stdin:
         continue
     if "tensorwasm-embed" in m["package_id"] and m["target"]["name"] not in ("gpu", "kernel_ops", "tensor_ops", "mlp_guest", "rust_kernels", "kernel_stack", "wasi_guest", "tenants_stress", "kernel_limits", "gpu_kernel_diff", "kernel_atomics", "kernel_coop", "faults", "oom", "device_lost", "snapshot", "c_guest", "launch_queue"):
         continue
-    if "tensorwasm-cli" in m["package_id"] and m["target"]["name"] not in ("wasi_guest", "supervise", "serve", "soak"):
+    if "tensorwasm-cli" in m["package_id"] and m["target"]["name"] not in ('"$cli_tests"'):
         continue
     crate = m["package_id"].split("#")[-1].split("@")[0].rsplit("/", 1)[-1]
     name = crate + "--" + m["target"]["name"]
@@ -81,6 +89,15 @@ if [ -f "$kernel_bench" ]; then cp "$kernel_bench" "$pack/examples/"; fi
 wasi_guest=guest/target/wasm32-wasip1/release/mlp-wasi.wasm
 if [ -f "$wasi_guest" ]; then cp "$wasi_guest" "$pack/examples/"; fi
 if [ -f guest/target/c/saxpy.wasm ]; then cp guest/target/c/saxpy.wasm "$pack/examples/"; fi
+# The small components always (the serve tests run them); the Python and
+# JavaScript ones with PACK_COMPONENTS=1.
+components="wasip2-cli gpu-component"
+if [ "${PACK_COMPONENTS:-0}" = 1 ]; then components="$components gpu-python gpu-js"; fi
+for c in $components; do
+  if [ -f "guest/target/wasm32-wasip2/release/$c.wasm" ]; then
+    cp "guest/target/wasm32-wasip2/release/$c.wasm" "$pack/examples/"
+  fi
+done
 if [ "${PACK_BENCH:-0}" = 1 ]; then
   mkdir -p "$pack/bench"
   bench_args=()
@@ -170,6 +187,15 @@ if [ -f examples/rust_kernels.wasm ]; then export RUST_KERNELS_GUEST_WASM="$PWD/
 if [ -f examples/saxpy.wasm ]; then export C_GUEST_WASM="$PWD/examples/saxpy.wasm"; fi
 # The wasi_guest tests run the packed WASI guest through the packed command.
 if [ -f examples/mlp-wasi.wasm ]; then export MLP_WASI_GUEST_WASM="$PWD/examples/mlp-wasi.wasm"; fi
+# The component tests (PACK_COMPONENTS=1) and the serve tests' components.
+if [ -f examples/wasip2-cli.wasm ]; then export WASIP2_CLI_GUEST_WASM="$PWD/examples/wasip2-cli.wasm"; fi
+if [ -f examples/gpu-component.wasm ]; then export GPU_COMPONENT_GUEST_WASM="$PWD/examples/gpu-component.wasm"; fi
+if [ -f examples/gpu-python.wasm ]; then export GPU_PYTHON_GUEST_WASM="$PWD/examples/gpu-python.wasm"; fi
+if [ -f examples/gpu-js.wasm ]; then export GPU_JS_GUEST_WASM="$PWD/examples/gpu-js.wasm"; fi
+if [ ! -f examples/gpu-python.wasm ] || [ ! -f examples/gpu-js.wasm ]; then
+  export TW_NO_LANG_COMPONENTS=1
+  echo "note: the Python and JavaScript components are not packed (PACK_COMPONENTS=1): the serve test of them is skipped" | tee -a "$summary"
+fi
 export TENSORWASM_BIN="$PWD/bin/tensorwasm"
 # The GPU soak: a minute unless told (issue 16 ran it for 300 s, faults every 60).
 export TW_SOAK_SECS=${TW_SOAK_SECS:-60} TW_SOAK_FAULT_SECS=${TW_SOAK_FAULT_SECS:-20}
