@@ -17,8 +17,9 @@ use arbitrary::{Result as ArbitraryResult, Unstructured};
 use wasm_encoder::{BlockType, Instruction as I, MemArg};
 use wasmparser::ValType;
 
+use super::PAGE;
+use super::module::f_module;
 use super::run::Arg;
-use super::{F_EXPORT, MAX_PAGES, PAGE};
 
 /// Steps, besides any: up and down, small, and one whose `i32` address
 /// step wraps while the compare sees a step near 2^30.
@@ -135,25 +136,6 @@ fn module(
         ValType::I64 => wasm_encoder::ValType::I64,
         _ => wasm_encoder::ValType::I32,
     };
-    let mut types = wasm_encoder::TypeSection::new();
-    types.ty().function(
-        [t, t, wasm_encoder::ValType::I32, wasm_encoder::ValType::I32],
-        [wasm_encoder::ValType::I32],
-    );
-    let mut functions = wasm_encoder::FunctionSection::new();
-    functions.function(0);
-    let mut memories = wasm_encoder::MemorySection::new();
-    memories.memory(wasm_encoder::MemoryType {
-        minimum: pages,
-        maximum: Some(MAX_PAGES),
-        memory64: false,
-        shared: false,
-        page_size_log2: None,
-    });
-    let mut exports = wasm_encoder::ExportSection::new();
-    exports.export("memory", wasm_encoder::ExportKind::Memory, 0);
-    exports.export(F_EXPORT, wasm_encoder::ExportKind::Func, 0);
-
     // Locals: 0 `i`, 1 `n`, 2 `a`, 3 `out`, 4 the sum.
     let (i, n, a, out, s) = (0, 1, 2, 3, 4);
     let wide = ty == ValType::I64;
@@ -224,16 +206,8 @@ fn module(
         }
     }
     f.instruction(&I::LocalGet(s)).instruction(&I::End);
-    let mut code = wasm_encoder::CodeSection::new();
-    code.function(&f);
-    let mut module = wasm_encoder::Module::new();
-    module
-        .section(&types)
-        .section(&functions)
-        .section(&memories)
-        .section(&exports)
-        .section(&code);
-    module.finish()
+    let i32t = wasm_encoder::ValType::I32;
+    f_module(pages, [t, t, i32t, i32t], [i32t], &f)
 }
 
 /// The compare `which` (`lt_u`, ...) of `i64`s or `i32`s.

@@ -169,11 +169,27 @@ fn wasm_valtype(ty: WasmType) -> wasm_encoder::ValType {
 /// The exports wasm-smith must make: memory 0 as `memory`, and F as `f`
 /// with the given type (wasm-smith writes its body).
 fn exports_module(pages: u64, params: &[ValType], results: &[ValType]) -> Vec<u8> {
-    let mut types = wasm_encoder::TypeSection::new();
-    types.ty().function(
+    let mut body = wasm_encoder::Function::new([]);
+    body.instruction(&I::Unreachable).instruction(&I::End);
+    f_module(
+        pages,
         params.iter().map(|&t| enc_valtype(t)),
         results.iter().map(|&t| enc_valtype(t)),
-    );
+        &body,
+    )
+}
+
+/// A module of memory 0 (`pages` pages, at most [`MAX_PAGES`], exported
+/// as `memory`) and one function F of the given type and `body`, exported
+/// as `f`.
+pub(super) fn f_module(
+    pages: u64,
+    params: impl IntoIterator<Item = wasm_encoder::ValType, IntoIter: ExactSizeIterator>,
+    results: impl IntoIterator<Item = wasm_encoder::ValType, IntoIter: ExactSizeIterator>,
+    body: &wasm_encoder::Function,
+) -> Vec<u8> {
+    let mut types = wasm_encoder::TypeSection::new();
+    types.ty().function(params, results);
     let mut functions = wasm_encoder::FunctionSection::new();
     functions.function(0);
     let mut memories = wasm_encoder::MemorySection::new();
@@ -188,9 +204,7 @@ fn exports_module(pages: u64, params: &[ValType], results: &[ValType]) -> Vec<u8
     exports.export("memory", wasm_encoder::ExportKind::Memory, 0);
     exports.export(F_EXPORT, wasm_encoder::ExportKind::Func, 0);
     let mut code = wasm_encoder::CodeSection::new();
-    let mut body = wasm_encoder::Function::new([]);
-    body.instruction(&I::Unreachable).instruction(&I::End);
-    code.function(&body);
+    code.function(body);
     let mut module = wasm_encoder::Module::new();
     module
         .section(&types)

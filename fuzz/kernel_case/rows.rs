@@ -17,8 +17,9 @@ use arbitrary::{Result as ArbitraryResult, Unstructured};
 use wasm_encoder::{BlockType, Instruction as I, MemArg};
 use wasmparser::ValType;
 
+use super::PAGE;
+use super::module::f_module;
 use super::run::Arg;
-use super::{F_EXPORT, MAX_PAGES, PAGE};
 
 /// How a column's index is bounded.
 #[derive(Clone, Copy, Debug)]
@@ -106,22 +107,6 @@ pub fn row_case(u: &mut Unstructured<'_>, pages: u64) -> ArbitraryResult<(Vec<u8
 /// The module: memory 0 and F, `(l, last, n, a, out: i32) -> i32`.
 fn module(pages: u64, shift: u32, offset: u64, clamps: &[Clamp], guards: &[Guard]) -> Vec<u8> {
     let i32t = wasm_encoder::ValType::I32;
-    let mut types = wasm_encoder::TypeSection::new();
-    types.ty().function([i32t; 5], [i32t]);
-    let mut functions = wasm_encoder::FunctionSection::new();
-    functions.function(0);
-    let mut memories = wasm_encoder::MemorySection::new();
-    memories.memory(wasm_encoder::MemoryType {
-        minimum: pages,
-        maximum: Some(MAX_PAGES),
-        memory64: false,
-        shared: false,
-        page_size_log2: None,
-    });
-    let mut exports = wasm_encoder::ExportSection::new();
-    exports.export("memory", wasm_encoder::ExportKind::Memory, 0);
-    exports.export(F_EXPORT, wasm_encoder::ExportKind::Func, 0);
-
     // Locals: 0 `l`, 1 `last`, 2 `n`, 3 `a`, 4 `out`, 5 the sum, then one
     // per column: its loaded value.
     let (l, last, n, a, out, sum) = (0, 1, 2, 3, 4, 5);
@@ -229,14 +214,5 @@ fn module(pages: u64, shift: u32, offset: u64, clamps: &[Clamp], guards: &[Guard
         }
     }
     f.instruction(&I::LocalGet(sum)).instruction(&I::End);
-    let mut code = wasm_encoder::CodeSection::new();
-    code.function(&f);
-    let mut module = wasm_encoder::Module::new();
-    module
-        .section(&types)
-        .section(&functions)
-        .section(&memories)
-        .section(&exports)
-        .section(&code);
-    module.finish()
+    f_module(pages, [i32t; 5], [i32t], &f)
 }
