@@ -345,14 +345,13 @@ impl<D: ServeDriver> Server<D> {
         let (guest, exports) = if is_component(bytes) {
             // A component: run whole when it is a WASI 0.2 command
             // (`wasi:cli/run`), or instantiated and its exports invoked.
-            let component = component::compile_component(runtime, bytes, "the component").map_err(
-                |e| match e {
+            let component = component::compile_component(runtime.engine(), bytes, "the component")
+                .map_err(|e| match e {
                     ComponentError::NotACommand(m) | ComponentError::Guest(m) => {
                         ServeError::BadRequest(format!("invalid component: {m}"))
                     }
-                },
-            )?;
-            let exports = component::export_names(runtime, &component);
+                })?;
+            let exports = component::export_names(runtime.engine(), &component);
             (UploadedGuest::Component(component), exports)
         } else {
             let module = runtime
@@ -606,8 +605,10 @@ impl<D: ServeDriver> Server<D> {
     }
 
     /// Calls export `export` of instance `id` with `args` (JSON numbers,
-    /// converted to its parameter types); its results as JSON numbers. The
-    /// caller holds one of the tenant's call [`slot`](Self::slot)s.
+    /// converted to its parameter types; for a component, JSON by its WIT
+    /// types, `wit_json`, and `export` may be `interface#name`); its results
+    /// as JSON. The caller holds one of the tenant's call
+    /// [`slot`](Self::slot)s.
     pub async fn invoke(
         &self,
         t: usize,
@@ -622,60 +623,13 @@ impl<D: ServeDriver> Server<D> {
             .get(&id)
             .cloned()
             .ok_or_else(|| ServeError::NotFound(format!("no instance {id}")))?;
-        let name = p.served.name.clone();
-        let tenant = match &live.guest {
-            LiveGuest::Module(tenant) => tenant,
-            LiveGuest::Component(instance) => {
-                return self.invoke_component(t, id, instance, export, args).await;
-            }
-        };
         let call = async {
-            let mut tenant = tenant.lock().await;
-            let (instance, _) = tenant
-                .instantiated()
-                .map_err(|e| ServeError::BadRequest(one_line(&e)))?;
-            let func = instance
-                .get_func(tenant.store_mut(), export)
-                .ok_or_else(|| ServeError::NotFound(format!("no export `{export}`")))?;
-            let ty = func.ty(tenant.store());
-            let params: Vec<ValType> = ty.params().collect();
-            if params.len() != args.len() {
-                return Err(ServeError::BadRequest(format!(
-                    "`{export}` takes {} arguments, {} given",
-                    params.len(),
-                    args.len()
-                )));
+            match &live.guest {
+                LiveGuest::Module(tenant) => self.call_module(t, tenant, export, args).await,
+                LiveGuest::Component(instance) => {
+                    self.call_component(t, instance, export, args).await
+                }
             }
-            let vals = params
-                .iter()
-                .zip(args)
-                .enumerate()
-                .map(|(i, (ty, v))| {
-                    to_val(ty, v).ok_or_else(|| {
-                        ServeError::BadRequest(format!("argument {i} is not a {ty}: {v}"))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut results = vec![Val::I32(0); ty.results().len()];
-            self.metrics.call(&name);
-            let called = func
-                .call_async(tenant.store_mut(), &vals, &mut results)
-                .await;
-            self.note_device_loss(t);
-            called.map_err(|e| {
-                self.metrics.trap(&name);
-                ServeError::Guest(format!("`{export}` failed: {}", one_line(&e)))
-            })?;
-            results
-                .iter()
-                .map(|v| {
-                    from_val(v).ok_or_else(|| {
-                        ServeError::Guest(format!(
-                            "`{export}` returned a {v:?}, which has no JSON form"
-                        ))
-                    })
-                })
-                .collect()
         };
         match tokio::time::timeout(self.config.request_timeout, call).await {
             Ok(answer) => answer,
@@ -690,69 +644,70 @@ impl<D: ServeDriver> Server<D> {
         }
     }
 
+    /// [`invoke`](Self::invoke) of a core module instance's export.
+    async fn call_module(
+        &self,
+        t: usize,
+        tenant: &tokio::sync::Mutex<Leaky<Tenant<D>>>,
+        export: &str,
+        args: &[serde_json::Value],
+    ) -> Result<Vec<serde_json::Value>, ServeError> {
+        let mut tenant = tenant.lock().await;
+        let (instance, _) = tenant
+            .instantiated()
+            .map_err(|e| ServeError::BadRequest(one_line(&e)))?;
+        let func = instance
+            .get_func(tenant.store_mut(), export)
+            .ok_or_else(|| ServeError::NotFound(format!("no export `{export}`")))?;
+        let ty = func.ty(tenant.store());
+        let params: Vec<ValType> = ty.params().collect();
+        let vals = arguments(export, &params, args, |ty, v| {
+            to_val(ty, v).ok_or_else(|| format!("not a {ty}: {v}"))
+        })?;
+        let mut results = vec![Val::I32(0); ty.results().len()];
+        self.metrics.call(&self.party(t).served.name);
+        let called = func
+            .call_async(tenant.store_mut(), &vals, &mut results)
+            .await;
+        self.called(t, export, called)?;
+        results_json(export, &results, from_val)
+    }
+
     /// [`invoke`](Self::invoke) of a component instance's export (`name`
     /// or `interface#name`), its arguments and results JSON by their WIT
     /// types (`wit_json`).
-    async fn invoke_component(
+    async fn call_component(
         &self,
         t: usize,
-        id: u64,
         instance: &tokio::sync::Mutex<Leaky<component::ComponentInstance<D>>>,
         export: &str,
         args: &[serde_json::Value],
     ) -> Result<Vec<serde_json::Value>, ServeError> {
-        let p = self.party(t);
-        let name = p.served.name.clone();
-        let call = async {
-            let mut instance = instance.lock().await;
-            let func = instance
-                .func(export)
-                .ok_or_else(|| ServeError::NotFound(format!("no export `{export}`")))?;
-            let (params, _) = instance.types(&func);
-            if params.len() != args.len() {
-                return Err(ServeError::BadRequest(format!(
-                    "`{export}` takes {} arguments, {} given",
-                    params.len(),
-                    args.len()
-                )));
-            }
-            let vals = params
-                .iter()
-                .zip(args)
-                .enumerate()
-                .map(|(i, (ty, v))| {
-                    wit_json::to_wit(ty, v)
-                        .map_err(|e| ServeError::BadRequest(format!("argument {i}: {e}")))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            self.metrics.call(&name);
-            let called = instance.call(func, &vals).await;
-            self.note_device_loss(t);
-            let results = called.map_err(|e| {
-                self.metrics.trap(&name);
-                ServeError::Guest(format!("`{export}` failed: {}", one_line(&e)))
-            })?;
-            results
-                .iter()
-                .map(|v| {
-                    wit_json::from_wit(v).ok_or_else(|| {
-                        ServeError::Guest(format!(
-                            "`{export}` returned a {v:?}, which has no JSON form"
-                        ))
-                    })
-                })
-                .collect()
-        };
-        match tokio::time::timeout(self.config.request_timeout, call).await {
-            Ok(answer) => answer,
-            Err(_) => {
-                lock(&p.instances).map.remove(&id);
-                Err(ServeError::Timeout(format!(
-                    "`{export}` ran past {:?}; instance {id} was ended",
-                    self.config.request_timeout
-                )))
-            }
-        }
+        let mut instance = instance.lock().await;
+        let func = instance
+            .func(export)
+            .ok_or_else(|| ServeError::NotFound(format!("no export `{export}`")))?;
+        let (params, _) = instance.types(&func);
+        let vals = arguments(export, &params, args, wit_json::to_wit)?;
+        self.metrics.call(&self.party(t).served.name);
+        let called = instance.call(func, &vals).await;
+        let results = self.called(t, export, called)?;
+        results_json(export, &results, wit_json::from_wit)
+    }
+
+    /// After a guest call of tenant `t`: notes a lost device, and counts
+    /// and reports a trap.
+    fn called<R>(
+        &self,
+        t: usize,
+        export: &str,
+        called: wasmtime::Result<R>,
+    ) -> Result<R, ServeError> {
+        self.note_device_loss(t);
+        called.map_err(|e| {
+            self.metrics.trap(&self.party(t).served.name);
+            ServeError::Guest(format!("`{export}` failed: {}", one_line(&e)))
+        })
     }
 
     /// Runs module `module` of tenant `t` as a WASI command: a fresh
@@ -837,7 +792,7 @@ impl<D: ServeDriver> Server<D> {
     ) -> Result<RunOutcome, ServeError> {
         self.device_alive(t)?;
         let p = self.party(t);
-        if !component::is_command(&self.devices[p.device].runtime, component) {
+        if !component::is_command(self.devices[p.device].runtime.engine(), component) {
             return Err(ServeError::BadRequest(
                 "the component exports no `wasi:cli/run` (not a WASI 0.2 command); \
                  instantiate it and invoke its exports instead"
@@ -939,6 +894,49 @@ fn place<D: ServeDriver>(devices: &[DeviceRuntime<D>]) -> usize {
             )
         })
         .unwrap_or(0)
+}
+
+/// `args` as `export`'s arguments of types `params`, each converted by
+/// `convert` (what is wrong with it on failure).
+fn arguments<T, V>(
+    export: &str,
+    params: &[T],
+    args: &[serde_json::Value],
+    convert: impl Fn(&T, &serde_json::Value) -> Result<V, String>,
+) -> Result<Vec<V>, ServeError> {
+    if params.len() != args.len() {
+        return Err(ServeError::BadRequest(format!(
+            "`{export}` takes {} arguments, {} given",
+            params.len(),
+            args.len()
+        )));
+    }
+    params
+        .iter()
+        .zip(args)
+        .enumerate()
+        .map(|(i, (ty, v))| {
+            convert(ty, v).map_err(|e| ServeError::BadRequest(format!("argument {i}: {e}")))
+        })
+        .collect()
+}
+
+/// `export`'s results as JSON, each by `convert`.
+fn results_json<V: std::fmt::Debug>(
+    export: &str,
+    results: &[V],
+    convert: impl Fn(&V) -> Option<serde_json::Value>,
+) -> Result<Vec<serde_json::Value>, ServeError> {
+    results
+        .iter()
+        .map(|v| {
+            convert(v).ok_or_else(|| {
+                ServeError::Guest(format!(
+                    "`{export}` returned a {v:?}, which has no JSON form"
+                ))
+            })
+        })
+        .collect()
 }
 
 fn to_val(ty: &ValType, v: &serde_json::Value) -> Option<Val> {

@@ -77,16 +77,21 @@ const RUN_INTERFACE: &str = "wasi:cli/run@";
 
 /// What a component exports, for messages.
 fn exports_list(engine: &Engine, component: &Component) -> String {
-    let names: Vec<String> = component
-        .component_type()
-        .exports(engine)
-        .map(|(name, _)| name.to_string())
-        .collect();
+    let names = export_names(engine, component);
     if names.is_empty() {
         "it exports nothing".into()
     } else {
         format!("it exports {}", names.join(", "))
     }
+}
+
+/// Why component `name` did not instantiate (what the host offers it is
+/// the usual reason: a missing import).
+fn not_instantiated(name: &str, e: &wasmtime::Error) -> ComponentError {
+    ComponentError::Guest(format!(
+        "instantiating {name}: {} (components get WASI 0.2 and tensorwasm:gpu@{GPU_VERSION})",
+        one_line(&format!("{e:#}"))
+    ))
 }
 
 /// A component's run: its exit code (0 when `run` returned `ok`, 1 when it
@@ -131,54 +136,42 @@ where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
 {
-    let component = compile_component(runtime, wasm, name)?;
-    if !is_command(runtime, &component) {
+    let engine = runtime.engine();
+    let component = compile_component(engine, wasm, name)?;
+    if !is_command(engine, &component) {
         return Err(ComponentError::NotACommand(format!(
             "{name} exports no `wasi:cli/run` (it is not a WASI 0.2 command component; {})",
-            exports_list(runtime.engine(), &component)
+            exports_list(engine, &component)
         )));
     }
     Ok(component)
 }
 
-/// Compiles `wasm`, a component, on `runtime`'s engine (a command or not).
-pub fn compile_component<D>(
-    runtime: &GuestRuntime<D>,
+/// Compiles `wasm`, a component, on `engine` (a runtime's: a command or
+/// not).
+pub fn compile_component(
+    engine: &Engine,
     wasm: &[u8],
     name: &str,
-) -> Result<Component, ComponentError>
-where
-    D: KernelTarget + ManagedAllocator + Clone + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
-    Component::new(runtime.engine(), wasm).map_err(|e| {
+) -> Result<Component, ComponentError> {
+    Component::new(engine, wasm).map_err(|e| {
         ComponentError::Guest(format!("compiling {name}: {}", one_line(&format!("{e:#}"))))
     })
 }
 
-/// Whether `component` is a WASI 0.2 command: it exports `wasi:cli/run`.
-pub fn is_command<D>(runtime: &GuestRuntime<D>, component: &Component) -> bool
-where
-    D: KernelTarget + ManagedAllocator + Clone + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
-    component
-        .component_type()
-        .exports(runtime.engine())
-        .any(|(n, item)| {
-            n.starts_with(RUN_INTERFACE) && matches!(item.ty, ComponentItem::ComponentInstance(_))
-        })
+/// Whether `component` (compiled on `engine`) is a WASI 0.2 command: it
+/// exports `wasi:cli/run`.
+pub fn is_command(engine: &Engine, component: &Component) -> bool {
+    component.component_type().exports(engine).any(|(n, item)| {
+        n.starts_with(RUN_INTERFACE) && matches!(item.ty, ComponentItem::ComponentInstance(_))
+    })
 }
 
-/// What `component` (compiled on `runtime`'s engine) exports, by name.
-pub fn export_names<D>(runtime: &GuestRuntime<D>, component: &Component) -> Vec<String>
-where
-    D: KernelTarget + ManagedAllocator + Clone + 'static,
-    <D as ManagedAllocator>::Region: Sync,
-{
+/// What `component` (compiled on `engine`) exports, by name.
+pub fn export_names(engine: &Engine, component: &Component) -> Vec<String> {
     component
         .component_type()
-        .exports(runtime.engine())
+        .exports(engine)
         .map(|(n, _)| n.to_string())
         .collect()
 }
@@ -200,17 +193,10 @@ where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
 {
-    let guest = |m: String| ComponentError::Guest(m);
     let (mut store, linker, output) = new_store(runtime, config, ledger, yield_fuel)?;
     let command = Command::instantiate_async(&mut store, component, &linker)
         .await
-        .map_err(|e| {
-            guest(format!(
-                "instantiating {name}: {} (components get WASI 0.2 and \
-                 tensorwasm:gpu@{GPU_VERSION})",
-                one_line(&format!("{e:#}"))
-            ))
-        })?;
+        .map_err(|e| not_instantiated(name, &e))?;
     let outcome = command.wasi_cli_run().call_run(&mut store).await;
     let outcome = match outcome {
         Ok(Ok(())) => Ok(0),
@@ -324,13 +310,7 @@ where
         let instance = linker
             .instantiate_async(&mut store, component)
             .await
-            .map_err(|e| {
-                ComponentError::Guest(format!(
-                    "instantiating {name}: {} (components get WASI 0.2 and \
-                     tensorwasm:gpu@{GPU_VERSION})",
-                    one_line(&format!("{e:#}"))
-                ))
-            })?;
+            .map_err(|e| not_instantiated(name, &e))?;
         Ok(ComponentInstance {
             store,
             instance,
