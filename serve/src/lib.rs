@@ -730,11 +730,7 @@ impl<D: ServeDriver> Server<D> {
                 "the module exports no `_start` (not a WASI command)".into(),
             ));
         }
-        let mut settings = p.served.settings.clone();
-        settings.wasi.args = argv;
-        settings.wasi.stdin_bytes = Some(stdin);
-        settings.wasi.stdout = OutputMode::Capture;
-        settings.wasi.stderr = OutputMode::Capture;
+        let settings = command_settings(&p.served.settings, argv, stdin);
         let name = p.served.name.clone();
         let call = async {
             let mut tenant = self.new_tenant(t, &settings)?;
@@ -799,11 +795,7 @@ impl<D: ServeDriver> Server<D> {
                     .into(),
             ));
         }
-        let mut settings = p.served.settings.clone();
-        settings.wasi.args = argv;
-        settings.wasi.stdin_bytes = Some(stdin);
-        settings.wasi.stdout = OutputMode::Capture;
-        settings.wasi.stderr = OutputMode::Capture;
+        let settings = command_settings(&p.served.settings, argv, stdin);
         let name = p.served.name.clone();
         let runtime = &self.devices[p.device].runtime;
         self.metrics.call(&name);
@@ -894,6 +886,17 @@ fn place<D: ServeDriver>(devices: &[DeviceRuntime<D>]) -> usize {
             )
         })
         .unwrap_or(0)
+}
+
+/// A command run's settings: the tenant's, with `argv`, `stdin` and its
+/// output captured.
+fn command_settings(tenant: &TenantConfig, argv: Vec<String>, stdin: Bytes) -> TenantConfig {
+    let mut settings = tenant.clone();
+    settings.wasi.args = argv;
+    settings.wasi.stdin_bytes = Some(stdin);
+    settings.wasi.stdout = OutputMode::Capture;
+    settings.wasi.stderr = OutputMode::Capture;
+    settings
 }
 
 /// `args` as `export`'s arguments of types `params`, each converted by
