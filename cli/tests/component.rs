@@ -27,40 +27,25 @@ use std::{
 
 use assert_cmd::Command;
 
-/// The built component: `$WASIP2_CLI_GUEST_WASM` when set, else the guest
-/// build's output.
+#[path = "support/components.rs"]
+mod components;
+
+/// The built component (`$WASIP2_CLI_GUEST_WASM` overrides).
 fn guest() -> PathBuf {
-    let path = std::env::var_os("WASIP2_CLI_GUEST_WASM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../guest/target/wasm32-wasip2/release/wasip2-cli.wasm")
-        });
-    assert!(
-        path.exists(),
-        "{}: build the component first (scripts/test.sh does: \
-         `cd guest/examples/wasip2-cli && cargo build --release`)",
-        path.display()
-    );
-    path
+    components::component(
+        "WASIP2_CLI_GUEST_WASM",
+        "wasip2-cli.wasm",
+        "cd guest/examples/wasip2-cli && cargo build --release",
+    )
 }
 
-/// The built GPU component: `$GPU_COMPONENT_GUEST_WASM` when set, else the
-/// guest build's output.
+/// The built GPU component (`$GPU_COMPONENT_GUEST_WASM` overrides).
 fn gpu_guest() -> PathBuf {
-    let path = std::env::var_os("GPU_COMPONENT_GUEST_WASM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../guest/target/wasm32-wasip2/release/gpu-component.wasm")
-        });
-    assert!(
-        path.exists(),
-        "{}: build the component first (scripts/test.sh does: \
-         `cd guest/examples/gpu-component && cargo build --release`)",
-        path.display()
-    );
-    path
+    components::component(
+        "GPU_COMPONENT_GUEST_WASM",
+        "gpu-component.wasm",
+        "cd guest/examples/gpu-component && cargo build --release",
+    )
 }
 
 /// A fresh directory for one test.
@@ -644,21 +629,10 @@ fn an_untrusted_component_may_not_load_raw_modules() {
     );
 }
 
-/// A guest that guest/examples/build-lang-components.sh builds: `$var`
-/// when set, else its output `file`.
+/// A guest that guest/examples/build-lang-components.sh builds (`$var`
+/// overrides).
 fn lang_guest(var: &str, file: &str) -> PathBuf {
-    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../guest/target/wasm32-wasip2/release")
-            .join(file)
-    });
-    assert!(
-        path.exists(),
-        "{}: build the component first (scripts/test.sh does: \
-         `guest/examples/build-lang-components.sh`)",
-        path.display()
-    );
-    path
+    components::component(var, file, "guest/examples/build-lang-components.sh")
 }
 
 /// `tensorwasm run --driver cpu --compile-cache DIR OPTIONS GUEST ARGS...`.

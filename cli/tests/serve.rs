@@ -685,20 +685,16 @@ fn tenants_spread_over_two_gpus() {
     });
 }
 
-/// A built component of the guest workspace: `$VAR` when set, else
-/// `guest/target/wasm32-wasip2/release/FILE` (scripts/test.sh builds them).
+#[path = "support/components.rs"]
+mod components;
+
+/// A built component of the guest workspace (`$var` overrides).
 fn component(var: &str, file: &str) -> PathBuf {
-    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../guest/target/wasm32-wasip2/release")
-            .join(file)
-    });
-    assert!(
-        path.exists(),
-        "{}: build the guests first (scripts/test.sh)",
-        path.display()
-    );
-    path
+    components::component(
+        var,
+        file,
+        "cd guest/examples/gpu-component && cargo build --release; guest/examples/build-lang-components.sh",
+    )
 }
 
 #[test]
