@@ -377,8 +377,7 @@ fn a_clamped_row_is_tested_once_and_traps_where_wasmtime_does() {
         "no clamped group test:\n{clif}"
     );
     let mut rng = rng("bounds_clamped");
-    let (mut trapped, mut runs) = (0, 0);
-    for _ in 0..600 {
+    let trapped = trapped_runs(CLAMPED_ROW, 600, &mut rng, |rng| {
         // Rows inside the page, rows whose bound reaches past it (while
         // the columns may not), and any.
         let last = match rng.below(4) {
@@ -387,28 +386,52 @@ fn a_clamped_row_is_tested_once_and_traps_where_wasmtime_does() {
             2 => rng.below(PAGE as u64 / 4),
             _ => rng.next() & 0xffff_ffff,
         };
-        let x = match rng.below(4) {
-            0 => 4 * rng.below(64),
-            1 => (PAGE as u64).wrapping_sub(4 * ((last & 0x3fff) + 1) + 4 * rng.below(4)),
-            2 => address(&mut rng),
-            _ => 4 * rng.below(8192),
-        } & 0xffff_ffff;
+        let x = base_below(rng, last);
         let l = match rng.below(3) {
             0 => rng.below(32),
             1 => 0xffff_ffff - rng.below(100),
             _ => rng.next() & 0xffff_ffff,
         };
-        let out = 8 * rng.below(2048);
-        let args = [x, l, last, out].map(|v| Arg(I32, v));
-        if let Outcome::Trapped { .. } = same_as_wasmtime(CLAMPED_ROW, &args, &mut rng) {
-            trapped += 1;
-        }
-        runs += 1;
-    }
+        [x, l, last, 8 * rng.below(2048)]
+    });
+    assert_some_trapped(trapped, 600);
+}
+
+/// Runs `wat` against wasmtime `runs` times, on the four `i32` arguments
+/// `args` makes each time; how many runs trapped.
+fn trapped_runs(
+    wat: &str,
+    runs: usize,
+    rng: &mut Rng,
+    mut args: impl FnMut(&mut Rng) -> [u64; 4],
+) -> usize {
+    (0..runs)
+        .filter(|_| {
+            let args = args(rng).map(|v| Arg(I32, v));
+            matches!(same_as_wasmtime(wat, &args, rng), Outcome::Trapped { .. })
+        })
+        .count()
+}
+
+/// Asserts that more than a tenth and less than nine tenths of `runs`
+/// trapped: the arguments reach both sides of the bounds.
+fn assert_some_trapped(trapped: usize, runs: usize) {
     assert!(
         trapped > runs / 10 && trapped < runs * 9 / 10,
         "{trapped} of {runs} trapped"
     );
+}
+
+/// A base for loads at up to `bound` 4-byte elements past it: near the
+/// start of the page, so that the farthest load is just past its end
+/// (bounds past 2^14 elements wrapped), anywhere, or far.
+fn base_below(rng: &mut Rng, bound: u64) -> u64 {
+    (match rng.below(4) {
+        0 => 4 * rng.below(64),
+        1 => (PAGE as u64).wrapping_sub(4 * ((bound & 0x3fff) + 1) + 4 * rng.below(4)),
+        2 => address(rng),
+        _ => 4 * rng.below(8192),
+    }) & 0xffff_ffff
 }
 
 #[test]
@@ -421,8 +444,7 @@ fn a_masked_gather_is_tested_once_and_traps_where_wasmtime_does() {
         "no masked group test:\n{clif}"
     );
     let mut rng = rng("bounds_gather");
-    let (mut trapped, mut runs) = (0, 0);
-    for _ in 0..600 {
+    let trapped = trapped_runs(MASKED_GATHER, 600, &mut rng, |rng| {
         // Masks that keep the gather inside the page, that reach past it
         // (while the indices may not), and any.
         let m = match rng.below(4) {
@@ -431,28 +453,15 @@ fn a_masked_gather_is_tested_once_and_traps_where_wasmtime_does() {
             2 => rng.below(PAGE as u64 / 4),
             _ => rng.next() & 0xffff_ffff,
         };
-        let x = match rng.below(4) {
-            0 => 4 * rng.below(64),
-            1 => (PAGE as u64).wrapping_sub(4 * ((m & 0x3fff) + 1) + 4 * rng.below(4)),
-            2 => address(&mut rng),
-            _ => 4 * rng.below(8192),
-        } & 0xffff_ffff;
+        let x = base_below(rng, m);
         let i = match rng.below(3) {
             0 => rng.below(64),
             1 => 0xffff_ffff - rng.below(8),
             _ => rng.next() & 0xffff_ffff,
         };
-        let out = 8 * rng.below(2048);
-        let args = [x, i, m, out].map(|v| Arg(I32, v));
-        if let Outcome::Trapped { .. } = same_as_wasmtime(MASKED_GATHER, &args, &mut rng) {
-            trapped += 1;
-        }
-        runs += 1;
-    }
-    assert!(
-        trapped > runs / 10 && trapped < runs * 9 / 10,
-        "{trapped} of {runs} trapped"
-    );
+        [x, i, m, 8 * rng.below(2048)]
+    });
+    assert_some_trapped(trapped, 600);
 }
 
 /// Guarded stores as an unrolled row loop writes them: `if (j < n) y[j] =
