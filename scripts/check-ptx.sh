@@ -4,8 +4,9 @@
 # test kernel is assembled for sm_90 alone); checks the built-in kernels' generated PTX
 # (kernels/ptx/, CUDA 13.0, PTX ISA 9.0) with `scripts/build-kernels.sh
 # --check`, which rebuilds it from kernels/src, diffs, and assembles each file
-# for its own target with the CUDA 13.0 ptxas; then the PTX lowerer's output: `cargo test -p tensorwasm-core --features
-# lower --test ptx` lowers its test kernels once per target (sm_75 and sm_80
+# for its own target with the CUDA 13.0 ptxas; then the PTX lowerer's
+# output: `cargo test --workspace --test ptx` lowers its test kernels once
+# per target (sm_75 and sm_80
 # with PTX ISA 7.0, sm_90 with 7.8) into target/ptx-out/<kernel>.sm_XX.ptx,
 # and embed's `kernel_ops` test lowers one Wasm kernel per operator (each
 # target with its oldest ISA) into target/ptx-out/kernel_ops.<op>.sm_XX.ptx,
@@ -64,14 +65,18 @@ scripts/build-foreign-kernels.sh --check
 
 # The op table's and lowerer's unit tests (docs/op-table.md must match the
 # table), then the lowerer's kernels, emitted afresh so no stale file is
-# assembled.
-cargo test -q -p tensorwasm-core --features lower --lib -- lower::table lower::ptx
+# assembled. `--workspace`, not `-p`: the features then unify as in the
+# project's `cargo test --workspace`, whose build these reuse; `-p
+# tensorwasm-core --features lower` resolves Cranelift's and wasmtime's
+# features differently and rebuilt them beside it (gigabytes of disk, which
+# filled a CI machine's).
+cargo test -q --workspace --lib -- lower::table lower::ptx
 rm -rf target/ptx-out
-cargo test -q -p tensorwasm-core --features lower --test ptx
-cargo test -q -p tensorwasm-core --features lower --test simd -- every_family_lowers_to_ptx
-cargo test -q -p tensorwasm-embed --test simd_guest -- the_kernels_are_built_of_v128_operators
-cargo test -q -p tensorwasm-embed --test kernel_ops -- ptx_for_every_kernel
-cargo test -q -p tensorwasm-embed --test kernel_atomics -- ptx_for_every_atomic_kernel
+cargo test -q --workspace --test ptx
+cargo test -q --workspace --test simd -- every_family_lowers_to_ptx
+cargo test -q --workspace --test simd_guest -- the_kernels_are_built_of_v128_operators
+cargo test -q --workspace --test kernel_ops -- ptx_for_every_kernel
+cargo test -q --workspace --test kernel_atomics -- ptx_for_every_atomic_kernel
 lowered=0
 for f in target/ptx-out/*.ptx; do
   [ -e "$f" ] || continue
