@@ -341,18 +341,18 @@ fn bad_components_are_one_line_errors() {
     let unknown = RUN_WAT
         .replace(
             "IMPORT",
-            r#"(import "tensorwasm:gpu/kernels@0.1.0" (instance (export "count" (func (result u32)))))"#,
+            r#"(import "tensorwasm:gpu/streams@0.1.0" (instance (export "count" (func (result u32)))))"#,
         )
         .replace("RESULT", "0");
     one_line_error(
         &run_wat("import", &unknown, &[]),
         1,
-        "component imports instance `tensorwasm:gpu/kernels@0.1.0`",
+        "component imports instance `tensorwasm:gpu/streams@0.1.0`",
     );
     one_line_error(
         &run_wat("import", &unknown, &[]),
         1,
-        "components get WASI 0.2 and tensorwasm:gpu@0.1.0",
+        "components get WASI 0.2 and tensorwasm:gpu@0.1.1",
     );
     // The right interface with a function of the wrong type.
     let mistyped = RUN_WAT
@@ -605,6 +605,58 @@ fn a_trusted_component_launches_raw_ptx_over_its_buffers() {
         "",
         0,
     );
+}
+
+#[test]
+fn a_component_launches_its_own_function_as_a_wasm_kernel_over_its_memory() {
+    // One thread, a partial last block, many blocks: the guest checks
+    // every element where the kernel wrote it, in its own memory.
+    for n in ["1", "1000", "100003"] {
+        expect(
+            &run_gpu(&[], &["wasm-vadd", n]),
+            &format!("wasm-vadd ok {n}\n"),
+            "",
+            0,
+        );
+    }
+    expect(
+        &run_gpu(&[], &["kernel-errors"]),
+        "get of a function not exported: ErrorCode::Einval\n\
+         get of an empty name: ErrorCode::Einval\n\
+         get of a kernel with a stack frame: ErrorCode::Enotsup\n\
+         launch with three arguments: ErrorCode::Einval\n\
+         launch with a float for a pointer: ErrorCode::Einval\n\
+         launch of an empty grid: ErrorCode::Einval\n\
+         wait of a kernel that reads past the memory: ErrorCode::Etrap\n",
+        "",
+        0,
+    );
+    // Outside a kernel an intrinsic traps, naming itself.
+    let out = run_gpu(&[], &["intrinsic-outside"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "`tensorwasm:gpu/kernel-intrinsics.thread-idx-x` was called outside a Wasm kernel"
+        ),
+        "{err}"
+    );
+    assert!(text(&out.stdout).is_empty());
+}
+
+#[test]
+fn a_tenant_without_wasm_kernels_may_not_get_one() {
+    let dir = scratch("kernels-policy");
+    let file = tenant(&dir, "name = \"t\"\n[policy]\nwasm_kernels = false\n");
+    let out = run_gpu(&["--tenant", &file], &["wasm-vadd", "10"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("ErrorCode::Eperm: kernel.get: ") && err.contains("Wasm kernels"),
+        "{err}"
+    );
+    // The same tenant's built-ins still run.
+    mlp_ok(&run_gpu(&["--tenant", &file], &["mlp"]));
 }
 
 #[test]

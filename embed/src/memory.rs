@@ -2,14 +2,19 @@
 //! [`MemoryCreator`] whose memories are [`ManagedAllocator`] regions, so a
 //! kernel reads and writes guest data in place. Owns the engine settings this
 //! needs ([`configure_engine`]), the registry that proves a memory is
-//! device-addressable without a driver query, and snapshot/restore. It does
-//! not decide quotas: it is handed a per-memory byte limit.
+//! device-addressable without a driver query, snapshot/restore, and
+//! [`recording_memories`], which tells which memories an instantiation made
+//! (a component's, whose memories no export reaches). It does not decide
+//! quotas: it is handed a per-memory byte limit.
 
 use std::{
-    any::Any,
+    cell::RefCell,
     collections::HashMap,
     fmt,
+    future::Future,
+    pin::Pin,
     sync::{Arc, Mutex, PoisonError, Weak},
+    task::{Context, Poll},
 };
 
 use tensorwasm_core::{
@@ -57,8 +62,74 @@ pub struct GuestRegionInfo {
     /// Whether a kernel can address the memory.
     pub device_addressable: bool,
     /// Keeps the region's allocation alive while a launch may still use it,
-    /// even if wasmtime drops the memory first.
-    pub keep_alive: Arc<dyn Any + Send + Sync>,
+    /// even if wasmtime drops the memory first; it also tells the memory's
+    /// current size.
+    pub keep_alive: Arc<dyn LiveRegion>,
+}
+
+impl GuestRegionInfo {
+    /// The memory's current size in bytes (it only grows).
+    pub fn current_len(&self) -> usize {
+        self.keep_alive.len()
+    }
+}
+
+/// A live guest memory's region, as a launch holds it.
+pub trait LiveRegion: Send + Sync {
+    /// The memory's current size in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether it is empty (no pages).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<A: ManagedAllocator> LiveRegion for GuestRegion<A>
+where
+    A::Region: Sync,
+{
+    fn len(&self) -> usize {
+        lock(&self.region).len()
+    }
+}
+
+thread_local! {
+    /// The memories made on this thread while a [`recording_memories`]
+    /// future is being polled (`None` outside one).
+    static RECORDING: RefCell<Option<Vec<GuestRegionInfo>>> = const { RefCell::new(None) };
+}
+
+/// Runs `future` and also returns the memories this crate's creators made
+/// while it was polled, in the order they were made. wasmtime's
+/// [`MemoryCreator`] is not told which store asks for a memory; an
+/// instantiation runs on the thread that polls it (its fiber is resumed
+/// there), so marking the thread around each poll tells its memories
+/// apart from other stores' (made on other threads or between polls).
+pub async fn recording_memories<F: Future>(future: F) -> (F::Output, Vec<GuestRegionInfo>) {
+    let mut recording = Recording {
+        future: Box::pin(future),
+        made: Vec::new(),
+    };
+    let output = std::future::poll_fn(|cx| recording.poll_once(cx)).await;
+    (output, recording.made)
+}
+
+/// A future and the memories made while it was polled.
+struct Recording<F: Future> {
+    future: Pin<Box<F>>,
+    made: Vec<GuestRegionInfo>,
+}
+
+impl<F: Future> Recording<F> {
+    fn poll_once(&mut self, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // Nested recordings (a poll inside a poll) each keep their own.
+        let outer = RECORDING.with(|r| r.borrow_mut().replace(Vec::new()));
+        let polled = self.future.as_mut().poll(cx);
+        let made = RECORDING.with(|r| std::mem::replace(&mut *r.borrow_mut(), outer));
+        self.made.extend(made.unwrap_or_default());
+        polled
+    }
 }
 
 impl fmt::Debug for GuestRegionInfo {
@@ -147,6 +218,22 @@ struct GuestRegion<A: ManagedAllocator> {
     device_addressable: bool,
 }
 
+impl<A: ManagedAllocator + 'static> GuestRegion<A>
+where
+    A::Region: Sync,
+{
+    /// What the registry tells of it, holding it alive.
+    fn info(region: Arc<Self>) -> GuestRegionInfo {
+        GuestRegionInfo {
+            device_base: region.device_base,
+            host_base: region.host_base,
+            capacity: region.capacity,
+            device_addressable: region.device_addressable,
+            keep_alive: region,
+        }
+    }
+}
+
 /// The memories one creator made, by host base address.
 struct Registry<A: ManagedAllocator> {
     regions: Mutex<HashMap<usize, Weak<GuestRegion<A>>>>,
@@ -158,13 +245,7 @@ where
 {
     fn lookup(&self, host_base: usize) -> Option<GuestRegionInfo> {
         let region = lock(&self.regions).get(&host_base)?.upgrade()?;
-        Some(GuestRegionInfo {
-            device_base: region.device_base,
-            host_base: region.host_base,
-            capacity: region.capacity,
-            device_addressable: region.device_addressable,
-            keep_alive: region,
-        })
+        Some(GuestRegion::info(region))
     }
 }
 
@@ -312,6 +393,11 @@ where
         regions.retain(|_, weak| weak.strong_count() > 0);
         regions.insert(guest.host_base, Arc::downgrade(&guest));
         drop(regions);
+        RECORDING.with(|r| {
+            if let Some(made) = r.borrow_mut().as_mut() {
+                made.push(GuestRegion::info(Arc::clone(&guest)));
+            }
+        });
         Ok(Box::new(GuestLinearMemory {
             allocator: self.allocator.clone(),
             region: guest,

@@ -139,7 +139,7 @@ enum UploadedGuest {
     /// A core module: instances and `_start` runs.
     Module(GuestModule),
     /// A WASI 0.2 command component: runs of its `wasi:cli/run`.
-    Component(wasmtime::component::Component),
+    Component(component::GuestComponent),
 }
 
 impl Uploaded {
@@ -782,7 +782,7 @@ impl<D: ServeDriver> Server<D> {
     async fn run_component(
         &self,
         t: usize,
-        component: &wasmtime::component::Component,
+        component: &component::GuestComponent,
         argv: Vec<String>,
         stdin: Bytes,
     ) -> Result<RunOutcome, ServeError> {

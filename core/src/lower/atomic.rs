@@ -8,7 +8,7 @@
 
 use cranelift_codegen::ir::AtomicRmwOp;
 
-use super::INTRINSIC_MODULE;
+use super::intrinsic_field;
 use super::translate::WasmType;
 
 /// An atomic intrinsic: `(addr: i32, operands...) -> old value`, on the
@@ -103,9 +103,8 @@ impl AtomicIntrinsic {
 
     /// The intrinsic an import names.
     pub fn from_import(module: &str, name: &str) -> Option<AtomicIntrinsic> {
-        if module != INTRINSIC_MODULE {
-            return None;
-        }
+        let mut buf = [0; 64];
+        let name = intrinsic_field(module, name, &mut buf)?;
         AtomicIntrinsic::ALL
             .into_iter()
             .find(|a| a.import_name() == name)

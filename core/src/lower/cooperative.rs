@@ -7,8 +7,8 @@
 //! together. This file is the table of names and signatures; it emits
 //! nothing.
 
-use super::INTRINSIC_MODULE;
 use super::atomic::AtomicIntrinsic;
+use super::intrinsic_field;
 use super::translate::WasmType;
 
 /// A shuffle's source lane.
@@ -104,9 +104,8 @@ impl CoopIntrinsic {
 
     /// The intrinsic an import names.
     pub fn from_import(module: &str, name: &str) -> Option<CoopIntrinsic> {
-        if module != INTRINSIC_MODULE {
-            return None;
-        }
+        let mut buf = [0; 64];
+        let name = intrinsic_field(module, name, &mut buf)?;
         if let Some(&(c, _)) = NAMES.iter().find(|(_, n)| *n == name) {
             return Some(c);
         }
@@ -168,6 +167,7 @@ impl CoopIntrinsic {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lower::INTRINSIC_MODULE;
     use alloc::string::String;
 
     #[test]

@@ -5,7 +5,7 @@
 //! every target. This file is the table of names and signatures; the
 //! translator emits the CLIF op, the op table says what it becomes.
 
-use super::INTRINSIC_MODULE;
+use super::intrinsic_field;
 use super::translate::WasmType;
 
 /// An arithmetic intrinsic.
@@ -33,9 +33,8 @@ impl MathIntrinsic {
 
     /// The intrinsic an import names.
     pub fn from_import(module: &str, name: &str) -> Option<MathIntrinsic> {
-        if module != INTRINSIC_MODULE {
-            return None;
-        }
+        let mut buf = [0; 64];
+        let name = intrinsic_field(module, name, &mut buf)?;
         MathIntrinsic::ALL
             .into_iter()
             .find(|m| m.import_name() == name)
@@ -58,6 +57,7 @@ impl MathIntrinsic {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lower::INTRINSIC_MODULE;
     use crate::lower::atomic::AtomicIntrinsic;
     use crate::lower::cooperative::CoopIntrinsic;
 

@@ -167,6 +167,34 @@ pub enum Intrinsic {
 /// The import module of the intrinsics.
 pub const INTRINSIC_MODULE: &str = "tensorwasm_kernel";
 
+/// The WIT interface of the intrinsics for components (`wit/gpu.wit`,
+/// `kernel-intrinsics`), up to its version: a component's core module
+/// imports each intrinsic from `tensorwasm:gpu/kernel-intrinsics@<version>`
+/// under its kebab-case name (`thread-idx-x` for `thread_idx_x`).
+pub const INTRINSIC_INTERFACE: &str = "tensorwasm:gpu/kernel-intrinsics@";
+
+/// The intrinsic field name an import names, whichever way it is imported:
+/// `name` itself from [`INTRINSIC_MODULE`], or from the component interface
+/// ([`INTRINSIC_INTERFACE`], any version) with its `-` read as `_` (into
+/// `buf`). `None` for any other module or a name longer than `buf`.
+pub fn intrinsic_field<'a>(module: &str, name: &'a str, buf: &'a mut [u8; 64]) -> Option<&'a str> {
+    if module == INTRINSIC_MODULE {
+        return Some(name);
+    }
+    module.strip_prefix(INTRINSIC_INTERFACE)?;
+    let out = buf.get_mut(..name.len())?;
+    for (o, b) in out.iter_mut().zip(name.bytes()) {
+        // Intrinsic names are lower-case ASCII, digits and `_`: a `_` in a
+        // kebab name is no intrinsic's.
+        *o = match b {
+            b'-' => b'_',
+            b'_' => return None,
+            b => b,
+        };
+    }
+    core::str::from_utf8(out).ok()
+}
+
 impl Intrinsic {
     /// Every intrinsic, in hidden-parameter order.
     pub const ALL: [Intrinsic; 12] = [
@@ -204,9 +232,8 @@ impl Intrinsic {
 
     /// The intrinsic an import names.
     pub fn from_import(module: &str, name: &str) -> Option<Intrinsic> {
-        if module != INTRINSIC_MODULE {
-            return None;
-        }
+        let mut buf = [0; 64];
+        let name = intrinsic_field(module, name, &mut buf)?;
         Intrinsic::ALL.into_iter().find(|i| i.import_name() == name)
     }
 
@@ -634,6 +661,33 @@ pub trait Lowerer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn component_imports_name_the_same_intrinsics_in_kebab_case() {
+        use alloc::string::String;
+        let wit = "tensorwasm:gpu/kernel-intrinsics@0.1.1";
+        for i in Intrinsic::ALL {
+            let kebab: String = i.import_name().replace('_', "-");
+            assert_eq!(Intrinsic::from_import(wit, &kebab), Some(i));
+            assert_eq!(
+                Intrinsic::from_import(INTRINSIC_MODULE, i.import_name()),
+                Some(i)
+            );
+            // Each spelling belongs to its own module only.
+            assert_eq!(Intrinsic::from_import(wit, i.import_name()), None);
+            assert_eq!(Intrinsic::from_import(INTRINSIC_MODULE, &kebab), None);
+            assert_eq!(
+                Intrinsic::from_import("tensorwasm:gpu/kernels@0.1.1", &kebab),
+                None
+            );
+        }
+        for a in atomic::AtomicIntrinsic::ALL {
+            let kebab: String = a.import_name().replace('_', "-");
+            assert_eq!(atomic::AtomicIntrinsic::from_import(wit, &kebab), Some(a));
+        }
+        let long = "a".repeat(65);
+        assert_eq!(intrinsic_field(wit, &long, &mut [0; 64]), None);
+    }
 
     #[test]
     fn trap_codes_round_trip() {

@@ -3,13 +3,14 @@
 //! capabilities a core module gets from its tenant (arguments, environment,
 //! preopened directories, stdio, output cap), the same memory quota and the
 //! same fuel, and the GPU API as the WIT package `tensorwasm:gpu` ([`gpu`],
-//! `wit/gpu.wit`), on a GPU context of the tenant's like a core module's.
-//! A component that imports anything else fails to instantiate with the
-//! import's name.
+//! `wit/gpu.wit`), on a GPU context of the tenant's like a core module's,
+//! Wasm kernels over the component's own memory among it
+//! ([`GuestComponent`] keeps the core module they come from). A component
+//! that imports anything else fails to instantiate with the import's name.
 
 pub mod gpu;
 
-use std::sync::Arc;
+use std::{ops::Deref, sync::Arc};
 
 use tensorwasm_core::{ManagedAllocator, quota::QuotaLedger};
 use wasmtime::{
@@ -20,13 +21,38 @@ use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxView, WasiView, p2::bindings::Comma
 
 use crate::{
     kernel::KernelTarget,
+    memory::recording_memories,
     run::one_line,
     runtime::GuestRuntime,
     tenant::{TenantConfig, TenantLimiter},
     wasi::GuestOutput,
 };
 
-use gpu::{ComponentGpu, GpuView};
+use gpu::{ComponentGpu, GpuView, KernelMemory, KernelModule};
+
+/// A compiled component and the core module its Wasm kernels come from
+/// (found in its binary when it was compiled). Derefs to the wasmtime
+/// component.
+#[derive(Clone)]
+pub struct GuestComponent {
+    component: Component,
+    kernels: KernelModule,
+}
+
+impl GuestComponent {
+    /// Where its kernels come from, or why it has none.
+    pub fn kernels(&self) -> &KernelModule {
+        &self.kernels
+    }
+}
+
+impl Deref for GuestComponent {
+    type Target = Component;
+
+    fn deref(&self) -> &Component {
+        &self.component
+    }
+}
 
 /// The store data of a component guest.
 pub struct ComponentState<D: KernelTarget> {
@@ -69,8 +95,9 @@ pub enum ComponentError {
     Guest(String),
 }
 
-/// The version of `tensorwasm:gpu` components get (`wit/gpu.wit`).
-pub const GPU_VERSION: &str = "0.1.0";
+/// The version of `tensorwasm:gpu` components get (`wit/gpu.wit`); guests
+/// built against an earlier patch of it link too.
+pub const GPU_VERSION: &str = "0.1.1";
 
 /// The `wasi:cli/run` interface a command exports, without its version.
 const RUN_INTERFACE: &str = "wasi:cli/run@";
@@ -131,7 +158,7 @@ pub fn compile_command<D>(
     runtime: &GuestRuntime<D>,
     wasm: &[u8],
     name: &str,
-) -> Result<Component, ComponentError>
+) -> Result<GuestComponent, ComponentError>
 where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
@@ -148,14 +175,18 @@ where
 }
 
 /// Compiles `wasm`, a component, on `engine` (a runtime's: a command or
-/// not).
+/// not), and finds the core module its kernels come from.
 pub fn compile_component(
     engine: &Engine,
     wasm: &[u8],
     name: &str,
-) -> Result<Component, ComponentError> {
-    Component::new(engine, wasm).map_err(|e| {
+) -> Result<GuestComponent, ComponentError> {
+    let component = Component::new(engine, wasm).map_err(|e| {
         ComponentError::Guest(format!("compiling {name}: {}", one_line(&format!("{e:#}"))))
+    })?;
+    Ok(GuestComponent {
+        component,
+        kernels: KernelModule::of(wasm),
     })
 }
 
@@ -183,7 +214,7 @@ pub fn export_names(engine: &Engine, component: &Component) -> Vec<String> {
 /// returned future can stop a long run.
 pub async fn run_compiled<D>(
     runtime: &GuestRuntime<D>,
-    component: &Component,
+    component: &GuestComponent,
     name: &str,
     config: &TenantConfig,
     ledger: Arc<QuotaLedger>,
@@ -193,10 +224,14 @@ where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
 {
-    let (mut store, linker, output) = new_store(runtime, config, ledger, yield_fuel)?;
-    let command = Command::instantiate_async(&mut store, component, &linker)
-        .await
-        .map_err(|e| not_instantiated(name, &e))?;
+    let (mut store, linker, output) = new_store(runtime, component, config, ledger, yield_fuel)?;
+    let (command, made) =
+        recording_memories(Command::instantiate_async(&mut store, component, &linker)).await;
+    let command = command.map_err(|e| not_instantiated(name, &e))?;
+    store
+        .data_mut()
+        .gpu
+        .set_memory(KernelMemory::from_made(made));
     let outcome = command.wasi_cli_run().call_run(&mut store).await;
     let outcome = match outcome {
         Ok(Ok(())) => Ok(0),
@@ -218,13 +253,14 @@ where
     })
 }
 
-/// A store for a component of `config`'s tenant on `runtime` (WASI 0.2 and
-/// `tensorwasm:gpu` linked, its GPU work and memory charged to `ledger`,
-/// its fuel set, yielding every `yield_fuel` when given), the linker, and
-/// its output.
+/// A store for `component` as `config`'s tenant on `runtime` (WASI 0.2
+/// and `tensorwasm:gpu` linked, its kernels' module registered, its GPU
+/// work and memory charged to `ledger`, its fuel set, yielding every
+/// `yield_fuel` when given), the linker, and its output.
 #[allow(clippy::type_complexity)]
 fn new_store<D>(
     runtime: &GuestRuntime<D>,
+    component: &GuestComponent,
     config: &TenantConfig,
     ledger: Arc<QuotaLedger>,
     yield_fuel: Option<u64>,
@@ -260,13 +296,18 @@ where
     let cuda = runtime
         .tenant_context(config, &ledger)
         .map_err(|e| guest(one_line(&format!("{e:#}"))))?;
+    let mut gpu = ComponentGpu::new(cuda, read_limit);
+    gpu.set_kernels(
+        component.kernels.clone(),
+        Arc::clone(runtime.kernel_cache()),
+    );
     let mut store = Store::new(
         engine,
         ComponentState {
             wasi,
             table: ResourceTable::new(),
             limiter: TenantLimiter::new(ledger),
-            gpu: ComponentGpu::new(cuda, read_limit),
+            gpu,
         },
     );
     store.limiter(|s| &mut s.limiter);
@@ -300,17 +341,21 @@ where
     /// yielding every `yield_fuel` when given. `name` names it in messages.
     pub async fn new(
         runtime: &GuestRuntime<D>,
-        component: &Component,
+        component: &GuestComponent,
         name: &str,
         config: &TenantConfig,
         ledger: Arc<QuotaLedger>,
         yield_fuel: Option<u64>,
     ) -> Result<Self, ComponentError> {
-        let (mut store, linker, output) = new_store(runtime, config, ledger, yield_fuel)?;
-        let instance = linker
-            .instantiate_async(&mut store, component)
-            .await
-            .map_err(|e| not_instantiated(name, &e))?;
+        let (mut store, linker, output) =
+            new_store(runtime, component, config, ledger, yield_fuel)?;
+        let (instance, made) =
+            recording_memories(linker.instantiate_async(&mut store, &component.component)).await;
+        let instance = instance.map_err(|e| not_instantiated(name, &e))?;
+        store
+            .data_mut()
+            .gpu
+            .set_memory(KernelMemory::from_made(made));
         Ok(ComponentInstance {
             store,
             instance,

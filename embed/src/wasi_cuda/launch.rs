@@ -206,6 +206,41 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
         Ok(abi::write_u64(mem.bytes, out, handle.0)?)
     }
 
+    /// Checks and queues a launch of Wasm kernel `function` (a component's:
+    /// it reads no globals) with `params`, over the guest memory behind
+    /// `region` at its current size; the launch handle, or
+    /// [`NotQueued::Full`] as `launch`.
+    pub(crate) fn launch_over_region(
+        &mut self,
+        function: Handle,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem_bytes: u32,
+        params: Vec<KernelParam>,
+        region: &GuestRegionInfo,
+    ) -> Result<Handle, NotQueued> {
+        let function = Arc::clone(self.functions.get(function)?);
+        if function.kernel.is_none() {
+            return Err(NotQueued::Failed(AbiError::new(
+                Errno::EINVAL,
+                "the function is not a Wasm kernel",
+            )));
+        }
+        let guest = abi::GuestMemoryRef {
+            base: region.device_base,
+            len: region.current_len(),
+            device_addressable: region.device_addressable,
+        };
+        let call = LaunchCall {
+            grid,
+            block,
+            shared_mem_bytes,
+            args: params.into_iter().map(LaunchArg::Param).collect(),
+            globals: Vec::new(),
+        };
+        self.queue_decoded(&function, call, guest, Some(region.clone()))
+    }
+
     /// Checks and queues a launch of function `function` whose arguments
     /// are all scalars or buffer pointers (the component API's raw
     /// launches: it has no guest memory to point into); the launch handle,

@@ -256,7 +256,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         D: Clone + 'static,
     {
         check_out_u64(mem.bytes, out)?;
-        self.allowed(self.policy.wasm_kernels, "Wasm kernels")?;
+        self.kernels_allowed()?;
         let Some(source) = &self.kernel_source else {
             return Err(AbiError::new(
                 Errno::ENOTSUP,
@@ -264,6 +264,27 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             ));
         };
         let index = self.kernel_names.resolve(mem.bytes, source.wasm(), name)?;
+        self.kernel_get_index(index)
+    }
+
+    /// `EPERM` unless the tenant's policy allows Wasm kernels.
+    pub(crate) fn kernels_allowed(&self) -> Result<(), AbiError> {
+        self.allowed(self.policy.wasm_kernels, "Wasm kernels")
+    }
+
+    /// The second step of `kernel_get_start` (and a component's
+    /// `kernel.get`): charges the function handle, then finds function
+    /// `index`'s kernel in the cache or starts its compile.
+    pub(crate) fn kernel_get_index(&mut self, index: u32) -> Result<KernelGet<D>, AbiError>
+    where
+        D: Clone + 'static,
+    {
+        let Some(source) = &self.kernel_source else {
+            return Err(AbiError::new(
+                Errno::ENOTSUP,
+                "the host did not register this guest's module for Wasm kernels",
+            ));
+        };
         let charge = self.charge(Resource::Functions, 1)?;
         let variant = self.kernel_get_variant();
         if let Some(hit) = self
@@ -338,9 +359,49 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
         loaded: Result<Arc<LoadedKernel<D>>, KernelError>,
         charge: OwnedCharge,
     ) -> Result<(), AbiError> {
-        let loaded = loaded.map_err(|e| kernel_error(&e))?;
-        let handle = self.functions.insert(kernel_entry(&loaded, charge))?;
+        let handle = self.kernel_handle(loaded, charge)?;
         abi::write_u64(mem.bytes, out, handle.0)
+    }
+
+    /// The function handle of a made kernel (or its failure as the errno).
+    fn kernel_handle(
+        &mut self,
+        loaded: Result<Arc<LoadedKernel<D>>, KernelError>,
+        charge: OwnedCharge,
+    ) -> Result<Handle, AbiError> {
+        let loaded = loaded.map_err(|e| kernel_error(&e))?;
+        self.functions.insert(kernel_entry(&loaded, charge))
+    }
+
+    /// The function handle of function `index`'s kernel (a component's
+    /// `kernel.get`, whose name is resolved already): made or found as
+    /// `kernel_get` does, the caller suspended while it compiles.
+    pub(crate) async fn kernel_by_index(&mut self, index: u32) -> Result<Handle, AbiError>
+    where
+        D: Clone + 'static,
+    {
+        let (loaded, charge) = match self.kernel_get_index(index)? {
+            KernelGet::Ready(kernel, charge) => (Ok(kernel), charge),
+            KernelGet::Compiling(compiling, charge) => (compiling.await, charge),
+        };
+        self.kernel_handle(loaded, charge)
+    }
+
+    /// Why the kernel behind function handle `handle` cannot run without
+    /// its guest's globals (which a component's core instance does not
+    /// export to the host), or `None` when it reads none.
+    pub(crate) fn kernel_reads_globals(&self, handle: Handle) -> Option<String> {
+        let function = self.functions.get(handle).ok()?;
+        let kernel = function.kernel.as_ref()?;
+        (!kernel.globals.is_empty()).then(|| {
+            format!(
+                "kernel `{}` reads {} mutable global(s) of its module (a shadow-stack frame, \
+                 for one: locals the compiler keeps in memory); a component's kernels run \
+                 without their module's globals, which its instance does not export",
+                kernel.name,
+                kernel.globals.len()
+            )
+        })
     }
 }
 

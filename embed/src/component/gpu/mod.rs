@@ -5,32 +5,40 @@
 //! same checks and draw on the same quota ledger and policy as a core
 //! module's `wasi_cuda` calls. It owns the mapping from WIT resources to
 //! `wasi_cuda` handles and from errnos to WIT errors; the work itself is
-//! the context's. The tensor ops and the raw modules sit beside it
-//! (`tensor_ops`, `modules`).
+//! the context's. The tensor ops, the raw modules and the Wasm kernels
+//! sit beside it (`tensor_ops`, `modules`, `kernels`).
 
-use std::{future::Future, marker::PhantomData, pin::Pin};
+use std::{future::Future, marker::PhantomData, pin::Pin, sync::Arc};
 
 use tensorwasm_core::abi::{AbiError, Errno, Handle};
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable, ResourceTableError};
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
-use crate::{kernel::KernelTarget, wasi_cuda::WasiCudaCtx};
+use crate::{
+    kernel::{KernelCache, KernelSource, KernelTarget},
+    wasi_cuda::WasiCudaCtx,
+};
 
 use bindings::tensorwasm::gpu::{
     buffers, devices, launches,
     types::{self, ErrorCode},
 };
 
+mod kernels;
 mod modules;
 mod tensor_ops;
 
+pub(crate) use kernels::KernelMemory;
+pub use kernels::{GpuKernel, KernelModule};
 pub use modules::{GpuFunction, GpuModule};
 
 /// The bindings `bindgen!` makes from `wit/gpu.wit`.
 mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
-        world: "tensorwasm:gpu/gpu-guest",
+        // The whole API but `kernel-intrinsics`, which only kernels call
+        // (`kernels::add_intrinsics_to_linker` makes them trap elsewhere).
+        world: "tensorwasm:gpu/gpu-host",
         // Waiting for the guest's stream suspends it (its fiber), as
         // `wasi_cuda`'s waits do: the copies wait for earlier launches, a
         // launch may wait for a free slot.
@@ -43,6 +51,8 @@ mod bindings {
             "tensorwasm:gpu/launches.sync": async | trappable,
             "tensorwasm:gpu/tensor-ops": async | trappable,
             "tensorwasm:gpu/modules.[method]function.launch": async | trappable,
+            "tensorwasm:gpu/kernels.[static]kernel.get": async | trappable,
+            "tensorwasm:gpu/kernels.[method]kernel.launch": async | trappable,
             default: trappable,
         },
         trappable_error_type: {
@@ -54,6 +64,7 @@ mod bindings {
             "tensorwasm:gpu/launches.launch": crate::component::gpu::GpuLaunch,
             "tensorwasm:gpu/modules.module": crate::component::gpu::modules::GpuModule,
             "tensorwasm:gpu/modules.function": crate::component::gpu::modules::GpuFunction,
+            "tensorwasm:gpu/kernels.kernel": crate::component::gpu::kernels::GpuKernel,
         },
     });
 }
@@ -113,11 +124,16 @@ impl Pollable for GpuLaunch {
 }
 
 /// A component's GPU state in its store: its tenant's context (stream,
-/// handle tables, limits, ledger, policy) and the launches it dropped while
-/// they ran, released once seen finished.
+/// handle tables, limits, ledger, policy), the launches it dropped while
+/// they ran, released once seen finished, and where its kernels come from
+/// and run over.
 pub struct ComponentGpu<D: KernelTarget> {
     cuda: WasiCudaCtx<D>,
     orphans: Vec<Handle>,
+    /// The core module its kernels come from, or why it has none.
+    kernels: KernelModule,
+    /// The memory they run over, once instantiated.
+    memory: KernelMemory,
     /// The most bytes one `buffer.read` returns: the list lands in the
     /// component's linear memory, so more than that memory may hold is
     /// refused before the host allocates it.
@@ -132,8 +148,32 @@ impl<D: KernelTarget> ComponentGpu<D> {
         ComponentGpu {
             cuda,
             orphans: Vec::new(),
+            kernels: KernelModule::none(),
+            memory: KernelMemory::none(),
             read_limit,
         }
+    }
+
+    /// Lets the component make kernels of `module`'s functions, through
+    /// `cache` (the runtime's).
+    pub fn set_kernels(&mut self, module: KernelModule, cache: Arc<KernelCache<D>>) {
+        if let Ok(source) = module.source() {
+            self.cuda.set_kernel_source(source.clone(), cache);
+        }
+        self.kernels = module;
+    }
+
+    /// The memory its instance made, for its kernels to run over.
+    pub(crate) fn set_memory(&mut self, memory: KernelMemory) {
+        self.memory = memory;
+    }
+
+    /// The module its kernels come from (`ENOTSUP` with the reason when
+    /// there is none).
+    fn kernel_source(&self) -> Result<&KernelSource, AbiError> {
+        self.kernels
+            .source()
+            .map_err(|why| AbiError::new(Errno::ENOTSUP, why.to_string()))
     }
 
     /// The context behind it (its last error, its ledger).
@@ -196,7 +236,9 @@ where
     api::buffers::add_to_linker::<T, HasGpu<D>>(linker, get)?;
     api::launches::add_to_linker::<T, HasGpu<D>>(linker, get)?;
     api::tensor_ops::add_to_linker::<T, HasGpu<D>>(linker, get)?;
-    api::modules::add_to_linker::<T, HasGpu<D>>(linker, get)
+    api::modules::add_to_linker::<T, HasGpu<D>>(linker, get)?;
+    api::kernels::add_to_linker::<T, HasGpu<D>>(linker, get)?;
+    kernels::add_intrinsics_to_linker(linker, super::GPU_VERSION)
 }
 
 impl<D: KernelTarget> GpuView<'_, D> {

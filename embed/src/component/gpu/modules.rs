@@ -85,7 +85,7 @@ impl<D: KernelTarget + Clone + 'static> modules::HostModule for GpuView<'_, D> {
 }
 
 /// A WIT grid or block as the driver's.
-fn dim3(d: Dim3) -> GridDim {
+pub(super) fn dim3(d: Dim3) -> GridDim {
     GridDim {
         x: d.x,
         y: d.y,

@@ -25,6 +25,14 @@
 //!   floats and checks `c = a + b`; prints `vadd ok N`, or the error with
 //!   exit code 1.
 //! - `module-errors`: calls the raw-module API wrongly, as `errors` does.
+//! - `wasm-vadd N`: launches this component's own function `tw_vadd` as a
+//!   Wasm kernel over three arrays of N random floats in its own memory
+//!   (no buffer, no copy), then checks `c = a + b` where `c` lies; prints
+//!   `wasm-vadd ok N`, or the error with exit code 1.
+//! - `kernel-errors`: calls the kernel API wrongly, one case a line, as
+//!   `errors` does (a kernel that reads past the memory traps).
+//! - `intrinsic-outside`: calls a kernel intrinsic outside a kernel (which
+//!   traps).
 
 use std::process::ExitCode;
 
@@ -41,7 +49,8 @@ mod bindings {
 
 use bindings::tensorwasm::gpu::{
     buffers::Buffer,
-    devices,
+    devices, kernel_intrinsics as kernel,
+    kernels::{Kernel, KernelValue},
     launches::{self, Launch},
     modules::{BufferPointer, Dim3, KernelArg, Module},
     tensor_ops::{self, Dtype, Tensor},
@@ -80,6 +89,15 @@ fn main() -> ExitCode {
             Ok(())
         }
         "vadd" => vadd(arg(2).map_or(1000, |n| n.parse().expect("N is a number"))),
+        "wasm-vadd" => wasm_vadd(arg(2).map_or(1000, |n| n.parse().expect("N is a number"))),
+        "kernel-errors" => {
+            kernel_errors();
+            Ok(())
+        }
+        "intrinsic-outside" => {
+            println!("thread {}", kernel::thread_idx_x());
+            Ok(())
+        }
         other => Err(format!("unknown mode {other}")),
     };
     match result {
@@ -145,27 +163,30 @@ struct Model {
     b2: Vec<f32>,
 }
 
+/// `n` random values in ±[0.05, 1), never zero, from xorshift64 `state`
+/// (odd).
+fn random_floats(state: &mut u64, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            let unit = (*state >> 40) as f32 / (1u64 << 24) as f32;
+            let magnitude = 0.05 + 0.95 * unit;
+            if *state & 1 == 0 {
+                magnitude
+            } else {
+                -magnitude
+            }
+        })
+        .collect()
+}
+
 impl Model {
     /// Random values from `seed` in ±[0.05, 1), never zero, at odd sizes.
     fn random(seed: u64) -> Model {
         let mut state = seed | 1;
-        let mut next = |n: usize| -> Vec<f32> {
-            (0..n)
-                .map(|_| {
-                    // xorshift64
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    let unit = (state >> 40) as f32 / (1u64 << 24) as f32;
-                    let magnitude = 0.05 + 0.95 * unit;
-                    if state & 1 == 0 {
-                        magnitude
-                    } else {
-                        -magnitude
-                    }
-                })
-                .collect()
-        };
+        let mut next = |n: usize| random_floats(&mut state, n);
         let (batch, inputs, hidden, outputs) = (5, 37, 67, 10);
         Model {
             batch,
@@ -643,5 +664,140 @@ fn module_errors() {
                 &[pointer(0), pointer(16), pointer(32), KernelArg::Int32(4)],
             )
             .and_then(|l| l.wait()),
+    );
+}
+
+/// The Wasm kernel `wasm-vadd` launches: `c[i] = a[i] + b[i]` for the
+/// thread's `i` below `n`; `a`, `b` and `c` are offsets into this
+/// component's memory. Exported by its core name (not through WIT), which
+/// `kernel.get` looks up.
+///
+/// # Safety
+///
+/// Launched as a kernel only: the sandbox checks every access against the
+/// memory's size; `a`, `b` and `c` hold `n` floats.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_vadd(a: *const f32, b: *const f32, c: *mut f32, n: u32) {
+    let i =
+        kernel::block_idx_x() as u32 * kernel::block_dim_x() as u32 + kernel::thread_idx_x() as u32;
+    if i < n {
+        let i = i as usize;
+        // SAFETY: the caller's promise (arrays of `n` floats; in a kernel
+        // every access is checked against the memory's size regardless).
+        unsafe { *c.add(i) = *a.add(i) + *b.add(i) };
+    }
+}
+
+/// A kernel whose locals live in a shadow-stack frame (an array whose
+/// address escapes), so it reads the module's stack pointer: a global that
+/// a component's kernels cannot read (`kernel-errors` expects `enotsup`).
+///
+/// # Safety
+///
+/// Launched as a kernel only, with `out` holding one float per thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_framed(out: *mut f32) {
+    let i = kernel::thread_idx_x();
+    let mut xs = [0.0f32; 8];
+    for (k, x) in xs.iter_mut().enumerate() {
+        *x = (i + k as i32) as f32;
+    }
+    let xs = std::hint::black_box(&mut xs);
+    // SAFETY: the caller's promise.
+    unsafe { *out.add(i as usize) = xs.iter().sum() };
+}
+
+/// A 1-D launch of `n` threads in blocks of 256.
+fn line(n: u32) -> (Dim3, Dim3) {
+    let block = 256;
+    (
+        Dim3 {
+            x: n.div_ceil(block).max(1),
+            y: 1,
+            z: 1,
+        },
+        Dim3 {
+            x: block,
+            y: 1,
+            z: 1,
+        },
+    )
+}
+
+/// A pointer into this component's memory as a kernel argument.
+fn offset<T>(p: *const T) -> KernelValue {
+    KernelValue::Int32(p as usize as i32)
+}
+
+fn wasm_vadd(n: u32) -> Result<(), String> {
+    let mut state = 0x9e37_79b9_7f4a_7c15 ^ u64::from(n) | 1;
+    let a = random_floats(&mut state, n as usize);
+    let b = random_floats(&mut state, n as usize);
+    let mut c = vec![f32::NAN; n as usize];
+    let c_ptr = c.as_mut_ptr();
+    let (grid, block) = line(n);
+    let run = || -> Result<(), Error> {
+        let k = Kernel::get("tw_vadd")?;
+        k.launch(
+            grid,
+            block,
+            0,
+            &[
+                offset(a.as_ptr()),
+                offset(b.as_ptr()),
+                offset(c_ptr),
+                KernelValue::Int32(n as i32),
+            ],
+        )?
+        .wait()
+    };
+    run().map_err(|e| describe(&e))?;
+    for (i, ((x, y), z)) in a.iter().zip(&b).zip(&c).enumerate() {
+        if x + y != *z {
+            return Err(format!("wasm-vadd: c[{i}] is {z}, not {x} + {y}"));
+        }
+    }
+    println!("wasm-vadd ok {n}");
+    Ok(())
+}
+
+fn kernel_errors() {
+    case("get of a function not exported", Kernel::get("tw_vsub"));
+    case("get of an empty name", Kernel::get(""));
+    case(
+        "get of a kernel with a stack frame",
+        Kernel::get("tw_framed"),
+    );
+    let Ok(k) = Kernel::get("tw_vadd") else {
+        println!("get failed");
+        return;
+    };
+    let (grid, block) = line(1);
+    let data = [1.0f32; 4];
+    let p = offset(data.as_ptr());
+    case(
+        "launch with three arguments",
+        k.launch(grid, block, 0, &[p, p, p]),
+    );
+    case(
+        "launch with a float for a pointer",
+        k.launch(
+            grid,
+            block,
+            0,
+            &[KernelValue::Float32(1.0), p, p, KernelValue::Int32(1)],
+        ),
+    );
+    let zero = Dim3 { x: 0, y: 1, z: 1 };
+    case(
+        "launch of an empty grid",
+        k.launch(zero, block, 0, &[p, p, p, KernelValue::Int32(1)]),
+    );
+    // Past the end of the memory: the kernel's first load traps.
+    let far = KernelValue::Int32(i32::MAX - 16);
+    let launched = k.launch(grid, block, 0, &[far, p, p, KernelValue::Int32(1)]);
+    case(
+        "wait of a kernel that reads past the memory",
+        launched.and_then(|l| l.wait()),
     );
 }
