@@ -91,7 +91,7 @@ if [ -f "$wasi_guest" ]; then cp "$wasi_guest" "$pack/examples/"; fi
 if [ -f guest/target/c/saxpy.wasm ]; then cp guest/target/c/saxpy.wasm "$pack/examples/"; fi
 # The small components always (the serve tests run them); the Python and
 # JavaScript ones with PACK_COMPONENTS=1.
-components="wasip2-cli gpu-component"
+components="wasip2-cli gpu-component gpu_bench"
 if [ "${PACK_COMPONENTS:-0}" = 1 ]; then components="$components gpu-python gpu-js"; fi
 for c in $components; do
   if [ -f "guest/target/wasm32-wasip2/release/$c.wasm" ]; then
@@ -105,7 +105,7 @@ if [ "${PACK_BENCH:-0}" = 1 ]; then
   cargo bench -p tensorwasm-embed "${bench_args[@]}" --no-run --message-format=json \
     | python3 -c '
 import json, shutil, sys
-benches = ("guest_overhead", "wasm_kernels", "tenants", "rust_kernels", "coop_kernels", "compute_kernels", "foreign_kernels")
+benches = ("guest_overhead", "wasm_kernels", "tenants", "rust_kernels", "coop_kernels", "compute_kernels", "foreign_kernels", "components")
 for line in sys.stdin:
     m = json.loads(line)
     name = m.get("target", {}).get("name")
@@ -143,6 +143,7 @@ export OUT=${OUT:-/tmp/tensorwasm-bench-out}
 mkdir -p "$OUT"
 if [ -f examples/kernel_bench.wasm ]; then export RUST_KERNELS_WASM="$PWD/examples/kernel_bench.wasm"; fi
 if [ -f examples/foreign_kernels.wasm ]; then export FOREIGN_KERNELS_WASM="$PWD/examples/foreign_kernels.wasm"; fi
+if [ -f examples/gpu_bench.wasm ]; then export GPU_BENCH_GUEST_WASM="$PWD/examples/gpu_bench.wasm"; fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 status=0
 names=()
@@ -190,6 +191,7 @@ if [ -f examples/mlp-wasi.wasm ]; then export MLP_WASI_GUEST_WASM="$PWD/examples
 # The component tests (PACK_COMPONENTS=1) and the serve tests' components.
 if [ -f examples/wasip2-cli.wasm ]; then export WASIP2_CLI_GUEST_WASM="$PWD/examples/wasip2-cli.wasm"; fi
 if [ -f examples/gpu-component.wasm ]; then export GPU_COMPONENT_GUEST_WASM="$PWD/examples/gpu-component.wasm"; fi
+if [ -f examples/gpu_bench.wasm ]; then export GPU_BENCH_GUEST_WASM="$PWD/examples/gpu_bench.wasm"; fi
 if [ -f examples/gpu-python.wasm ]; then export GPU_PYTHON_GUEST_WASM="$PWD/examples/gpu-python.wasm"; fi
 if [ -f examples/gpu-js.wasm ]; then export GPU_JS_GUEST_WASM="$PWD/examples/gpu-js.wasm"; fi
 if [ ! -f examples/gpu-python.wasm ] || [ ! -f examples/gpu-js.wasm ]; then

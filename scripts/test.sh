@@ -56,14 +56,17 @@ step "WASI 0.2 component (wasm32-wasip2): rustfmt, clippy, release build"
 )
 
 # The GPU test component (tensorwasm:gpu through wit-bindgen, from
-# wit/gpu.wit) likewise; cli/tests/component.rs runs it.
-step "GPU component (wasm32-wasip2, tensorwasm:gpu): rustfmt, clippy, release build"
-(
-    cd guest/examples/gpu-component
-    cargo fmt --all --check
-    cargo clippy --release --all-targets -- -D warnings
-    cargo build --release
-)
+# wit/gpu.wit) likewise, and the benchmark's component (a reactor whose
+# exports the host calls); cli/tests/component.rs and serve.rs run them.
+step "GPU components (wasm32-wasip2, tensorwasm:gpu): rustfmt, clippy, release build"
+for dir in guest/examples/gpu-component guest/examples/gpu-bench; do
+    (
+        cd "$dir"
+        cargo fmt --all --check
+        cargo clippy --release --all-targets -- -D warnings
+        cargo build --release
+    )
+done
 
 # The same MLP guest in Python (componentize-py) and JavaScript (jco
 # componentize), from guest/examples/gpu-python and gpu-js, likewise; they

@@ -882,6 +882,54 @@ fn a_component_instance_answers_with_json_by_wit_type() {
     assert!(e["error"].as_str().unwrap().contains("unreachable"), "{e}");
 }
 
+/// A component instance whose exports launch a Wasm kernel over its own
+/// memory and a built-in GEMM (`guest/examples/gpu-bench`, the benchmark's
+/// guest), driven by JSON invokes: each result checked by the guest.
+#[test]
+fn a_component_instance_launches_its_own_kernel_and_a_gemm() {
+    let s = start("bench-component", "");
+    let wasm = std::fs::read(components::component(
+        "GPU_BENCH_GUEST_WASM",
+        "gpu_bench.wasm",
+        "cd guest/examples/gpu-bench && cargo build --release",
+    ))
+    .unwrap();
+    let (status, m) = s.upload("token-a", &wasm);
+    assert_eq!(status, 201, "{m}");
+    let (status, i) = s.post("/v1/instances", "token-a", json!({ "module": m["id"] }));
+    assert_eq!(status, 201, "{i}");
+    let invoke = |export: &str, args: Value| {
+        s.post(
+            &format!("/v1/instances/{}/invoke", i["id"]),
+            "token-a",
+            json!({ "export": export, "args": args }),
+        )
+    };
+    let ok = json!({ "results": [{ "ok": null }] });
+    // Before its setup the guest says so (its own error, not a trap).
+    assert_eq!(
+        invoke("vadd", json!([])),
+        (
+            200,
+            json!({ "results": [{ "err": "vadd before vadd-setup" }] })
+        )
+    );
+    assert_eq!(invoke("vadd-setup", json!([100003, 7])), (200, ok.clone()));
+    assert_eq!(invoke("vadd", json!([])), (200, ok.clone()));
+    assert_eq!(invoke("vadd-check", json!([])), (200, ok.clone()));
+    assert_eq!(
+        invoke("gemm-setup", json!([33, 17, 65, 9])),
+        (200, ok.clone())
+    );
+    assert_eq!(invoke("gemm", json!([])), (200, ok.clone()));
+    let (status, checked) = invoke("gemm-check", json!([64]));
+    assert_eq!(status, 200, "{checked}");
+    let error = checked["results"][0]["ok"]
+        .as_f64()
+        .expect("a relative error");
+    assert!(error < 1e-6, "GEMM relative error {error}");
+}
+
 /// The Python and JavaScript GPU components (`guest/examples/gpu-python`,
 /// `gpu-js`) run their MLP through the server and print what the Rust
 /// component prints for the same seed.
