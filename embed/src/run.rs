@@ -393,15 +393,17 @@ where
                      a component runs its `wasi:cli/run`"
                 )));
             }
-            if precompiled.is_some() {
-                tracing::warn!("precompiled code is for core modules; compiling the component");
+            let shown = name.to_string();
+            // SAFETY: `precompiled` is `wasm`'s compilation, as
+            // `run_precompiled`'s caller promised.
+            let run = unsafe {
+                crate::component::run_command(&runtime, wasm, precompiled, &shown, &config)
             }
-            let run = crate::component::run_command(&runtime, wasm, &name.to_string(), &config)
-                .await
-                .map_err(|e| match e {
-                    ComponentError::NotACommand(m) => usage(m),
-                    ComponentError::Guest(m) => guest_err(m),
-                })?;
+            .await
+            .map_err(|e| match e {
+                ComponentError::NotACommand(m) => usage(m),
+                ComponentError::Guest(m) => guest_err(m),
+            })?;
             replay_captured(&run.output, &config.name, &config);
             let exit_code = run.outcome.map_err(|mut message| {
                 if let Some(last) = &run.last_error {

@@ -39,6 +39,7 @@ use containerd_shim_wasm::{
     shim::{Compiler, Shim, Version, version},
 };
 use tensorwasm_embed::{
+    component,
     kernel::GuestModule,
     run::{DEFAULT_MEMORY_LIMIT, DriverChoice, RunOptions, run_bytes, run_precompiled},
     runtime::GuestRuntime,
@@ -105,10 +106,15 @@ impl TensorWasmCompiler {
         })
     }
 
-    /// `wasm` (binary or text) precompiled, as a layer ([`PRECOMPILED_MAGIC`]).
+    /// `wasm` (a module, binary or text, or a component) precompiled, as a
+    /// layer ([`PRECOMPILED_MAGIC`]).
     pub fn bundle(&self, wasm: &[u8]) -> anyhow::Result<Vec<u8>> {
-        let compiled = GuestModule::precompile(&self.engine, wasm)
-            .map_err(|e| anyhow::anyhow!("precompiling: {e:#}"))?;
+        let compiled = if component::is_component_binary(wasm) {
+            component::precompile_component(&self.engine, wasm)
+        } else {
+            GuestModule::precompile(&self.engine, wasm)
+        }
+        .map_err(|e| anyhow::anyhow!("precompiling: {e:#}"))?;
         let mut out = Vec::with_capacity(16 + wasm.len() + compiled.len());
         out.extend_from_slice(PRECOMPILED_MAGIC);
         out.extend_from_slice(&(wasm.len() as u64).to_le_bytes());
@@ -377,6 +383,50 @@ mod tests {
         bad.extend_from_slice(&u64::MAX.to_le_bytes());
         assert!(unbundle(&bad).is_none());
         assert!(compiler.bundle(b"not wasm").is_err());
+        // A component's layer too, which the component loader takes back.
+        let wasm = wat::parse_str("(component (core module (memory 1)))").unwrap();
+        let layer = compiler.bundle(&wasm).unwrap();
+        let (w, compiled) = unbundle(&layer).unwrap();
+        assert_eq!(w, wasm);
+        // SAFETY: `compiled` is this engine's compilation of `w`, just made.
+        let loaded = unsafe { component::deserialize_component(&compiler.engine, w, compiled) };
+        assert!(loaded.unwrap().kernels().source().is_ok());
+        // SAFETY: a module's compiled code is no component's: refused.
+        let module = compiler.bundle(b"(module)").unwrap();
+        let (w, compiled) = unbundle(&module).unwrap();
+        assert!(
+            unsafe { component::deserialize_component(&compiler.engine, w, compiled) }.is_err()
+        );
+    }
+
+    #[test]
+    fn a_precompiled_component_layer_runs() {
+        let compiler = TensorWasmCompiler::new().unwrap();
+        let command = |result: i32| {
+            wat::parse_str(format!(
+                r#"(component
+                     (core module $m (func (export "run") (result i32) i32.const {result}))
+                     (core instance $i (instantiate $m))
+                     (func $run (result (result)) (canon lift (core func $i "run")))
+                     (instance $r (export "run" (func $run)))
+                     (export "wasi:cli/run@0.2.0" (instance $r)))"#
+            ))
+            .unwrap()
+        };
+        let argv = ["/app.wasm".to_string()];
+        let options = run_options("/app.wasm".into(), "_start", &argv, &[], false).unwrap();
+        for (result, code) in [(0, 0), (1, 1)] {
+            let layer = compiler.bundle(&command(result)).unwrap();
+            let (wasm, compiled) = unbundle(&layer).unwrap();
+            // SAFETY: `compiled` is this engine's compilation of `wasm`.
+            let report = unsafe { run_precompiled(&options, wasm, compiled) }.unwrap();
+            assert_eq!(report.exit_code, code);
+        }
+        // What is no compiled code at all is refused and the component
+        // compiled afresh: it still runs.
+        // SAFETY: wasmtime refuses what is not a compiled artifact.
+        let report = unsafe { run_precompiled(&options, &command(1), b"garbage") }.unwrap();
+        assert_eq!(report.exit_code, 1);
     }
 
     #[test]

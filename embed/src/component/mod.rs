@@ -137,9 +137,16 @@ pub struct CommandRun {
 /// and driver, as `config`'s tenant: WASI 0.2 and `tensorwasm:gpu`, on a
 /// GPU context charged to a ledger of the tenant's quota (which its memory
 /// also draws on) under its policy. `name` names it in messages.
-pub async fn run_command<D>(
+///
+/// # Safety
+///
+/// `precompiled`, when given, must be what [`precompile_component`] made
+/// of `wasm` (wasmtime checks its version and settings, not that the code
+/// is unaltered); code it refuses is compiled afresh.
+pub async unsafe fn run_command<D>(
     runtime: &GuestRuntime<D>,
     wasm: &[u8],
+    precompiled: Option<&[u8]>,
     name: &str,
     config: &TenantConfig,
 ) -> Result<CommandRun, ComponentError>
@@ -147,9 +154,58 @@ where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
 {
-    let component = compile_command(runtime, wasm, name)?;
+    let loaded = precompiled.and_then(|p| {
+        // SAFETY: the caller's promise.
+        match unsafe { deserialize_component(runtime.engine(), wasm, p) } {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(error = %e, "precompiled component refused; compiling it");
+                None
+            }
+        }
+    });
+    let component = match loaded {
+        Some(component) => {
+            command_only(runtime.engine(), &component, name)?;
+            component
+        }
+        None => compile_command(runtime, wasm, name)?,
+    };
     let ledger = Arc::new(QuotaLedger::new(config.quota));
     run_compiled(runtime, &component, name, config, ledger, None).await
+}
+
+/// `wasm`, a component, compiled ahead of time for `engine` (a runtime's):
+/// what [`deserialize_component`] and [`run_command`] load without
+/// compiling.
+pub fn precompile_component(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
+    engine.precompile_component(wasm)
+}
+
+/// The component `wasm` from `precompiled`, its
+/// [`precompile_component`]d form (its kernels' module found in `wasm`).
+///
+/// # Safety
+///
+/// `precompiled` must be what [`precompile_component`] made of `wasm`:
+/// wasmtime checks its version and settings, not that the code is
+/// unaltered (`wasmtime::component::Component::deserialize`'s contract).
+pub unsafe fn deserialize_component(
+    engine: &Engine,
+    wasm: &[u8],
+    precompiled: &[u8],
+) -> wasmtime::Result<GuestComponent> {
+    // SAFETY: the caller's promise.
+    let component = unsafe { Component::deserialize(engine, precompiled)? };
+    Ok(GuestComponent {
+        component,
+        kernels: KernelModule::of(wasm),
+    })
+}
+
+/// Whether a binary is a component (not a core module).
+pub fn is_component_binary(wasm: &[u8]) -> bool {
+    wasmparser::Parser::is_component(wasm)
 }
 
 /// Compiles `wasm` on `runtime`'s engine and checks that it is a WASI 0.2
@@ -163,15 +219,25 @@ where
     D: KernelTarget + ManagedAllocator + Clone + 'static,
     <D as ManagedAllocator>::Region: Sync,
 {
-    let engine = runtime.engine();
-    let component = compile_component(engine, wasm, name)?;
-    if !is_command(engine, &component) {
-        return Err(ComponentError::NotACommand(format!(
-            "{name} exports no `wasi:cli/run` (it is not a WASI 0.2 command component; {})",
-            exports_list(engine, &component)
-        )));
-    }
+    let component = compile_component(runtime.engine(), wasm, name)?;
+    command_only(runtime.engine(), &component, name)?;
     Ok(component)
+}
+
+/// `NotACommand` unless `component` exports `wasi:cli/run`.
+fn command_only(
+    engine: &Engine,
+    component: &GuestComponent,
+    name: &str,
+) -> Result<(), ComponentError> {
+    if is_command(engine, component) {
+        Ok(())
+    } else {
+        Err(ComponentError::NotACommand(format!(
+            "{name} exports no `wasi:cli/run` (it is not a WASI 0.2 command component; {})",
+            exports_list(engine, component)
+        )))
+    }
 }
 
 /// Compiles `wasm`, a component, on `engine` (a runtime's: a command or
