@@ -199,6 +199,8 @@ if [ ! -f examples/gpu-python.wasm ] || [ ! -f examples/gpu-js.wasm ]; then
   echo "note: the Python and JavaScript components are not packed (PACK_COMPONENTS=1): the serve test of them is skipped" | tee -a "$summary"
 fi
 export TENSORWASM_BIN="$PWD/bin/tensorwasm"
+# The component tests (PACK_COMPONENTS=1) on the GPU's driver.
+export TW_COMPONENT_DRIVER=${TW_COMPONENT_DRIVER:-cuda}
 # The GPU soak: a minute unless told (issue 16 ran it for 300 s, faults every 60).
 export TW_SOAK_SECS=${TW_SOAK_SECS:-60} TW_SOAK_FAULT_SECS=${TW_SOAK_FAULT_SECS:-20}
 # Tests that need two GPUs have `two_gpus` in their names: skipped, and
@@ -241,6 +243,16 @@ for spec in "${runs[@]}"; do
   if out_text=$(RUST_LOG=info bin/tensorwasm run --driver cuda $spec 2>&1) && [ "$(echo "$out_text" | tail -1)" = 0 ]; then r=PASS; else r=FAIL; status=1; fi
   echo "$r tensorwasm run --driver cuda $spec: $(echo "$out_text" | tr '\n' ' ')" | tee -a "$summary"
 done
+# The GPU component (WASI 0.2, tensorwasm:gpu): its MLP on built-ins and its
+# own function as a Wasm kernel over its own memory, each checked by the
+# guest (exit code 0 and its `ok` line).
+if [ -f examples/gpu-component.wasm ]; then
+  for spec in "mlp:mlp ok" "wasm-vadd 16777216:wasm-vadd ok 16777216" "vadd 1000000:vadd ok 1000000"; do
+    args=${spec%%:*} want=${spec#*:}
+    if out_text=$(bin/tensorwasm run --driver cuda examples/gpu-component.wasm $args 2>&1) && echo "$out_text" | grep -q "^$want"; then r=PASS; else r=FAIL; status=1; fi
+    echo "$r tensorwasm run --driver cuda examples/gpu-component.wasm $args: $(echo "$out_text" | tr '\n' ' ')" | tee -a "$summary"
+  done
+fi
 # The README's main job, a WASI command: one line, exit code 0.
 if out_text=$(bin/tensorwasm run --driver cuda examples/hello_gpu.wat 16777216 2>&1) && echo "$out_text" | grep -q ': all 16777216 match$'; then r=PASS; else r=FAIL; status=1; fi
 echo "$r tensorwasm run --driver cuda examples/hello_gpu.wat 16777216: $out_text" | tee -a "$summary"

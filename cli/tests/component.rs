@@ -1,4 +1,7 @@
-//! WASI 0.2 components under `tensorwasm run`, on the CPU driver: the test
+//! WASI 0.2 components under `tensorwasm run`, on the CPU driver (CI), or
+//! on the driver `TW_COMPONENT_DRIVER` names (`cuda` on a GPU: the packed
+//! GPU run sets it; the few outcomes that differ by driver are said where
+//! they are checked): the test
 //! component `guest/examples/wasip2-cli` (a `wasm32-wasip2` Rust command,
 //! built by `scripts/test.sh` before the tests run) prints hello world, its
 //! argv, its environment, its stdin; reads and writes files in a `--dir`;
@@ -12,7 +15,8 @@
 //! `guest/examples/gpu-component` (Rust, wit-bindgen) runs an MLP forward
 //! pass on device buffers and built-in ops and checks it against its own
 //! CPU computation, from random inputs or a model file in a `--dir`;
-//! launches the repo's vector-add PTX as a raw module; calls the API
+//! launches the repo's vector-add PTX as a raw module and its own function
+//! as a Wasm kernel over its own memory; calls the API
 //! wrongly and prints the error codes; and meets its tenant's quotas and
 //! policy. The same MLP in Python (componentize-py,
 //! `guest/examples/gpu-python`) and JavaScript (jco componentize,
@@ -29,6 +33,16 @@ use assert_cmd::Command;
 
 #[path = "support/components.rs"]
 mod components;
+
+/// The driver the component runs on: `TW_COMPONENT_DRIVER`, else `cpu`.
+fn driver() -> String {
+    std::env::var("TW_COMPONENT_DRIVER").unwrap_or_else(|_| "cpu".into())
+}
+
+/// Whether it is CUDA (a real GPU).
+fn on_cuda() -> bool {
+    driver() == "cuda"
+}
 
 /// The built component (`$WASIP2_CLI_GUEST_WASM` overrides).
 fn guest() -> PathBuf {
@@ -95,7 +109,7 @@ fn run_with(program: &Path, extra: &[&str], case: &Case) -> Output {
 fn tensorwasm(case: &Case) -> Output {
     run_with(
         Path::new(env!("CARGO_BIN_EXE_tensorwasm")),
-        &["--driver", "cpu"],
+        &["--driver", &driver()],
         case,
     )
 }
@@ -289,14 +303,14 @@ fn a_tenants_fuel_bounds_a_component() {
     assert!(text(&out.stderr).contains("fuel"), "{}", text(&out.stderr));
 }
 
-/// `tensorwasm run --driver cpu ARGS...` of a WAT component written here.
+/// `tensorwasm run --driver DRIVER ARGS...` of a WAT component written here.
 fn run_wat(test: &str, wat: &str, args: &[&str]) -> Output {
     let dir = scratch(test);
     let path = dir.join("c.wat");
     std::fs::write(&path, wat).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorwasm"));
     cmd.env_remove("RUST_LOG")
-        .args(["run", "--driver", "cpu"])
+        .args(["run", "--driver", &driver()])
         .args(args)
         .arg(&path);
     cmd.output().unwrap()
@@ -405,11 +419,11 @@ fn a_wat_component_calls_the_gpu_api() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
 }
 
-/// `tensorwasm run --driver cpu OPTIONS gpu-component.wasm ARGS...`.
+/// `tensorwasm run --driver DRIVER OPTIONS gpu-component.wasm ARGS...`.
 fn run_gpu(options: &[&str], args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorwasm"));
     cmd.env_remove("RUST_LOG")
-        .args(["run", "--driver", "cpu"])
+        .args(["run", "--driver", &driver()])
         .args(options)
         .arg(gpu_guest())
         .args(args);
@@ -479,8 +493,13 @@ fn a_component_sees_one_device() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 4, "{stdout}");
     assert_eq!(lines[0], "devices 1");
-    assert_eq!(lines[1], "driver DriverKind::Cpu");
-    assert!(lines[2].starts_with("name CPU"), "{stdout}");
+    if on_cuda() {
+        assert_eq!(lines[1], "driver DriverKind::Cuda");
+        assert!(lines[2].starts_with("name NVIDIA"), "{stdout}");
+    } else {
+        assert_eq!(lines[1], "driver DriverKind::Cpu");
+        assert!(lines[2].starts_with("name CPU"), "{stdout}");
+    }
     assert_eq!(lines[3], "device 1: ErrorCode::Enodev");
 }
 
@@ -593,15 +612,18 @@ fn a_trusted_component_launches_raw_ptx_over_its_buffers() {
         );
     }
     // The raw-module API's errors (on the CPU driver: PTX it has no twin
-    // for is not supported there, where CUDA would refuse the image).
+    // for is not supported there, where CUDA refuses the image).
+    let not_ptx = if on_cuda() { "Eimage" } else { "Enotsup" };
     expect(
         &run_gpu(&[], &["module-errors"]),
-        "load-ptx of text that is not PTX: ErrorCode::Enotsup\n\
+        &format!(
+            "load-ptx of text that is not PTX: ErrorCode::{not_ptx}\n\
          load-cubin of no image: ErrorCode::Eimage\n\
          function that is not there: ErrorCode::Enoent\n\
          launch with a pointer past the buffer: ErrorCode::Efault\n\
          launch with an empty grid: ErrorCode::Einval\n\
-         launch: none\n",
+         launch: none\n"
+        ),
         "",
         0,
     );
@@ -687,7 +709,7 @@ fn lang_guest(var: &str, file: &str) -> PathBuf {
     components::component(var, file, "guest/examples/build-lang-components.sh")
 }
 
-/// `tensorwasm run --driver cpu --compile-cache DIR OPTIONS GUEST ARGS...`.
+/// `tensorwasm run --driver DRIVER --compile-cache DIR OPTIONS GUEST ARGS...`.
 /// The Python and JavaScript guests embed their interpreters (15 to 18 MB
 /// of Wasm, most of a minute to compile on 2 cores): they compile once into
 /// a cache kept under the test build's tmp dir, and later runs, in this test
@@ -696,7 +718,7 @@ fn run_lang(guest: &Path, options: &[&str], args: &[&str]) -> Output {
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorwasm"));
     cmd.env_remove("RUST_LOG")
-        .args(["run", "--driver", "cpu", "--compile-cache"])
+        .args(["run", "--driver", &driver(), "--compile-cache"])
         .arg(&cache)
         .args(options)
         .arg(guest)
@@ -774,7 +796,7 @@ fn a_compile_cache_is_filled_once_and_read_after() {
     let run = || {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorwasm"));
         cmd.env_remove("RUST_LOG")
-            .args(["run", "--driver", "cpu", "--compile-cache"])
+            .args(["run", "--driver", &driver(), "--compile-cache"])
             .arg(&cache)
             .arg(gpu_guest())
             .args(["mlp", "5"]);
