@@ -3,8 +3,10 @@
 //!
 //! - C kernels written as CUDA C is written (PolyBench/GPU's FDTD-2D,
 //!   Jacobi-2D, Heat-3D on a 3-D grid, 2-D and 3-D convolutions, LU with
-//!   2n small launches, a triangular solve, ATAX's matrix-vector products,
-//!   the naive GEMM, covariance, correlation: `kernels/bench/foreign/`),
+//!   2n small launches, a triangular solve, ATAX's, BICG's, MVT's and
+//!   GESUMMV's matrix-vector products, the naive GEMM, 2MM, 3MM, SYRK,
+//!   SYR2K, Gram-Schmidt with 3n launches, DOITGEN, Jacobi-1D, covariance,
+//!   correlation: `kernels/bench/foreign/`),
 //!   compiled to Wasm by zig cc -O3; hand-written WAT kernels whose loops
 //!   count up and down with the exit test at the top or the bottom
 //!   (`foreign_kernels.wat`); two Rust kernels (`guest/examples/kernel-bench`:

@@ -209,6 +209,16 @@ pub fn programs(size: Size, seed: u64) -> Vec<Program> {
         gemm(size, seed),
         covariance(size, seed),
         correlation(size, seed),
+        bicg(size, seed),
+        mvt(size, seed),
+        gesummv(size, seed),
+        mm2(size, seed),
+        mm3(size, seed),
+        syrk(size, seed),
+        syr2k(size, seed),
+        gramschmidt(size, seed),
+        doitgen(size, seed),
+        jacobi_1d(size, seed),
         wat_matmul("wat_matmul", size, seed),
         wat_matmul("wat_matmul_down", size, seed),
         wat_matmul("wat_matmul_up_bottom", size, seed),
@@ -506,6 +516,246 @@ pub fn correlation(size: Size, seed: u64) -> Program {
     b.output(std, m);
     b.output(data, n * m);
     b.output(symmat, m * m);
+    b.done()
+}
+
+/// BICG: q = A p (a thread per row) and s = A^T r (a thread per column).
+pub fn bicg(size: Size, seed: u64) -> Program {
+    let (nx, ny) = (size.pick(8192, 40), size.pick(8192, 36));
+    let mut b = Builder::new("bicg", Source::C, format!("{nx} x {ny}"), seed, 20);
+    let a = b.input(nx * ny);
+    let pv = b.input(ny);
+    let r = b.input(nx);
+    let q = b.zeroed(nx);
+    let sv = b.zeroed(ny);
+    let (p, i) = (Arg::Ptr, i32a);
+    b.launch(
+        "bicg_q",
+        grid1(nx, 256),
+        vec![p(a), p(pv), p(q), i(nx), i(ny)],
+    );
+    b.launch(
+        "bicg_s",
+        grid1(ny, 256),
+        vec![p(a), p(r), p(sv), i(nx), i(ny)],
+    );
+    b.output(q, nx);
+    b.output(sv, ny);
+    b.done()
+}
+
+/// MVT: x1 += A y1 (rows) and x2 += A^T y2 (columns).
+pub fn mvt(size: Size, seed: u64) -> Program {
+    let n = size.pick(8192, 40);
+    let mut b = Builder::new("mvt", Source::C, format!("{n} x {n}"), seed, 21);
+    let a = b.input(n * n);
+    let x1 = b.input(n);
+    let x2 = b.input(n);
+    let y1 = b.input(n);
+    let y2 = b.input(n);
+    let (p, i) = (Arg::Ptr, i32a);
+    b.launch("mvt_x1", grid1(n, 256), vec![p(a), p(x1), p(y1), i(n)]);
+    b.launch("mvt_x2", grid1(n, 256), vec![p(a), p(x2), p(y2), i(n)]);
+    b.output(x1, n);
+    b.output(x2, n);
+    b.done()
+}
+
+/// GESUMMV: y = alpha A x + beta B x in one loop.
+pub fn gesummv(size: Size, seed: u64) -> Program {
+    let n = size.pick(8192, 40);
+    let mut b = Builder::new("gesummv", Source::C, format!("{n} x {n}"), seed, 22);
+    let a = b.input(n * n);
+    let bm = b.input(n * n);
+    let x = b.input(n);
+    let y = b.zeroed(n);
+    let tmp = b.zeroed(n);
+    let (p, i) = (Arg::Ptr, i32a);
+    b.launch(
+        "gesummv",
+        grid1(n, 256),
+        vec![
+            p(a),
+            p(bm),
+            p(x),
+            p(y),
+            p(tmp),
+            Arg::F32(1.5),
+            Arg::F32(1.25),
+            i(n),
+        ],
+    );
+    b.output(tmp, n);
+    b.output(y, n);
+    b.done()
+}
+
+/// 2MM: tmp = alpha A B, then D = tmp C + beta D.
+pub fn mm2(size: Size, seed: u64) -> Program {
+    let n = size.pick(1024, 20);
+    let mut b = Builder::new(
+        "2mm",
+        Source::C,
+        format!("{n} x {n} x {n}, twice"),
+        seed,
+        23,
+    );
+    let a = b.input(n * n);
+    let bm = b.input(n * n);
+    let c = b.input(n * n);
+    let d = b.input(n * n);
+    let tmp = b.zeroed(n * n);
+    let (p, i) = (Arg::Ptr, i32a);
+    b.launch(
+        "mm2_first",
+        grid2(n, n, 32, 8),
+        vec![p(tmp), p(a), p(bm), Arg::F32(1.5), i(n), i(n), i(n)],
+    );
+    b.launch(
+        "mm2_second",
+        grid2(n, n, 32, 8),
+        vec![p(tmp), p(c), p(d), Arg::F32(1.25), i(n), i(n), i(n)],
+    );
+    b.output(tmp, n * n);
+    b.output(d, n * n);
+    b.done()
+}
+
+/// 3MM: E = A B, F = C D, G = E F, one kernel three times.
+pub fn mm3(size: Size, seed: u64) -> Program {
+    let n = size.pick(1024, 20);
+    let mut b = Builder::new(
+        "3mm",
+        Source::C,
+        format!("{n} x {n} x {n}, three times"),
+        seed,
+        24,
+    );
+    let a = b.input(n * n);
+    let bm = b.input(n * n);
+    let c = b.input(n * n);
+    let d = b.input(n * n);
+    let e = b.zeroed(n * n);
+    let f = b.zeroed(n * n);
+    let g = b.zeroed(n * n);
+    let (p, i) = (Arg::Ptr, i32a);
+    let grid = grid2(n, n, 32, 8);
+    for (x, y, z) in [(a, bm, e), (c, d, f), (e, f, g)] {
+        b.launch("mm3", grid, vec![p(x), p(y), p(z), i(n), i(n), i(n)]);
+    }
+    b.output(e, n * n);
+    b.output(f, n * n);
+    b.output(g, n * n);
+    b.done()
+}
+
+/// SYRK: C = alpha A A^T + beta C.
+pub fn syrk(size: Size, seed: u64) -> Program {
+    let (n, m) = (size.pick(1024, 20), size.pick(1024, 24));
+    let mut b = Builder::new("syrk", Source::C, format!("{n} x {m}"), seed, 25);
+    let a = b.input(n * m);
+    let c = b.input(n * n);
+    let (p, i) = (Arg::Ptr, i32a);
+    b.launch(
+        "syrk",
+        grid2(n, n, 32, 8),
+        vec![p(a), p(c), Arg::F32(1.5), Arg::F32(1.25), i(n), i(m)],
+    );
+    b.output(c, n * n);
+    b.done()
+}
+
+/// SYR2K: C = alpha A B^T + alpha B A^T + beta C.
+pub fn syr2k(size: Size, seed: u64) -> Program {
+    let (n, m) = (size.pick(1024, 20), size.pick(1024, 24));
+    let mut b = Builder::new("syr2k", Source::C, format!("{n} x {m}"), seed, 26);
+    let a = b.input(n * m);
+    let bm = b.input(n * m);
+    let c = b.input(n * n);
+    let (p, i) = (Arg::Ptr, i32a);
+    b.launch(
+        "syr2k",
+        grid2(n, n, 32, 8),
+        vec![p(a), p(bm), p(c), Arg::F32(1.5), Arg::F32(1.25), i(n), i(m)],
+    );
+    b.output(c, n * n);
+    b.done()
+}
+
+/// Gram-Schmidt QR: per column, its norm (one thread), q, and the update
+/// of every later column: 3n launches.
+pub fn gramschmidt(size: Size, seed: u64) -> Program {
+    let (m, n) = (size.pick(1024, 24), size.pick(512, 12));
+    let shape = format!("{m} x {n} ({} launches)", 3 * n);
+    let mut b = Builder::new("gramschmidt", Source::C, shape, seed, 27);
+    // Columns kept well apart from dependence: 1 on the diagonal.
+    let a = b.input_with(
+        m * n,
+        -1.0,
+        1.0,
+        move |at, v| {
+            if at / n == at % n { v + 4.0 } else { v }
+        },
+    );
+    let r = b.zeroed(n * n);
+    let q = b.zeroed(m * n);
+    let (p, i) = (Arg::Ptr, i32a);
+    for k in 0..n {
+        b.launch("gs_norm", grid1(1, 256), vec![p(a), p(r), i(k), i(m), i(n)]);
+        b.launch(
+            "gs_normalize",
+            grid1(m, 256),
+            vec![p(a), p(r), p(q), i(k), i(m), i(n)],
+        );
+        b.launch(
+            "gs_update",
+            grid1(n, 256),
+            vec![p(a), p(r), p(q), i(k), i(m), i(n)],
+        );
+    }
+    b.output(a, m * n);
+    b.output(r, n * n);
+    b.output(q, m * n);
+    b.done()
+}
+
+/// DOITGEN: per slice r, sum = A[r] C4, then copied back: 2 nr launches.
+pub fn doitgen(size: Size, seed: u64) -> Program {
+    let (nr, nq, np) = (size.pick(128, 6), size.pick(128, 10), size.pick(128, 12));
+    let shape = format!("{nr} x {nq} x {np} ({} launches)", 2 * nr);
+    let mut b = Builder::new("doitgen", Source::C, shape, seed, 28);
+    let a = b.input(nr * nq * np);
+    let c4 = b.input(np * np);
+    let sum = b.zeroed(nr * nq * np);
+    let (p, i) = (Arg::Ptr, i32a);
+    let grid = grid2(np, nq, 32, 8);
+    for r in 0..nr {
+        b.launch(
+            "doitgen_sum",
+            grid,
+            vec![p(sum), p(a), p(c4), i(r), i(nq), i(np)],
+        );
+        b.launch("doitgen_copy", grid, vec![p(sum), p(a), i(r), i(nq), i(np)]);
+    }
+    b.output(a, nr * nq * np);
+    b.output(sum, nr * nq * np);
+    b.done()
+}
+
+/// Jacobi-1D: `tsteps` of the 3-point average and the copy back.
+pub fn jacobi_1d(size: Size, seed: u64) -> Program {
+    let (n, tsteps) = (size.pick(1 << 22, 100), size.pick(100, 4));
+    let shape = format!("{n} points, {tsteps} steps ({} launches)", 2 * tsteps);
+    let mut b = Builder::new("jacobi-1d", Source::C, shape, seed, 29);
+    let a = b.input(n);
+    let bm = b.input(n);
+    let (p, i) = (Arg::Ptr, i32a);
+    for _ in 0..tsteps {
+        b.launch("jacobi1d_step", grid1(n, 256), vec![p(a), p(bm), i(n)]);
+        b.launch("jacobi1d_copy", grid1(n, 256), vec![p(a), p(bm), i(n)]);
+    }
+    b.output(a, n);
+    b.output(bm, n);
     b.done()
 }
 

@@ -280,3 +280,196 @@ KERNEL(corr_matrix)(float *symmat, float *data, int m, int n) {
         }
     }
 }
+
+/* ---- more of PolyBench/GPU: matrix-vector, matrix-matrix, solvers ---- */
+
+/* BICG (PolyBench/GPU bicg): q = A p, a thread per row ... */
+KERNEL(bicg_q)(float *A, float *p, float *q, int nx, int ny) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < nx) {
+        q[i] = 0.0f;
+        for (int j = 0; j < ny; j++) {
+            q[i] += A[i * ny + j] * p[j];
+        }
+    }
+}
+
+/* ... and s = A^T r, a thread per column. */
+KERNEL(bicg_s)(float *A, float *r, float *s, int nx, int ny) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < ny) {
+        s[j] = 0.0f;
+        for (int i = 0; i < nx; i++) {
+            s[j] += r[i] * A[i * ny + j];
+        }
+    }
+}
+
+/* MVT (PolyBench/GPU mvt): x1 += A y1 (rows) ... */
+KERNEL(mvt_x1)(float *a, float *x1, float *y1, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        for (int j = 0; j < n; j++) {
+            x1[i] += a[i * n + j] * y1[j];
+        }
+    }
+}
+
+/* ... and x2 += A^T y2 (columns). */
+KERNEL(mvt_x2)(float *a, float *x2, float *y2, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        for (int j = 0; j < n; j++) {
+            x2[i] += a[j * n + i] * y2[j];
+        }
+    }
+}
+
+/* GESUMMV (PolyBench/GPU gesummv): y = alpha A x + beta B x, both
+ * products in one loop, accumulators in memory. */
+KERNEL(gesummv)(float *a, float *b, float *x, float *y, float *tmp, float alpha, float beta, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        for (int j = 0; j < n; j++) {
+            tmp[i] += a[i * n + j] * x[j];
+            y[i] += b[i * n + j] * x[j];
+        }
+        y[i] = alpha * tmp[i] + beta * y[i];
+    }
+}
+
+/* 2MM (PolyBench/GPU 2mm): tmp = alpha A B ... */
+KERNEL(mm2_first)(float *tmp, float *A, float *B, float alpha, int ni, int nj, int nk) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.y * blockDim.y + threadIdx.y;
+    if ((i < ni) && (j < nj)) {
+        tmp[i * nj + j] = 0.0f;
+        for (int k = 0; k < nk; k++) {
+            tmp[i * nj + j] += alpha * A[i * nk + k] * B[k * nj + j];
+        }
+    }
+}
+
+/* ... then D = tmp C + beta D. */
+KERNEL(mm2_second)(float *tmp, float *C, float *D, float beta, int ni, int nl, int nj) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.y * blockDim.y + threadIdx.y;
+    if ((i < ni) && (j < nl)) {
+        D[i * nl + j] *= beta;
+        for (int k = 0; k < nj; k++) {
+            D[i * nl + j] += tmp[i * nj + k] * C[k * nl + j];
+        }
+    }
+}
+
+/* 3MM (PolyBench/GPU 3mm): E = A B, F = C D, G = E F, one kernel
+ * launched three times; the sum in a register. */
+KERNEL(mm3)(float *A, float *B, float *C, int ni, int nj, int nk) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.y * blockDim.y + threadIdx.y;
+    if ((i < ni) && (j < nj)) {
+        float sum = 0.0f;
+        for (int k = 0; k < nk; k++) {
+            sum += A[i * nk + k] * B[k * nj + j];
+        }
+        C[i * nj + j] = sum;
+    }
+}
+
+/* SYRK (PolyBench/GPU syrk): C = alpha A A^T + beta C, A n x m. */
+KERNEL(syrk)(float *a, float *c, float alpha, float beta, int n, int m) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.y * blockDim.y + threadIdx.y;
+    if ((i < n) && (j < n)) {
+        c[i * n + j] *= beta;
+        for (int k = 0; k < m; k++) {
+            c[i * n + j] += alpha * a[i * m + k] * a[j * m + k];
+        }
+    }
+}
+
+/* SYR2K (PolyBench/GPU syr2k): C = alpha A B^T + alpha B A^T + beta C. */
+KERNEL(syr2k)(float *a, float *b, float *c, float alpha, float beta, int n, int m) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.y * blockDim.y + threadIdx.y;
+    if ((i < n) && (j < n)) {
+        c[i * n + j] *= beta;
+        for (int k = 0; k < m; k++) {
+            c[i * n + j] += alpha * a[i * m + k] * b[j * m + k]
+                          + alpha * b[i * m + k] * a[j * m + k];
+        }
+    }
+}
+
+/* Gram-Schmidt (PolyBench/GPU gramschmidt), column k of n (A is m x n):
+ * its norm, by one thread ... */
+KERNEL(gs_norm)(float *a, float *r, int k, int m, int n) {
+    int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    if (tid == 0) {
+        float nrm = 0.0f;
+        for (int i = 0; i < m; i++) {
+            nrm += a[i * n + k] * a[i * n + k];
+        }
+        r[k * n + k] = sqrtf(nrm);
+    }
+}
+
+/* ... q_k = a_k / r_kk ... */
+KERNEL(gs_normalize)(float *a, float *r, float *q, int k, int m, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < m) {
+        q[i * n + k] = a[i * n + k] / r[k * n + k];
+    }
+}
+
+/* ... and every later column j made orthogonal to q_k. */
+KERNEL(gs_update)(float *a, float *r, float *q, int k, int m, int n) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if ((j > k) && (j < n)) {
+        r[k * n + j] = 0.0f;
+        for (int i = 0; i < m; i++) {
+            r[k * n + j] += q[i * n + k] * a[i * n + j];
+        }
+        for (int i = 0; i < m; i++) {
+            a[i * n + j] -= q[i * n + k] * r[k * n + j];
+        }
+    }
+}
+
+/* DOITGEN (PolyBench/GPU doitgen), slice r of A (nr x nq x np):
+ * sum[r][q][p] = sum over s of A[r][q][s] * C4[s][p] ... */
+KERNEL(doitgen_sum)(float *sum, float *A, float *C4, int r, int nq, int np) {
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    int q = blockIdx.y * blockDim.y + threadIdx.y;
+    if ((p < np) && (q < nq)) {
+        sum[r * (nq * np) + q * np + p] = 0.0f;
+        for (int s = 0; s < np; s++) {
+            sum[r * (nq * np) + q * np + p] += A[r * (nq * np) + q * np + s] * C4[s * np + p];
+        }
+    }
+}
+
+/* ... then copied back into A. */
+KERNEL(doitgen_copy)(float *sum, float *A, int r, int nq, int np) {
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    int q = blockIdx.y * blockDim.y + threadIdx.y;
+    if ((p < np) && (q < nq)) {
+        A[r * (nq * np) + q * np + p] = sum[r * (nq * np) + q * np + p];
+    }
+}
+
+/* Jacobi-1D (PolyBench/GPU jacobi1d): the 3-point average into b ... */
+KERNEL(jacobi1d_step)(float *a, float *b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if ((i > 1) && (i < (n - 1))) {
+        b[i] = 0.33333f * (a[i - 1] + a[i] + a[i + 1]);
+    }
+}
+
+/* ... and b copied back into a. */
+KERNEL(jacobi1d_copy)(float *a, float *b, int n) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if ((j > 1) && (j < (n - 1))) {
+        a[j] = b[j];
+    }
+}
