@@ -645,6 +645,7 @@ fn a_component_launches_its_own_function_as_a_wasm_kernel_over_its_memory() {
         &run_gpu(&[], &["kernel-errors"]),
         "get of a function not exported: ErrorCode::Einval\n\
          get of an empty name: ErrorCode::Einval\n\
+         get of a name of 2000 bytes: ErrorCode::Einval\n\
          get of a kernel with a stack frame: ErrorCode::Enotsup\n\
          launch with three arguments: ErrorCode::Einval\n\
          launch with a float for a pointer: ErrorCode::Einval\n\

@@ -26,6 +26,7 @@ mod wait;
 
 pub use ctx::{TenantPolicy, WasiCudaCtx, WasiCudaLimits};
 pub use image::{CudaImage, FunctionRecord, LaunchRecord, SlotRecord, SourceRecord};
+pub(crate) use kernel_names::MAX_EXPORT_NAME;
 pub use stats::{Count, GuestStats, Seconds};
 pub use wait::{DEFAULT_WAIT_SPIN, PROBE_EVERY, WaitPolicy};
 

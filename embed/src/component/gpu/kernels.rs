@@ -23,6 +23,7 @@ use wasmtime::component::{Linker, Resource};
 use crate::{
     kernel::{KernelSource, KernelTarget},
     memory::GuestRegionInfo,
+    wasi_cuda::MAX_EXPORT_NAME,
 };
 
 use super::{
@@ -151,6 +152,14 @@ impl<D: KernelTarget + Clone + 'static> GpuView<'_, D> {
         let source = self.gpu.kernel_source()?;
         if let Err(why) = &self.gpu.memory.region {
             return Err(AbiError::new(Errno::ENOTSUP, why.clone()));
+        }
+        // As `kernel_get_export`: no module exports a longer name, and the
+        // name goes into the error text.
+        if export.len() > MAX_EXPORT_NAME as usize {
+            return Err(AbiError::invalid(format!(
+                "the export name is {} bytes long; at most {MAX_EXPORT_NAME}",
+                export.len()
+            )));
         }
         function_by_export(source.wasm(), export).map_err(|e| AbiError::invalid(e.to_string()))
     }
