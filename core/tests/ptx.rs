@@ -1411,7 +1411,7 @@ fn only_runtime_checks_are_called() {
 /// passed to a block parameter is fixed where the parameter is stored.
 #[test]
 fn nan_fixups_stay_where_a_nan_can_be_seen() {
-    let fixups = |ptx: &str| ptx.matches("testp.notanumber").count();
+    let fixups = |ptx: &str| ptx.matches("0f7FC00000;").count();
     let chained = kernel("nan_chain", &[F32], |b, p| {
         let x = p.wasm[0];
         let sum = b.ins().fadd(x, x);
@@ -1438,7 +1438,7 @@ fn nan_fixups_stay_where_a_nan_can_be_seen() {
         let ptx = lower(&carried, target);
         assert_eq!(fixups(&ptx), 1, "the parameter reaches a store:\n{ptx}");
         assert!(
-            ptx.find("testp.notanumber") > ptx.find("BLOCK1:"),
+            ptx.find("0f7FC00000;") > ptx.find("BLOCK1:"),
             "fixed in the parameter's block:\n{ptx}"
         );
     }
@@ -1450,7 +1450,7 @@ fn nan_fixups_stay_where_a_nan_can_be_seen() {
 /// inside the loop keeps its fix-up where it is made.
 #[test]
 fn nan_fixups_of_an_accumulator_leave_its_loop() {
-    let fixups = |ptx: &str| ptx.matches("testp.notanumber").count();
+    let fixups = |ptx: &str| ptx.matches("0f7FC00000;").count();
     // `exit_reads_sum`: the exit stores the last sum (the loop's body
     // dominates the exit) instead of the header's parameter;
     // `store_inside`: the sum is also stored at every step.
@@ -1484,12 +1484,12 @@ fn nan_fixups_of_an_accumulator_leave_its_loop() {
         for (name, exit_reads_sum) in [("nan_acc_param", false), ("nan_acc_sum", true)] {
             let ptx = lower(&accumulate(name, exit_reads_sum, false), target);
             assert_eq!(fixups(&ptx), 1, "{name}: once:\n{ptx}");
-            let (fix, exit) = (ptx.find("testp.notanumber"), ptx.find("BLOCK2:"));
+            let (fix, exit) = (ptx.find("0f7FC00000;"), ptx.find("BLOCK2:"));
             assert!(fix > exit, "{name}: after the loop:\n{ptx}");
         }
         let ptx = lower(&accumulate("nan_acc_stored", true, true), target);
         assert_eq!(fixups(&ptx), 1, "kept where it is made:\n{ptx}");
-        let (fix, exit) = (ptx.find("testp.notanumber"), ptx.find("BLOCK2:"));
+        let (fix, exit) = (ptx.find("0f7FC00000;"), ptx.find("BLOCK2:"));
         assert!(fix < exit, "in the loop:\n{ptx}");
     }
 }

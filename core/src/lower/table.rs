@@ -868,7 +868,9 @@ const FCMP_32: &[Row] = fcmp_rows!(F32, "f32");
 const FCMP_64: &[Row] = fcmp_rows!(F64, "f64");
 
 /// The name of the rules that end by making a NaN result Wasm's canonical
-/// NaN (their last two lines, `testp.notanumber` and the predicated move);
+/// NaN (their last two lines, `setp.nan` of the result with itself and the
+/// predicated move: two SASS instructions, `FSETP.NAN` and `FSEL`, where
+/// `testp.notanumber` was three);
 /// the lowerer leaves those two lines out where no use can see the NaN's
 /// bits (`ptx.rs`, "NaNs").
 pub const CANONICAL_NAN: &str = "canonical_nan";
@@ -880,11 +882,11 @@ pub const CANONICAL_NAN: &str = "canonical_nan";
 pub fn nan_fixup(ty: Type) -> Option<&'static [&'static str]> {
     match ty {
         F32 => Some(&[
-            "testp.notanumber.f32 {p0}, {d};",
+            "setp.nan.f32 {p0}, {d}, {d};",
             "@{p0} mov.f32 {d}, 0f7FC00000;",
         ]),
         F64 => Some(&[
-            "testp.notanumber.f64 {p0}, {d};",
+            "setp.nan.f64 {p0}, {d}, {d};",
             "@{p0} mov.f64 {d}, 0d7FF8000000000000;",
         ]),
         _ => None,
@@ -902,7 +904,7 @@ macro_rules! float_rows {
                 CANONICAL_NAN,
                 &[
                     concat!("add.rn.", $f, " {d}, {a}, {b};"),
-                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("setp.nan.", $f, " {p0}, {d}, {d};"),
                     concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
                 ],
             )
@@ -913,7 +915,7 @@ macro_rules! float_rows {
                 CANONICAL_NAN,
                 &[
                     concat!("sub.rn.", $f, " {d}, {a}, {b};"),
-                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("setp.nan.", $f, " {p0}, {d}, {d};"),
                     concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
                 ],
             )
@@ -924,7 +926,7 @@ macro_rules! float_rows {
                 CANONICAL_NAN,
                 &[
                     concat!("mul.rn.", $f, " {d}, {a}, {b};"),
-                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("setp.nan.", $f, " {p0}, {d}, {d};"),
                     concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
                 ],
             )
@@ -935,7 +937,7 @@ macro_rules! float_rows {
                 CANONICAL_NAN,
                 &[
                     concat!("fma.rn.", $f, " {d}, {a}, {b}, {c};"),
-                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("setp.nan.", $f, " {p0}, {d}, {d};"),
                     concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
                 ],
             )
@@ -946,7 +948,7 @@ macro_rules! float_rows {
                 CANONICAL_NAN,
                 &[
                     concat!("div.rn.", $f, " {d}, {a}, {b};"),
-                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("setp.nan.", $f, " {p0}, {d}, {d};"),
                     concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
                 ],
             )
@@ -957,7 +959,7 @@ macro_rules! float_rows {
                 CANONICAL_NAN,
                 &[
                     concat!("sqrt.rn.", $f, " {d}, {a};"),
-                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("setp.nan.", $f, " {p0}, {d}, {d};"),
                     concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
                 ],
             )
@@ -993,7 +995,7 @@ macro_rules! float_rows {
                 CANONICAL_NAN,
                 &[
                     concat!("cvt.rpi.", $f, ".", $f, " {d}, {a};"),
-                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("setp.nan.", $f, " {p0}, {d}, {d};"),
                     concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
                 ],
             )
@@ -1004,7 +1006,7 @@ macro_rules! float_rows {
                 CANONICAL_NAN,
                 &[
                     concat!("cvt.rmi.", $f, ".", $f, " {d}, {a};"),
-                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("setp.nan.", $f, " {p0}, {d}, {d};"),
                     concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
                 ],
             )
@@ -1015,7 +1017,7 @@ macro_rules! float_rows {
                 CANONICAL_NAN,
                 &[
                     concat!("cvt.rzi.", $f, ".", $f, " {d}, {a};"),
-                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("setp.nan.", $f, " {p0}, {d}, {d};"),
                     concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
                 ],
             )
@@ -1026,7 +1028,7 @@ macro_rules! float_rows {
                 CANONICAL_NAN,
                 &[
                     concat!("cvt.rni.", $f, ".", $f, " {d}, {a};"),
-                    concat!("testp.notanumber.", $f, " {p0}, {d};"),
+                    concat!("setp.nan.", $f, " {p0}, {d}, {d};"),
                     concat!("@{p0} mov.", $f, " {d}, ", $nan, ";"),
                 ],
             )
@@ -1188,7 +1190,7 @@ const CONVERSIONS: &[Row] = &[
         CANONICAL_NAN,
         &[
             "cvt.f64.f32 {d}, {a};",
-            "testp.notanumber.f64 {p0}, {d};",
+            "setp.nan.f64 {p0}, {d}, {d};",
             "@{p0} mov.f64 {d}, 0d7FF8000000000000;",
         ],
     )
@@ -1200,7 +1202,7 @@ const CONVERSIONS: &[Row] = &[
         CANONICAL_NAN,
         &[
             "cvt.rn.f32.f64 {d}, {a};",
-            "testp.notanumber.f32 {p0}, {d};",
+            "setp.nan.f32 {p0}, {d}, {d};",
             "@{p0} mov.f32 {d}, 0f7FC00000;",
         ],
     )
