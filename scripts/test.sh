@@ -112,6 +112,14 @@ cargo build -p tensorwasm-core --target thumbv7em-none-eabihf --features defmt
 step "ptxas over every PTX file (sm_75, sm_80, sm_90)"
 scripts/check-ptx.sh
 
+# Kernels nobody shaped for the translator (PolyBench/GPU's programs in C,
+# WAT loops of every shape, Rust), built by check-ptx above: each program
+# at small sizes on the CPU driver, its outputs the bits wasmtime computes
+# running the same Wasm per thread (the GPU timing of the same programs is
+# the foreign_kernels benchmark).
+step "foreign kernels on the CPU driver against wasmtime (foreign_kernels --cpu)"
+cargo test --workspace --bench foreign_kernels -- --cpu
+
 step "deploy: Dockerfile lint, the Helm chart rendered and validated against the Kubernetes schemas, its configuration served"
 # The server binary `cargo test --workspace` built (building it alone
 # would unify features differently and rebuild half the tree).
