@@ -36,9 +36,11 @@ install -m 0755 "$SHIM_BIN" /usr/local/bin/containerd-shim-tensorwasm-v1
 ctr() { command ctr -n tensorwasm-e2e "$@"; }
 ctr image import --all-platforms "$IMAGE_TAR" >/dev/null
 image=$(ctr image ls -q | grep hello-gpu | head -1)
+# A core module's image is wasip1/wasm, a component's wasip2/wasm.
+platform=wasip1/wasm
 run() {
     local id="e2e-$RANDOM"
-    ctr run --rm --platform wasip1/wasm --runtime io.containerd.tensorwasm.v1 \
+    ctr run --rm --platform "$platform" --runtime io.containerd.tensorwasm.v1 \
         "$image" "$id" "$@"
 }
 
@@ -67,6 +69,7 @@ fi
 "$IMAGE_BUILDER" --rootfs "$component" ghcr.io/tensorwasm/gpu-component:e2e "$work/component.tar"
 ctr image import --all-platforms "$work/component.tar" >/dev/null
 image=$(ctr image ls -q | grep gpu-component | head -1)
+platform=wasip2/wasm
 out=$(run)
 echo "   ctr run (component): $out"
 [[ "$out" == *"mlp ok: batch 5, 37 -> 67 -> 10"* ]]

@@ -5,9 +5,11 @@
 //!
 //! e.g. `examples/hello_gpu.wat ghcr.io/tensorwasm/hello-gpu:latest
 //! hello-gpu.tar`. WAT is compiled to Wasm first. By default the guest is
-//! a layer of runwasi's Wasm media type, the config os `wasip1` and
-//! architecture `wasm`, as runwasi's `oci-tar-builder` writes them (this
-//! uses its library); containerd 1.7 and later import such images. With
+//! a layer of runwasi's Wasm media type, the config os `wasip1` (`wasip2`
+//! for a WASI 0.2 component) and architecture `wasm`, as runwasi's
+//! `oci-tar-builder` writes them (this uses its library); containerd 1.7
+//! and later import such images; `ctr run --platform wasip2/wasm` picks a
+//! component's. With
 //! `--rootfs` the guest is a file, `/NAME.wasm`, in an ordinary tar layer
 //! instead, which every containerd unpacks (1.6 refuses layers that are not
 //! file systems) and the shim runs just the same (its entrypoint names the
@@ -18,6 +20,7 @@ use std::{collections::HashMap, fs::File, path::PathBuf};
 use anyhow::{Context, Result, bail};
 use oci_spec::image::{self as spec, Arch};
 use oci_tar_builder::{Builder, WASM_LAYER_MEDIA_TYPE};
+use tensorwasm_embed::component;
 
 fn main() -> Result<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
@@ -69,7 +72,11 @@ fn main() -> Result<()> {
         .build()?;
     let image = spec::ImageConfigurationBuilder::default()
         .config(config)
-        .os("wasip1")
+        .os(if component::is_component_binary(&wasm) {
+            "wasip2"
+        } else {
+            "wasip1"
+        })
         .architecture(Arch::Wasm)
         .rootfs(spec::RootFsBuilder::default().diff_ids(diff_ids).build()?)
         .build()?;
