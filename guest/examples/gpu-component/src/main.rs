@@ -764,7 +764,10 @@ fn wasm_vadd(n: u32) -> Result<(), String> {
 fn kernel_errors() {
     case("get of a function not exported", Kernel::get("tw_vsub"));
     case("get of an empty name", Kernel::get(""));
-    case("get of a name of 2000 bytes", Kernel::get(&"k".repeat(2000)));
+    case(
+        "get of a name of 2000 bytes",
+        Kernel::get(&"k".repeat(2000)),
+    );
     case(
         "get of a kernel with a stack frame",
         Kernel::get("tw_framed"),
