@@ -246,6 +246,25 @@ impl Served {
         )
     }
 
+    /// Calls `export` of instance `id` with JSON `args`.
+    fn invoke(&self, token: &str, id: &Value, export: &str, args: Value) -> (u16, Value) {
+        self.post(
+            &format!("/v1/instances/{id}/invoke"),
+            token,
+            json!({ "export": export, "args": args }),
+        )
+    }
+
+    /// Uploads the binary `wasm` (a module or a component) and makes an
+    /// instance of it: the instance's id.
+    fn instance_of(&self, token: &str, wasm: &[u8]) -> Value {
+        let (status, m) = self.upload(token, wasm);
+        assert_eq!(status, 201, "{m}");
+        let (status, i) = self.post("/v1/instances", token, json!({ "module": m["id"] }));
+        assert_eq!(status, 201, "{i}");
+        i["id"].clone()
+    }
+
     fn instance(&self, token: &str, module: &str) -> u64 {
         let (s, m) = self.upload(token, module.as_bytes());
         assert_eq!(s, 201, "{m}");
@@ -284,13 +303,7 @@ fn every_endpoint_for_real() {
     assert_eq!(status, 201, "{i}");
     let id = i["id"].as_u64().unwrap();
     assert_eq!(s.get("/v1/instances", "token-a").1[0]["module"], module);
-    let invoke = |export: &str, args: Value| {
-        s.post(
-            &format!("/v1/instances/{id}/invoke"),
-            "token-a",
-            json!({ "export": export, "args": args }),
-        )
-    };
+    let invoke = |export: &str, args: Value| s.invoke("token-a", &json!(id), export, args);
     assert_eq!(
         invoke("add", json!([2, 40])),
         (200, json!({ "results": [42] }))
@@ -821,17 +834,8 @@ const REACTOR: &str = r#"(component
 #[test]
 fn a_component_instance_answers_with_json_by_wit_type() {
     let s = start("reactor", "");
-    let (status, m) = s.upload("token-a", &wat::parse_str(REACTOR).unwrap());
-    assert_eq!(status, 201, "{m}");
-    let (status, i) = s.post("/v1/instances", "token-a", json!({ "module": m["id"] }));
-    assert_eq!(status, 201, "{i}");
-    let invoke = |export: &str, args: Value| {
-        s.post(
-            &format!("/v1/instances/{}/invoke", i["id"]),
-            "token-a",
-            json!({ "export": export, "args": args }),
-        )
-    };
+    let id = s.instance_of("token-a", &wat::parse_str(REACTOR).unwrap());
+    let invoke = |export: &str, args: Value| s.invoke("token-a", &id, export, args);
     assert_eq!(
         invoke("add", json!([-7, 3])),
         (200, json!({ "results": [-4] }))
@@ -894,17 +898,8 @@ fn a_component_instance_launches_its_own_kernel_and_a_gemm() {
         "cd guest/examples/gpu-bench && cargo build --release",
     ))
     .unwrap();
-    let (status, m) = s.upload("token-a", &wasm);
-    assert_eq!(status, 201, "{m}");
-    let (status, i) = s.post("/v1/instances", "token-a", json!({ "module": m["id"] }));
-    assert_eq!(status, 201, "{i}");
-    let invoke = |export: &str, args: Value| {
-        s.post(
-            &format!("/v1/instances/{}/invoke", i["id"]),
-            "token-a",
-            json!({ "export": export, "args": args }),
-        )
-    };
+    let id = s.instance_of("token-a", &wasm);
+    let invoke = |export: &str, args: Value| s.invoke("token-a", &id, export, args);
     let ok = json!({ "results": [{ "ok": null }] });
     // Before its setup the guest says so (its own error, not a trap).
     assert_eq!(

@@ -15,7 +15,9 @@ use tensorwasm_core::{
     quota::{OwnedCharge, Resource},
 };
 
-use crate::kernel::{CompileBounds, KernelError, KernelTarget, LoadedKernel, compile_bounded};
+use crate::kernel::{
+    CompileBounds, KernelError, KernelSource, KernelTarget, LoadedKernel, compile_bounded,
+};
 
 use super::{
     ctx::{GuestMem, WasiCudaCtx, check_out_u64},
@@ -257,12 +259,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
     {
         check_out_u64(mem.bytes, out)?;
         self.kernels_allowed()?;
-        let Some(source) = &self.kernel_source else {
-            return Err(AbiError::new(
-                Errno::ENOTSUP,
-                "the host did not register this guest's module for Wasm kernels",
-            ));
-        };
+        let source = registered(&self.kernel_source)?;
         let index = self.kernel_names.resolve(mem.bytes, source.wasm(), name)?;
         self.kernel_get_index(index)
     }
@@ -279,12 +276,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
     where
         D: Clone + 'static,
     {
-        let Some(source) = &self.kernel_source else {
-            return Err(AbiError::new(
-                Errno::ENOTSUP,
-                "the host did not register this guest's module for Wasm kernels",
-            ));
-        };
+        let source = registered(&self.kernel_source)?;
         let charge = self.charge(Resource::Functions, 1)?;
         let variant = self.kernel_get_variant();
         if let Some(hit) = self
@@ -324,12 +316,7 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
     where
         D: Clone + 'static,
     {
-        let Some(source) = &self.kernel_source else {
-            return Err(AbiError::new(
-                Errno::ENOTSUP,
-                "the host did not register this guest's module for Wasm kernels",
-            ));
-        };
+        let source = registered(&self.kernel_source)?;
         // A compile costs the tenant time: refuse once its budget is spent,
         // and wait no longer than what is left of it.
         let left = self.ledger.compile_time_left()?;
@@ -403,6 +390,17 @@ impl<D: KernelTarget> WasiCudaCtx<D> {
             )
         })
     }
+}
+
+/// The guest's module, which its kernels are made of (`ENOTSUP` when the
+/// host registered none).
+fn registered(source: &Option<KernelSource>) -> Result<&KernelSource, AbiError> {
+    source.as_ref().ok_or_else(|| {
+        AbiError::new(
+            Errno::ENOTSUP,
+            "the host did not register this guest's module for Wasm kernels",
+        )
+    })
 }
 
 /// What a kernel's compile ends with.
