@@ -71,9 +71,9 @@ impl KernelModule {
                  to run over"
             )),
             many => Err(format!(
-                "{} of the component's {modules} core modules define a memory (a component \
-                 made of several programs, or one linked dynamically): Wasm kernels need its \
-                 code to be one core module over one memory",
+                "{} of the component's {modules} core modules define a memory (programs \
+                 composed into one component, each with its own memory): Wasm kernels need \
+                 its code to be one core module over one memory",
                 many.len()
             )),
         })
