@@ -291,13 +291,8 @@ where
     <D as ManagedAllocator>::Region: Sync,
 {
     let (mut store, linker, output) = new_store(runtime, component, config, ledger, yield_fuel)?;
-    let (command, made) =
-        recording_memories(Command::instantiate_async(&mut store, component, &linker)).await;
-    let command = command.map_err(|e| not_instantiated(name, &e))?;
-    store
-        .data_mut()
-        .gpu
-        .set_memory(KernelMemory::from_made(made));
+    let instance = instantiate(&mut store, &linker, component, name).await?;
+    let command = Command::new(&mut store, &instance).map_err(|e| not_instantiated(name, &e))?;
     let outcome = command.wasi_cli_run().call_run(&mut store).await;
     let outcome = match outcome {
         Ok(Ok(())) => Ok(0),
@@ -388,6 +383,28 @@ where
     Ok((store, linker, output))
 }
 
+/// Instantiates `component` in `store`, and gives the store's GPU state
+/// the memory the instance made, for the component's kernels.
+async fn instantiate<D>(
+    store: &mut Store<ComponentState<D>>,
+    linker: &Linker<ComponentState<D>>,
+    component: &GuestComponent,
+    name: &str,
+) -> Result<wasmtime::component::Instance, ComponentError>
+where
+    D: KernelTarget + ManagedAllocator + Clone + 'static,
+    <D as ManagedAllocator>::Region: Sync,
+{
+    let (instance, made) =
+        recording_memories(linker.instantiate_async(&mut *store, &component.component)).await;
+    let instance = instance.map_err(|e| not_instantiated(name, &e))?;
+    store
+        .data_mut()
+        .gpu
+        .set_memory(KernelMemory::from_made(made));
+    Ok(instance)
+}
+
 /// An instance of a component kept for calls of its exported functions
 /// (a server's instances): its store, with the tenant's WASI 0.2 and GPU
 /// context, and what it wrote.
@@ -415,13 +432,7 @@ where
     ) -> Result<Self, ComponentError> {
         let (mut store, linker, output) =
             new_store(runtime, component, config, ledger, yield_fuel)?;
-        let (instance, made) =
-            recording_memories(linker.instantiate_async(&mut store, &component.component)).await;
-        let instance = instance.map_err(|e| not_instantiated(name, &e))?;
-        store
-            .data_mut()
-            .gpu
-            .set_memory(KernelMemory::from_made(made));
+        let instance = instantiate(&mut store, &linker, component, name).await?;
         Ok(ComponentInstance {
             store,
             instance,

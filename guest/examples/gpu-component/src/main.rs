@@ -605,12 +605,18 @@ fn vadd(n: u32) -> Result<(), String> {
         Ok(floats(&dc.read(0, 4 * n)?))
     };
     let c = run().map_err(|e| describe(&e))?;
-    for (i, ((x, y), z)) in a.iter().zip(&b).zip(&c).enumerate() {
+    check_sum("vadd", &a, &b, &c)?;
+    println!("vadd ok {n}");
+    Ok(())
+}
+
+/// `c = a + b` element for element, or the first element that differs.
+fn check_sum(what: &str, a: &[f32], b: &[f32], c: &[f32]) -> Result<(), String> {
+    for (i, ((x, y), z)) in a.iter().zip(b).zip(c).enumerate() {
         if x + y != *z {
-            return Err(format!("vadd: c[{i}] is {z}, not {x} + {y}"));
+            return Err(format!("{what}: c[{i}] is {z}, not {x} + {y}"));
         }
     }
-    println!("vadd ok {n}");
     Ok(())
 }
 
@@ -752,11 +758,7 @@ fn wasm_vadd(n: u32) -> Result<(), String> {
         .wait()
     };
     run().map_err(|e| describe(&e))?;
-    for (i, ((x, y), z)) in a.iter().zip(&b).zip(&c).enumerate() {
-        if x + y != *z {
-            return Err(format!("wasm-vadd: c[{i}] is {z}, not {x} + {y}"));
-        }
-    }
+    check_sum("wasm-vadd", &a, &b, &c)?;
     println!("wasm-vadd ok {n}");
     Ok(())
 }
