@@ -108,7 +108,7 @@ fn run_with(program: &Path, extra: &[&str], case: &Case) -> Output {
 
 fn tensorwasm(case: &Case) -> Output {
     run_with(
-        Path::new(env!("CARGO_BIN_EXE_tensorwasm")),
+        &components::tensorwasm_bin(),
         &["--driver", &driver()],
         case,
     )
@@ -308,7 +308,7 @@ fn run_wat(test: &str, wat: &str, args: &[&str]) -> Output {
     let dir = scratch(test);
     let path = dir.join("c.wat");
     std::fs::write(&path, wat).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorwasm"));
+    let mut cmd = Command::new(components::tensorwasm_bin());
     cmd.env_remove("RUST_LOG")
         .args(["run", "--driver", &driver()])
         .args(args)
@@ -366,7 +366,7 @@ fn bad_components_are_one_line_errors() {
     one_line_error(
         &run_wat("import", &unknown, &[]),
         1,
-        "components get WASI 0.2 and tensorwasm:gpu@0.1.1",
+        "components get WASI 0.2 and tensorwasm:gpu@0.1.2",
     );
     // The right interface with a function of the wrong type.
     let mistyped = RUN_WAT
@@ -421,7 +421,7 @@ fn a_wat_component_calls_the_gpu_api() {
 
 /// `tensorwasm run --driver DRIVER OPTIONS gpu-component.wasm ARGS...`.
 fn run_gpu(options: &[&str], args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorwasm"));
+    let mut cmd = Command::new(components::tensorwasm_bin());
     cmd.env_remove("RUST_LOG")
         .args(["run", "--driver", &driver()])
         .args(options)
@@ -650,7 +650,11 @@ fn a_component_launches_its_own_function_as_a_wasm_kernel_over_its_memory() {
          launch with three arguments: ErrorCode::Einval\n\
          launch with a float for a pointer: ErrorCode::Einval\n\
          launch of an empty grid: ErrorCode::Einval\n\
-         wait of a kernel that reads past the memory: ErrorCode::Etrap\n",
+         wait of a kernel that reads past the memory: ErrorCode::Etrap\n\
+         prefetch of 0 bytes: ErrorCode::Einval\n\
+         prefetch past the memory: ErrorCode::Efault\n\
+         advise of 0 bytes: ErrorCode::Einval\n\
+         advise past the memory: ErrorCode::Efault\n",
         "",
         0,
     );
@@ -717,7 +721,7 @@ fn lang_guest(var: &str, file: &str) -> PathBuf {
 /// run or the next, load them from it.
 fn run_lang(guest: &Path, options: &[&str], args: &[&str]) -> Output {
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorwasm"));
+    let mut cmd = Command::new(components::tensorwasm_bin());
     cmd.env_remove("RUST_LOG")
         .args(["run", "--driver", &driver(), "--compile-cache"])
         .arg(&cache)
@@ -795,7 +799,7 @@ fn a_compile_cache_is_filled_once_and_read_after() {
     let dir = scratch("compile-cache");
     let cache = dir.join("cache");
     let run = || {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorwasm"));
+        let mut cmd = Command::new(components::tensorwasm_bin());
         cmd.env_remove("RUST_LOG")
             .args(["run", "--driver", &driver(), "--compile-cache"])
             .arg(&cache)

@@ -72,6 +72,16 @@ impl GuestRegionInfo {
     pub fn current_len(&self) -> usize {
         self.keep_alive.len()
     }
+
+    /// The memory as launches and hints address it: its device address
+    /// and current size.
+    pub fn memory_ref(&self) -> tensorwasm_core::abi::GuestMemoryRef {
+        tensorwasm_core::abi::GuestMemoryRef {
+            base: self.device_base,
+            len: self.current_len(),
+            device_addressable: self.device_addressable,
+        }
+    }
 }
 
 /// A live guest memory's region, as a launch holds it.

@@ -97,7 +97,7 @@ pub enum ComponentError {
 
 /// The version of `tensorwasm:gpu` components get (`wit/gpu.wit`); guests
 /// built against an earlier patch of it link too.
-pub const GPU_VERSION: &str = "0.1.1";
+pub const GPU_VERSION: &str = "0.1.2";
 
 /// The `wasi:cli/run` interface a command exports, without its version.
 const RUN_INTERFACE: &str = "wasi:cli/run@";

@@ -56,7 +56,21 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 ));
             }
         };
-        let range = self.managed_range(&mem, ptr, len)?;
+        let (guest, _) = self.guest_ref(&mem);
+        self.prefetch_in(guest, ptr, len, target)
+    }
+
+    /// `prefetch` of `ptr .. ptr + len` of the memory `guest`, queued on
+    /// the guest's stream (core modules' `prefetch`, components'
+    /// `kernels.prefetch`).
+    pub(crate) fn prefetch_in(
+        &mut self,
+        guest: abi::GuestMemoryRef,
+        ptr: u32,
+        len: u32,
+        target: PrefetchTarget,
+    ) -> Result<(), AbiError> {
+        let range = managed_range(guest, ptr, len)?;
         self.driver
             .prefetch(range, target, &self.stream)
             .map_err(|e| driver_error("prefetch", e))?;
@@ -85,38 +99,50 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 ));
             }
         };
-        let range = self.managed_range(&mem, ptr, len)?;
+        let (guest, _) = self.guest_ref(&mem);
+        self.advise_in(guest, ptr, len, advice)
+    }
+
+    /// `advise` of `ptr .. ptr + len` of the memory `guest` (core modules'
+    /// `advise`, components' `kernels.advise`).
+    pub(crate) fn advise_in(
+        &mut self,
+        guest: abi::GuestMemoryRef,
+        ptr: u32,
+        len: u32,
+        advice: Advice,
+    ) -> Result<(), AbiError> {
+        let range = managed_range(guest, ptr, len)?;
         self.driver
             .advise(range, advice)
             .map_err(|e| driver_error("advise", e))
     }
+}
 
-    /// `ptr .. ptr + len` of the guest's memory as a driver range, if the
-    /// memory is managed memory.
-    fn managed_range(
-        &mut self,
-        mem: &GuestMem<'_>,
-        ptr: u32,
-        len: u32,
-    ) -> Result<tensorwasm_core::DeviceRange<'static>, AbiError> {
-        if len == 0 {
-            return Err(AbiError::new(Errno::EINVAL, "len is 0"));
-        }
-        let range = abi::guest_range(mem.bytes.len(), ptr, u64::from(len))?;
-        let (guest, _) = self.guest_ref(mem);
-        if !guest.device_addressable {
-            return Err(AbiError::new(
-                Errno::ENOTADDR,
-                "the guest's memory is not managed memory",
-            ));
-        }
-        let start = guest.base.checked_add(range.start).ok_or_else(|| {
-            AbiError::new(Errno::EOVERFLOW, "the range's device address overflows")
-        })?;
-        // SAFETY: the range lies inside the guest's exposed memory (checked
-        // above), which is a live managed region for this call; the driver
-        // only reads its address for advice or a stream-ordered migration,
-        // and migration leaves the contents in place.
-        Ok(unsafe { tensorwasm_core::DeviceRange::from_raw(start, range.len()) })
+/// `ptr .. ptr + len` of the memory `guest` as a driver range, if the
+/// memory is managed memory.
+fn managed_range(
+    guest: abi::GuestMemoryRef,
+    ptr: u32,
+    len: u32,
+) -> Result<tensorwasm_core::DeviceRange<'static>, AbiError> {
+    if len == 0 {
+        return Err(AbiError::new(Errno::EINVAL, "len is 0"));
     }
+    let range = abi::guest_range(guest.len, ptr, u64::from(len))?;
+    if !guest.device_addressable {
+        return Err(AbiError::new(
+            Errno::ENOTADDR,
+            "the guest's memory is not managed memory",
+        ));
+    }
+    let start = guest
+        .base
+        .checked_add(range.start)
+        .ok_or_else(|| AbiError::new(Errno::EOVERFLOW, "the range's device address overflows"))?;
+    // SAFETY: the range lies inside the guest's exposed memory (checked
+    // above), which is a live managed region for this call; the driver
+    // only reads its address for advice or a stream-ordered migration,
+    // and migration leaves the contents in place.
+    Ok(unsafe { tensorwasm_core::DeviceRange::from_raw(start, range.len()) })
 }

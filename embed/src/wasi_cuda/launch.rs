@@ -226,11 +226,7 @@ impl<D: GpuDriver> WasiCudaCtx<D> {
                 "the function is not a Wasm kernel",
             )));
         }
-        let guest = abi::GuestMemoryRef {
-            base: region.device_base,
-            len: region.current_len(),
-            device_addressable: region.device_addressable,
-        };
+        let guest = region.memory_ref();
         let call = LaunchCall {
             grid,
             block,

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use tensorwasm_core::{
-    Dim3 as GridDim, KernelParam,
+    Advice, Dim3 as GridDim, KernelParam, PrefetchTarget,
     abi::{AbiError, Errno, Handle},
     lower::{
         INTRINSIC_INTERFACE, Intrinsic, atomic::AtomicIntrinsic, cooperative::CoopIntrinsic,
@@ -142,9 +142,51 @@ pub struct GpuKernel {
     handle: Handle,
 }
 
-impl<D: KernelTarget + Clone + 'static> kernels::Host for GpuView<'_, D> {}
+impl<D: KernelTarget + Clone + 'static> kernels::Host for GpuView<'_, D> {
+    fn prefetch(
+        &mut self,
+        offset: u32,
+        len: u32,
+        target: kernels::PrefetchTarget,
+    ) -> Result<(), GpuError> {
+        let target = match target {
+            kernels::PrefetchTarget::Device => PrefetchTarget::Device,
+            kernels::PrefetchTarget::Host => PrefetchTarget::Host,
+        };
+        let done = self
+            .kernel_memory()
+            .and_then(|guest| self.gpu.cuda.prefetch_in(guest, offset, len, target));
+        self.checked("kernels.prefetch", done)
+    }
+
+    fn advise(&mut self, offset: u32, len: u32, advice: kernels::Advice) -> Result<(), GpuError> {
+        use kernels::Advice as A;
+        let advice = match advice {
+            A::SetReadMostly => Advice::SetReadMostly,
+            A::UnsetReadMostly => Advice::UnsetReadMostly,
+            A::PreferDevice => Advice::PreferDevice,
+            A::PreferHost => Advice::PreferHost,
+            A::UnsetPreferredLocation => Advice::UnsetPreferredLocation,
+            A::AccessedByDevice => Advice::AccessedByDevice,
+            A::UnsetAccessedByDevice => Advice::UnsetAccessedByDevice,
+        };
+        let done = self
+            .kernel_memory()
+            .and_then(|guest| self.gpu.cuda.advise_in(guest, offset, len, advice));
+        self.checked("kernels.advise", done)
+    }
+}
 
 impl<D: KernelTarget + Clone + 'static> GpuView<'_, D> {
+    /// The memory the component's kernels run over (`enotsup` when there
+    /// is none, as for `kernel.get`).
+    fn kernel_memory(&self) -> Result<tensorwasm_core::abi::GuestMemoryRef, AbiError> {
+        match &self.gpu.memory.region {
+            Ok(region) => Ok(region.memory_ref()),
+            Err(why) => Err(AbiError::new(Errno::ENOTSUP, why.clone())),
+        }
+    }
+
     /// The function index `export` names in the component's kernel module,
     /// after the checks that come before any compile.
     fn kernel_index(&mut self, export: &str) -> Result<u32, AbiError> {

@@ -27,10 +27,13 @@
 //! - `module-errors`: calls the raw-module API wrongly, as `errors` does.
 //! - `wasm-vadd N`: launches this component's own function `tw_vadd` as a
 //!   Wasm kernel over three arrays of N random floats in its own memory
-//!   (no buffer, no copy), then checks `c = a + b` where `c` lies; prints
-//!   `wasm-vadd ok N`, or the error with exit code 1.
+//!   (no buffer, no copy; the arrays prefetched to the device before and
+//!   `c` back to the host after, with `kernels.prefetch`), then checks
+//!   `c = a + b` where `c` lies; prints `wasm-vadd ok N`, or the error with
+//!   exit code 1.
 //! - `kernel-errors`: calls the kernel API wrongly, one case a line, as
-//!   `errors` does (a kernel that reads past the memory traps).
+//!   `errors` does (a kernel that reads past the memory traps; hints on
+//!   empty ranges and ranges past the memory).
 //! - `intrinsic-outside`: calls a kernel intrinsic outside a kernel (which
 //!   traps).
 
@@ -50,7 +53,7 @@ mod bindings {
 use bindings::tensorwasm::gpu::{
     buffers::Buffer,
     devices, kernel_intrinsics as kernel,
-    kernels::{Kernel, KernelValue},
+    kernels::{self, Advice, Kernel, KernelValue, PrefetchTarget},
     launches::{self, Launch},
     modules::{BufferPointer, Dim3, KernelArg, Module},
     tensor_ops::{self, Dtype, Tensor},
@@ -742,9 +745,18 @@ fn wasm_vadd(n: u32) -> Result<(), String> {
     let mut c = vec![f32::NAN; n as usize];
     let c_ptr = c.as_mut_ptr();
     let (grid, block) = line(n);
+    // The range of `x`'s floats, for the hints.
+    let range = |x: *const f32| (x as usize as u32, 4 * n);
     let run = || -> Result<(), Error> {
         let k = Kernel::get("tw_vadd")?;
-        k.launch(
+        if n > 0 {
+            for x in [a.as_ptr(), b.as_ptr(), c_ptr.cast_const()] {
+                let (offset, len) = range(x);
+                kernels::advise(offset, len, Advice::PreferDevice)?;
+                kernels::prefetch(offset, len, PrefetchTarget::Device)?;
+            }
+        }
+        let launch = k.launch(
             grid,
             block,
             0,
@@ -754,8 +766,12 @@ fn wasm_vadd(n: u32) -> Result<(), String> {
                 offset(c_ptr),
                 KernelValue::Int32(n as i32),
             ],
-        )?
-        .wait()
+        )?;
+        if n > 0 {
+            let (offset, len) = range(c_ptr);
+            kernels::prefetch(offset, len, PrefetchTarget::Host)?;
+        }
+        launch.wait()
     };
     run().map_err(|e| describe(&e))?;
     check_sum("wasm-vadd", &a, &b, &c)?;
@@ -805,5 +821,22 @@ fn kernel_errors() {
     case(
         "wait of a kernel that reads past the memory",
         launched.and_then(|l| l.wait()),
+    );
+    let here = data.as_ptr() as usize as u32;
+    case(
+        "prefetch of 0 bytes",
+        kernels::prefetch(here, 0, PrefetchTarget::Device),
+    );
+    case(
+        "prefetch past the memory",
+        kernels::prefetch(0xF000_0000, 64, PrefetchTarget::Device),
+    );
+    case(
+        "advise of 0 bytes",
+        kernels::advise(here, 0, Advice::SetReadMostly),
+    );
+    case(
+        "advise past the memory",
+        kernels::advise(0xF000_0000, 64, Advice::PreferHost),
     );
 }
