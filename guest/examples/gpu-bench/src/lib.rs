@@ -3,10 +3,14 @@
 //! (a reactor) whose exports the host calls, each timed from the host as
 //! one call:
 //!
-//! - `vadd-setup(n, seed)`: three arrays of `n` floats in this component's
-//!   own memory (`a`, `b` random, `c` NaN) and the kernel `tw_vadd`;
-//! - `vadd()`: one launch of `tw_vadd` over them, `c = a + b`, and its wait
-//!   (no buffer, no copy);
+//! - `vadd-setup(n, seed, align, prefetch)`: three arrays of `n` floats in
+//!   this component's own memory (`a`, `b` random, `c` NaN), each starting
+//!   at a multiple of `align` bytes (0: wherever the allocator puts it),
+//!   moved to the device with `kernels.prefetch` when `prefetch` is set,
+//!   and the kernel `tw_vadd`;
+//! - `vadd(launches)`: `launches` launches of `tw_vadd` over them, one
+//!   after another on the component's stream, `c = a + b`, then their
+//!   waits (no buffer, no copy);
 //! - `vadd-check()`: `c == a + b`, element for element;
 //! - `gemm-setup(m, n, k, seed)`: `a [m, k]` and `b [k, n]` random and
 //!   `c [m, n]` in device buffers;
@@ -29,9 +33,9 @@ mod bindings {
             package tensorwasm:bench;
 
             world bench {
-                include tensorwasm:gpu/gpu-guest@0.1.1;
-                export vadd-setup: func(n: u32, seed: u64) -> result<_, string>;
-                export vadd: func() -> result<_, string>;
+                include tensorwasm:gpu/gpu-guest@0.1.2;
+                export vadd-setup: func(n: u32, seed: u64, align: u32, prefetch: bool) -> result<_, string>;
+                export vadd: func(launches: u32) -> result<_, string>;
                 export vadd-check: func() -> result<_, string>;
                 export gemm-setup: func(m: u32, n: u32, k: u32, seed: u64) -> result<_, string>;
                 export gemm: func() -> result<_, string>;
@@ -46,17 +50,51 @@ mod bindings {
 use bindings::tensorwasm::gpu::{
     buffers::Buffer,
     kernel_intrinsics as kernel,
-    kernels::{Kernel, KernelValue},
+    kernels::{self, Kernel, KernelValue, PrefetchTarget},
     modules::Dim3,
     tensor_ops::{self, Dtype, Tensor},
     types::Error,
 };
 
+/// `n` floats of a vector starting at a multiple of some alignment: the
+/// vector holds up to an alignment's worth more, and the array starts at
+/// `start`.
+struct Array {
+    storage: Vec<f32>,
+    start: usize,
+    n: usize,
+}
+
+impl Array {
+    /// `n` of `values`, starting at a multiple of `align` bytes (4 or
+    /// less: where the allocator puts them, `f32`s being 4-aligned).
+    fn new(n: usize, align: usize, values: impl Iterator<Item = f32>) -> Array {
+        let pad = if align <= 4 { 0 } else { align / 4 };
+        let mut storage: Vec<f32> = Vec::with_capacity(n + pad);
+        let start = if pad == 0 {
+            0
+        } else {
+            storage.as_ptr().align_offset(align).min(pad)
+        };
+        storage.resize(start, 0.0);
+        storage.extend(values.take(n));
+        Array { storage, start, n }
+    }
+
+    fn as_slice(&self) -> &[f32] {
+        &self.storage[self.start..self.start + self.n]
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut f32 {
+        self.storage[self.start..].as_mut_ptr()
+    }
+}
+
 /// The vector add's arrays and kernel.
 struct Vadd {
-    a: Vec<f32>,
-    b: Vec<f32>,
-    c: Vec<f32>,
+    a: Array,
+    b: Array,
+    c: Array,
     kernel: Kernel,
 }
 
@@ -92,23 +130,21 @@ pub unsafe extern "C" fn tw_vadd(a: *const f32, b: *const f32, c: *mut f32, n: u
     }
 }
 
-/// `n` random floats of magnitude in [0.05, 1), either sign, from
-/// xorshift64 `state`.
-fn random_floats(state: &mut u64, n: usize) -> Vec<f32> {
+/// Random floats of magnitude in [0.05, 1), either sign, from xorshift64
+/// `state`.
+fn random_floats(state: &mut u64) -> impl Iterator<Item = f32> + '_ {
     *state |= 1;
-    (0..n)
-        .map(|_| {
-            *state ^= *state << 13;
-            *state ^= *state >> 7;
-            *state ^= *state << 17;
-            let magnitude = 0.05 + 0.95 * ((*state >> 40) as f32 / (1u64 << 24) as f32);
-            if *state & 1 == 0 {
-                magnitude
-            } else {
-                -magnitude
-            }
-        })
-        .collect()
+    std::iter::repeat(()).map(|()| {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let magnitude = 0.05 + 0.95 * ((*state >> 40) as f32 / (1u64 << 24) as f32);
+        if *state & 1 == 0 {
+            magnitude
+        } else {
+            -magnitude
+        }
+    })
 }
 
 /// An error as one line.
@@ -135,25 +171,41 @@ fn tensor(buffer: &Buffer, rows: u32, cols: u32) -> Tensor<'_> {
 struct Component;
 
 impl bindings::Guest for Component {
-    fn vadd_setup(n: u32, seed: u64) -> Result<(), String> {
+    fn vadd_setup(n: u32, seed: u64, align: u32, prefetch: bool) -> Result<(), String> {
+        if align != 0 && !align.is_power_of_two() {
+            return Err(format!("align {align} is not a power of two"));
+        }
         let mut state = seed;
-        let a = random_floats(&mut state, n as usize);
-        let b = random_floats(&mut state, n as usize);
-        let c = vec![f32::NAN; n as usize];
+        let align = align as usize;
+        let n = n as usize;
+        let a = Array::new(n, align, random_floats(&mut state));
+        let b = Array::new(n, align, random_floats(&mut state));
+        let c = Array::new(n, align, std::iter::repeat(f32::NAN));
+        if prefetch {
+            for array in [&a, &b, &c] {
+                let bytes = array.as_slice();
+                kernels::prefetch(
+                    bytes.as_ptr() as usize as u32,
+                    (4 * bytes.len()) as u32,
+                    PrefetchTarget::Device,
+                )
+                .map_err(|e| describe("kernels.prefetch", e))?;
+            }
+        }
         let kernel = Kernel::get("tw_vadd").map_err(|e| describe("kernel.get", e))?;
         VADD.with(|v| *v.borrow_mut() = Some(Vadd { a, b, c, kernel }));
         Ok(())
     }
 
-    fn vadd() -> Result<(), String> {
+    fn vadd(launches: u32) -> Result<(), String> {
         VADD.with(|v| {
             let mut v = v.borrow_mut();
             let v = v.as_mut().ok_or("vadd before vadd-setup")?;
-            let n = v.a.len() as u32;
+            let n = v.a.n as u32;
             let offset = |p: *const f32| KernelValue::Int32(p as usize as i32);
             let args = [
-                offset(v.a.as_ptr()),
-                offset(v.b.as_ptr()),
+                offset(v.a.as_slice().as_ptr()),
+                offset(v.b.as_slice().as_ptr()),
                 offset(v.c.as_mut_ptr()),
                 KernelValue::Int32(n as i32),
             ];
@@ -168,11 +220,14 @@ impl bindings::Guest for Component {
                 y: 1,
                 z: 1,
             };
-            v.kernel
-                .launch(grid, block, 0, &args)
-                .map_err(|e| describe("kernel.launch", e))?
-                .wait()
-                .map_err(|e| describe("launch.wait", e))
+            let queued = (0..launches)
+                .map(|_| v.kernel.launch(grid, block, 0, &args))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| describe("kernel.launch", e))?;
+            for launch in queued {
+                launch.wait().map_err(|e| describe("launch.wait", e))?;
+            }
+            Ok(())
         })
     }
 
@@ -180,7 +235,8 @@ impl bindings::Guest for Component {
         VADD.with(|v| {
             let v = v.borrow();
             let v = v.as_ref().ok_or("vadd-check before vadd-setup")?;
-            for (i, ((x, y), z)) in v.a.iter().zip(&v.b).zip(&v.c).enumerate() {
+            let (a, b, c) = (v.a.as_slice(), v.b.as_slice(), v.c.as_slice());
+            for (i, ((x, y), z)) in a.iter().zip(b).zip(c).enumerate() {
                 if x + y != *z {
                     return Err(format!("c[{i}] is {z}, not {x} + {y}"));
                 }
@@ -191,8 +247,8 @@ impl bindings::Guest for Component {
 
     fn gemm_setup(m: u32, n: u32, k: u32, seed: u64) -> Result<(), String> {
         let mut state = seed;
-        let a = random_floats(&mut state, (m * k) as usize);
-        let b = random_floats(&mut state, (k * n) as usize);
+        let a: Vec<f32> = random_floats(&mut state).take((m * k) as usize).collect();
+        let b: Vec<f32> = random_floats(&mut state).take((k * n) as usize).collect();
         let alloc = |len: u32| Buffer::alloc(4 * u64::from(len)).map_err(|e| describe("alloc", e));
         let buffers = [alloc(m * k)?, alloc(k * n)?, alloc(m * n)?];
         buffers[0]
