@@ -6,8 +6,10 @@
 //! built by `scripts/test.sh` before the tests run) prints hello world, its
 //! argv, its environment, its stdin; reads and writes files in a `--dir`;
 //! exits non-zero. Each case asserts the real behaviour, and
-//! `the_same_as_wasmtime_run` runs every case under `wasmtime run` too when
-//! a `wasmtime` binary is on PATH and compares stdout, stderr and exit code.
+//! `the_same_as_wasmtime_run` runs every case under wasmtime's own WASI 0.2
+//! host too (the `wasmtime-wasi` crate `wasmtime run` is built on, in the
+//! test's process), and under `wasmtime run` itself when a `wasmtime`
+//! binary is on PATH, and compares stdout, stderr and exit code.
 //! Tenants' WASI capabilities and fuel hold for components as for core
 //! modules; components in WAT check the errors for bad input.
 //!
@@ -232,16 +234,114 @@ fn wasmtime() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// `case` run as `wasmtime run` runs a command component, by wasmtime's
+/// own WASI 0.2 host (the `wasmtime-wasi` crate `wasmtime run` is built
+/// on) in this process: argv\[0\] the guest's file name, the case's
+/// `--env` and `--dir` (read-write), its stdin; its stdout, stderr and
+/// exit code (0 for `ok`, 1 for `err`, `wasi:cli/exit`'s code).
+fn reference(case: &Case) -> (String, String, Option<i32>) {
+    use wasmtime::component::{Component, Linker, ResourceTable};
+    use wasmtime::{Engine, Store};
+    use wasmtime_wasi::p2::bindings::Command as WasiCommand;
+    use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
+    use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+    struct State {
+        ctx: WasiCtx,
+        table: ResourceTable,
+    }
+    impl WasiView for State {
+        fn ctx(&mut self) -> WasiCtxView<'_> {
+            WasiCtxView {
+                ctx: &mut self.ctx,
+                table: &mut self.table,
+            }
+        }
+    }
+
+    let guest = guest();
+    let mut argv = vec![guest.file_name().unwrap().to_string_lossy().into_owned()];
+    argv.extend(case.args.iter().map(|a| a.to_string()));
+    let (stdout, stderr) = (
+        MemoryOutputPipe::new(1 << 20),
+        MemoryOutputPipe::new(1 << 20),
+    );
+    let mut builder = WasiCtxBuilder::new();
+    builder
+        .args(&argv)
+        .stdin(MemoryInputPipe::new(case.stdin.to_vec()))
+        .stdout(stdout.clone())
+        .stderr(stderr.clone());
+    let mut options = case.options.iter();
+    while let Some(option) = options.next() {
+        let value = options
+            .next()
+            .expect("every option of the cases has a value");
+        match option.as_str() {
+            "--env" => {
+                let (key, val) = value.split_once('=').expect("--env KEY=VALUE");
+                builder.env(key, val);
+            }
+            "--dir" => {
+                let (host, guest) = value.split_once("::").expect("--dir HOST::GUEST");
+                builder
+                    .preopened_dir(host, guest, FsPerms::ReadWrite)
+                    .expect("the case's directory");
+            }
+            other => panic!("the reference runs no `{other}`"),
+        }
+    }
+    let engine = Engine::default();
+    let component = Component::from_file(&engine, &guest).unwrap();
+    let mut linker = Linker::new(&engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
+    let mut store = Store::new(
+        &engine,
+        State {
+            ctx: builder.build(),
+            table: ResourceTable::new(),
+        },
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let code = runtime.block_on(async {
+        let command = WasiCommand::instantiate_async(&mut store, &component, &linker)
+            .await
+            .unwrap();
+        match command.wasi_cli_run().call_run(&mut store).await {
+            Ok(Ok(())) => Some(0),
+            Ok(Err(())) => Some(1),
+            Err(e) => e.downcast_ref::<I32Exit>().map(|exit| exit.0),
+        }
+    });
+    drop(store);
+    let text = |pipe: MemoryOutputPipe| String::from_utf8_lossy(&pipe.contents()).into_owned();
+    (text(stdout), text(stderr), code)
+}
+
+/// Every case gives under `tensorwasm run` what wasmtime's WASI host gives
+/// (`reference`), and what `wasmtime run` gives where a `wasmtime` is on
+/// PATH (`cargo install wasmtime-cli --version 48.0.8 --locked`).
 #[test]
 fn the_same_as_wasmtime_run() {
-    let Some(wasmtime) = wasmtime() else {
-        eprintln!(
-            "skipped: no `wasmtime` on PATH to compare with \
-             (`cargo install wasmtime-cli --version 48.0.8 --locked`)"
+    let ours = cases("ours");
+    let reference_cases = cases("reference");
+    for (ours, theirs) in ours.iter().zip(&reference_cases) {
+        let a = tensorwasm(ours);
+        assert_eq!(
+            (text(&a.stdout), text(&a.stderr), a.status.code()),
+            reference(theirs),
+            "tensorwasm run and wasmtime's WASI host differ on {:?} {:?}",
+            ours.options,
+            ours.args
         );
+    }
+    let Some(wasmtime) = wasmtime() else {
+        eprintln!("no `wasmtime` on PATH: compared with wasmtime's WASI host only");
         return;
     };
-    let ours = cases("ours");
     let theirs = cases("theirs");
     for (ours, theirs) in ours.iter().zip(&theirs) {
         let a = tensorwasm(ours);
