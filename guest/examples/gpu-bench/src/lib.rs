@@ -11,6 +11,10 @@
 //! - `vadd(launches)`: `launches` launches of `tw_vadd` over them, one
 //!   after another on the component's stream, `c = a + b`, then their
 //!   waits (no buffer, no copy);
+//! - `vadd-host-side()`: advises the memory below `a` (this component's
+//!   stack, data and small heap objects, which its own code touches between
+//!   launches) `prefer-host`, so that the kernel's accesses to `a` do not
+//!   move those pages to the device;
 //! - `vadd-check()`: `c == a + b`, element for element;
 //! - `gemm-setup(m, n, k, seed)`: `a [m, k]` and `b [k, n]` random and
 //!   `c [m, n]` in device buffers;
@@ -36,6 +40,7 @@ mod bindings {
                 include tensorwasm:gpu/gpu-guest@0.1.2;
                 export vadd-setup: func(n: u32, seed: u64, align: u32, prefetch: bool) -> result<_, string>;
                 export vadd: func(launches: u32) -> result<_, string>;
+                export vadd-host-side: func() -> result<_, string>;
                 export vadd-check: func() -> result<_, string>;
                 export gemm-setup: func(m: u32, n: u32, k: u32, seed: u64) -> result<_, string>;
                 export gemm: func() -> result<_, string>;
@@ -50,7 +55,7 @@ mod bindings {
 use bindings::tensorwasm::gpu::{
     buffers::Buffer,
     kernel_intrinsics as kernel,
-    kernels::{self, Kernel, KernelValue, PrefetchTarget},
+    kernels::{self, Advice, Kernel, KernelValue, PrefetchTarget},
     modules::Dim3,
     tensor_ops::{self, Dtype, Tensor},
     types::Error,
@@ -228,6 +233,15 @@ impl bindings::Guest for Component {
                 launch.wait().map_err(|e| describe("launch.wait", e))?;
             }
             Ok(())
+        })
+    }
+
+    fn vadd_host_side() -> Result<(), String> {
+        VADD.with(|v| {
+            let v = v.borrow();
+            let v = v.as_ref().ok_or("vadd-host-side before vadd-setup")?;
+            let below = v.a.as_slice().as_ptr() as usize as u32;
+            kernels::advise(0, below, Advice::PreferHost).map_err(|e| describe("kernels.advise", e))
         })
     }
 
