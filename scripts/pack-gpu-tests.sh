@@ -5,6 +5,7 @@
 #
 #   scripts/pack-gpu-tests.sh
 #   device run:  command ".device-pack/run.sh"   carry [".device-pack"]
+#   (PACK_BENCH=1: also command ".device-bench/bench.sh", carry [".device-bench"])
 #
 # The runner runs every packed test binary with --include-ignored, then
 # `tensorwasm devices`, and writes one log per binary plus summary.txt to $OUT.
@@ -25,12 +26,16 @@
 # mlp-wasi.wasm and tensorwasm through MLP_WASI_GUEST_WASM and TENSORWASM_BIN,
 # since guest/target and target/ are not carried),
 # and the benchmark binaries (guest_overhead, wasm_kernels, tenants,
-# rust_kernels, coop_kernels, compute_kernels and foreign_kernels: the kernel
-# benches read the packed kernel_bench.wasm; foreign_kernels also its C
-# module, built here by scripts/build-foreign-kernels.sh --wasm) when
-# PACK_BENCH=1 (BENCHES, space-separated, packs only some); `.device-pack/run.sh`
-# then runs `tensorwasm run` on each example guest, and `.device-pack/bench.sh`
-# the benchmarks. With coop_kernels, the bench built with `--features
+# rust_kernels, coop_kernels, compute_kernels, foreign_kernels and
+# components: the kernel benches read the packed kernel_bench.wasm;
+# foreign_kernels also its C module, built here by
+# scripts/build-foreign-kernels.sh --wasm) when PACK_BENCH=1 (BENCHES,
+# space-separated, packs only some), into a pack of their own,
+# .device-bench/ (with the example guests), so that each pack stays under
+# the device tool's 64 MiB (tests and four benchmarks together did not,
+# 2026-11-29); `.device-pack/run.sh` then runs `tensorwasm run` on each
+# example guest, and `.device-bench/bench.sh` (carry .device-bench) the
+# benchmarks. With coop_kernels, the bench built with `--features
 # bench-unsandboxed` into UNSANDBOXED_TARGET_DIR (target/unsandboxed) goes
 # along as coop_kernels_unsandboxed when that directory exists (the script
 # brings it up to date there), and bench.sh runs it after coop_kernels.
@@ -46,10 +51,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=${GPU_TEST_PACKAGES:-"tensorwasm-cuda tensorwasm-embed tensorwasm-cli"}
 pack=.device-pack
-rm -rf "$pack"
+bench_pack=.device-bench
+rm -rf "$pack" "$bench_pack"
 mkdir -p "$pack/bin"
 exclude=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
-grep -qx '/.device-pack/' "$exclude" 2>/dev/null || echo '/.device-pack/' >> "$exclude"
+for ignored in /.device-pack/ /.device-bench/; do
+  grep -qx "$ignored" "$exclude" 2>/dev/null || echo "$ignored" >> "$exclude"
+done
 
 args=()
 for p in $packages; do args+=(-p "$p"); done
@@ -275,11 +283,20 @@ chmod +x "$pack/run.sh"
 # ~22 MB, against ~60 MB with xz's default 8 MiB dictionary), keeping the
 # pack under the device tool's 64 MiB carry limit. The runners unpack on
 # first use.
-tar -C "$pack" -cf - $(cd "$pack" && ls -d bin bench examples 2>/dev/null) \
+# The benchmarks (PACK_BENCH=1) go to a pack of their own with the example
+# guests: the tests and four benchmarks together were over the limit.
+if [ -d "$pack/bench" ]; then
+  mkdir -p "$bench_pack"
+  mv "$pack/bench" "$pack/bench.sh" "$bench_pack/"
+  cp -r "$pack/examples" "$bench_pack/"
+  tar -C "$bench_pack" -cf - bench examples \
+    | xz -T2 --lzma2=preset=6,dict=192MiB > "$bench_pack/payload.tar.xz"
+  rm -rf "$bench_pack/bench" "$bench_pack/examples"
+  sed -i '3a [ -d bench ] || tar -xJf payload.tar.xz' "$bench_pack/bench.sh"
+  du -sh "$bench_pack"
+fi
+tar -C "$pack" -cf - bin examples \
   | xz -T2 --lzma2=preset=6,dict=192MiB > "$pack/payload.tar.xz"
-rm -rf "$pack/bin" "$pack/bench" "$pack/examples"
-for runner in "$pack"/run.sh "$pack"/bench.sh; do
-  [ -f "$runner" ] || continue
-  sed -i '3a [ -d bin ] || tar -xJf payload.tar.xz' "$runner"
-done
+rm -rf "$pack/bin" "$pack/examples"
+sed -i '3a [ -d bin ] || tar -xJf payload.tar.xz' "$pack/run.sh"
 du -sh "$pack"
