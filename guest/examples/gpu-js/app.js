@@ -14,8 +14,8 @@
 // Prints `mlp ok: ...` and the largest error, or what differs (exit code 1).
 // u64 arguments are BigInts, as the bindings have them.
 
-import { Buffer } from 'tensorwasm:gpu/buffers@0.1.1';
-import * as tensorOps from 'tensorwasm:gpu/tensor-ops@0.1.1';
+import { Buffer } from 'tensorwasm:gpu/buffers@0.1.2';
+import * as tensorOps from 'tensorwasm:gpu/tensor-ops@0.1.2';
 import { getArguments } from 'wasi:cli/environment@0.2.12';
 import { getDirectories } from 'wasi:filesystem/preopens@0.2.12';
 
