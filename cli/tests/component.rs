@@ -33,6 +33,8 @@ use std::{
 
 use assert_cmd::Command;
 
+#[path = "support/bin.rs"]
+mod bin;
 #[path = "support/components.rs"]
 mod components;
 
@@ -109,11 +111,7 @@ fn run_with(program: &Path, extra: &[&str], case: &Case) -> Output {
 }
 
 fn tensorwasm(case: &Case) -> Output {
-    run_with(
-        &components::tensorwasm_bin(),
-        &["--driver", &driver()],
-        case,
-    )
+    run_with(&bin::tensorwasm_bin(), &["--driver", &driver()], case)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -408,7 +406,7 @@ fn run_wat(test: &str, wat: &str, args: &[&str]) -> Output {
     let dir = scratch(test);
     let path = dir.join("c.wat");
     std::fs::write(&path, wat).unwrap();
-    let mut cmd = Command::new(components::tensorwasm_bin());
+    let mut cmd = Command::new(bin::tensorwasm_bin());
     cmd.env_remove("RUST_LOG")
         .args(["run", "--driver", &driver()])
         .args(args)
@@ -521,7 +519,7 @@ fn a_wat_component_calls_the_gpu_api() {
 
 /// `tensorwasm run --driver DRIVER OPTIONS gpu-component.wasm ARGS...`.
 fn run_gpu(options: &[&str], args: &[&str]) -> Output {
-    let mut cmd = Command::new(components::tensorwasm_bin());
+    let mut cmd = Command::new(bin::tensorwasm_bin());
     cmd.env_remove("RUST_LOG")
         .args(["run", "--driver", &driver()])
         .args(options)
@@ -821,7 +819,7 @@ fn lang_guest(var: &str, file: &str) -> PathBuf {
 /// run or the next, load them from it.
 fn run_lang(guest: &Path, options: &[&str], args: &[&str]) -> Output {
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache");
-    let mut cmd = Command::new(components::tensorwasm_bin());
+    let mut cmd = Command::new(bin::tensorwasm_bin());
     cmd.env_remove("RUST_LOG")
         .args(["run", "--driver", &driver(), "--compile-cache"])
         .arg(&cache)
@@ -899,7 +897,7 @@ fn a_compile_cache_is_filled_once_and_read_after() {
     let dir = scratch("compile-cache");
     let cache = dir.join("cache");
     let run = || {
-        let mut cmd = Command::new(components::tensorwasm_bin());
+        let mut cmd = Command::new(bin::tensorwasm_bin());
         cmd.env_remove("RUST_LOG")
             .args(["run", "--driver", &driver(), "--compile-cache"])
             .arg(&cache)

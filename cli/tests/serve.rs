@@ -18,6 +18,8 @@ use serde_json::{Value, json};
 use tensorwasm_serve::token_digest;
 use ureq::Agent;
 
+#[path = "support/bin.rs"]
+mod bin;
 #[allow(dead_code)] // its guest and nothing of its supervisor
 #[path = "support/supervised_guest.rs"]
 mod supervised_guest;
@@ -124,13 +126,6 @@ impl Drop for Served {
     }
 }
 
-fn binary() -> PathBuf {
-    std::env::var_os("TENSORWASM_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_tensorwasm")),
-        PathBuf::from,
-    )
-}
-
 /// Starts the server with `extra` config lines and tenants `a` (untrusted,
 /// token "token-a") and `b` (trusted, "token-b").
 fn start(what: &str, extra: &str) -> Served {
@@ -157,7 +152,7 @@ fn start_on(what: &str, extra: &str, driver: Option<&str>, flags: &[&str]) -> Se
         || std::env::var("TW_SERVE_DRIVER").unwrap_or_else(|_| "cpu".into()),
         str::to_string,
     );
-    let mut child = Command::new(binary())
+    let mut child = Command::new(bin::tensorwasm_bin())
         .args(["serve", "--driver", &driver, "--config"])
         .arg(&path)
         .args(flags)
@@ -699,7 +694,6 @@ fn tenants_spread_over_two_gpus() {
 }
 
 #[path = "support/components.rs"]
-#[allow(dead_code)] // tensorwasm_bin: the server is started through supervised_guest
 mod components;
 
 /// A built component of the guest workspace (`$var` overrides).
@@ -767,7 +761,7 @@ fn a_component_runs_as_a_command() {
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["exit_code"], 0, "{out}");
     let driver = std::env::var("TW_SERVE_DRIVER").unwrap_or_else(|_| "cpu".into());
-    let direct = std::process::Command::new(binary())
+    let direct = std::process::Command::new(bin::tensorwasm_bin())
         .arg("run")
         .args(["--driver", &driver])
         .arg(&gpu_path)

@@ -11,6 +11,8 @@
 //! `TW_SOAK_SECS` (default 6) and `TW_SOAK_FAULT_SECS` (default 2) set the
 //! length and the fault period; the GPU run of issue 16 is 300 and 60.
 
+#[path = "support/bin.rs"]
+mod bin;
 #[path = "support/supervised_guest.rs"]
 mod supervised_guest;
 

@@ -11,6 +11,8 @@
 //! The worker is the `tensorwasm` binary (`TENSORWASM_BIN` overrides the
 //! one cargo built, for runs on another machine).
 
+#[path = "support/bin.rs"]
+mod bin;
 #[allow(dead_code)] // what the soak uses and this suite does not
 #[path = "support/supervised_guest.rs"]
 mod supervised_guest;

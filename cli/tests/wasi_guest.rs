@@ -9,6 +9,9 @@
 //! oracles). On the CPU driver here, on CUDA with `--include-ignored`
 //! (scripts/pack-gpu-tests.sh packs this file, the guest and the command).
 
+#[path = "support/bin.rs"]
+mod bin;
+
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
@@ -43,10 +46,7 @@ fn guest() -> PathBuf {
 /// The command: `$TENSORWASM_BIN` when set (the packed binary on the device
 /// machine), else this build's.
 fn tensorwasm() -> Command {
-    let bin = std::env::var_os("TENSORWASM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tensorwasm")));
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new(bin::tensorwasm_bin());
     cmd.env_remove("RUST_LOG");
     cmd
 }

@@ -3,16 +3,6 @@
 
 use std::path::PathBuf;
 
-/// The `tensorwasm` binary the tests run: `$TENSORWASM_BIN` where set (the
-/// GPU pack's runner sets it: cargo's path does not exist there), else the
-/// one cargo built for this test.
-pub fn tensorwasm_bin() -> PathBuf {
-    std::env::var_os("TENSORWASM_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_tensorwasm")),
-        PathBuf::from,
-    )
-}
-
 /// The built component `file` (in `guest/target/wasm32-wasip2/release`,
 /// where scripts/test.sh builds the guests), or `$var` when set; it must
 /// exist (`how` says how to build it).

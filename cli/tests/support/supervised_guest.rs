@@ -175,10 +175,7 @@ pub fn scratch(what: &str) -> PathBuf {
 /// with a standby worker unless `TW_STANDBY=0`.
 pub fn supervisor(dir: &Path, driver_args: &[&str], snapshots: bool) -> Supervisor {
     let standby = std::env::var("TW_STANDBY").map_or(true, |v| v != "0");
-    let program = std::env::var_os("TENSORWASM_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_tensorwasm")),
-        PathBuf::from,
-    );
+    let program = crate::bin::tensorwasm_bin();
     let mut args = vec!["worker".into()];
     args.extend(driver_args.iter().map(Into::into));
     Supervisor::start(SupervisorConfig {
