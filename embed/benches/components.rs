@@ -375,8 +375,8 @@ fn bandwidth(
             raw_single_gbps,
         ),
     ];
-    for (id, samples) in SINGLE_CASES.into_iter().zip(single_gbps) {
-        let says = VADD_CASES.iter().find(|c| c.0 == id).expect("a case").1;
+    for (&case, samples) in singles.iter().zip(single_gbps) {
+        let (id, says, ..) = VADD_CASES[case];
         rows.push(
             Row::new(
                 format!("vadd.component.{id}.single"),
